@@ -1,0 +1,1 @@
+"""Dagster assets and asset checks: thin layers over fleet/ and checkpointing/."""

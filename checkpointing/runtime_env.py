@@ -1,0 +1,47 @@
+"""Environment variables through which the fleet configures a training process.
+
+The provider (local or SkyPilot) sets these; a user's script never needs to read
+them itself — ``checkpointing.session`` does. All durations are in SECONDS.
+
+    SPOTFLEET_CHECKPOINT_URI   where checkpoints go: ``/abs/dir``, ``file:///abs/dir`` or
+                               ``s3://bucket/prefix`` (endpoint from AWS_ENDPOINT_URL)
+    SPOTFLEET_EVENTS_FILE      JSONL events file (checkpointing.events)
+    SPOTFLEET_NODE_ID          id of this node session (for events)
+    SPOTFLEET_ZONE             emulated or real zone name (informational)
+    SPOTFLEET_MTTP_SECONDS     mean time to preemption estimate
+    SPOTFLEET_RESTART_SECONDS  restart cost R (allocation + preparation + restore)
+    SPOTFLEET_STATS_FILE       JSON file {"mttp_seconds": .., "restart_seconds": ..}
+                               re-read when it changes; overrides the two above
+    SPOTFLEET_GRACE_SECONDS    notice window T_grace (default 30)
+    SPOTFLEET_NOTICE_SOURCES   comma list: ``signal:SIGTERM``, ``aws:http://host:port``,
+                               ``gcp:http://host:port``, ``azure:http://host:port``
+                               (default ``signal:SIGTERM``)
+"""
+
+from __future__ import annotations
+
+import os
+
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: exited cleanly after a notice (emergency save done or not)
+EXIT_COMPLETED = 0
+
+ENV_CHECKPOINT_URI = "SPOTFLEET_CHECKPOINT_URI"
+ENV_EVENTS_FILE = "SPOTFLEET_EVENTS_FILE"
+ENV_NODE_ID = "SPOTFLEET_NODE_ID"
+ENV_ZONE = "SPOTFLEET_ZONE"
+ENV_MTTP_SECONDS = "SPOTFLEET_MTTP_SECONDS"
+ENV_RESTART_SECONDS = "SPOTFLEET_RESTART_SECONDS"
+ENV_STATS_FILE = "SPOTFLEET_STATS_FILE"
+ENV_GRACE_SECONDS = "SPOTFLEET_GRACE_SECONDS"
+ENV_NOTICE_SOURCES = "SPOTFLEET_NOTICE_SOURCES"
+
+
+def env_float(name: str, default: float | None = None) -> float | None:
+    """Read a float env var; raise a ValueError naming the variable if malformed."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name}={raw!r} is not a number of seconds; set it to e.g. 3600") from exc

@@ -1,0 +1,109 @@
+"""One interface for every fleet provider (``local`` emulated fleet, ``skypilot``).
+
+A *stage* runs one training command on one or more nodes until it completes. Inside
+a stage attempt the provider survives preemptions itself (relaunch in another zone,
+the training process resumes from the latest checkpoint); it gives up only when the
+whole attempt is lost (no capacity anywhere, too many relaunches, deadline) and then
+raises ``AttemptFailed`` so that Dagster's RetryPolicy retries the attempt.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from checkpointing.events import Event
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What to run and where. Durations in seconds, prices in $/h."""
+
+    name: str
+    command: list[str]  # argv of the training process
+    checkpoint_uri: str  # SPOTFLEET_CHECKPOINT_URI for the process
+    accelerator: str = "V100"
+    accelerator_count: int = 1
+    num_nodes: int = 1
+    clouds: tuple[str, ...] = ("aws",)
+    regions: tuple[str, ...] = ()
+    zones: tuple[str, ...] = ()  # candidate zones in preference order
+    use_spot: bool = True
+    instance_type: str | None = None
+    deadline_seconds: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    max_relaunches: int = 20
+
+
+@dataclass(frozen=True)
+class NodeSession:
+    """One node's life: launched in a zone, ended by completion, preemption or failure.
+
+    Times are unix seconds; ``price_per_hour`` in $/h. Persisted by infra/db.
+    """
+
+    node_id: str
+    stage: str
+    attempt: int
+    provider: str
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    spot: bool
+    price_per_hour: float
+    launched_at: float
+    ready_at: float | None
+    ended_at: float | None
+    end_reason: Literal["completed", "preempted", "failed", "cancelled", "running"]
+    notice_at: float | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+    last_checkpoint_step: int | None = None
+
+
+@dataclass
+class StageResult:
+    """Outcome of one stage attempt."""
+
+    stage: str
+    attempt: int
+    completed: bool
+    sessions: list[NodeSession]
+    events: list[Event]
+    final_step: int | None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class AttemptFailed(RuntimeError):
+    """The whole attempt is lost; Dagster should retry it (it will resume from checkpoint)."""
+
+
+class FleetProvider(abc.ABC):
+    """Launch a stage, stream its events, survive preemptions, cancel it."""
+
+    name: str
+
+    @abc.abstractmethod
+    def run_stage(
+        self,
+        spec: StageSpec,
+        attempt: int = 1,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> StageResult:
+        """Run the stage to completion (blocking), relaunching after preemptions.
+
+        ``on_event`` is called for every training event and every provider event
+        (launch, preemption, relaunch), so the caller can forward them to Dagster Pipes.
+        Raises ``AttemptFailed`` when it cannot finish this attempt.
+        """
+
+    @abc.abstractmethod
+    def cancel(self, stage: str) -> None:
+        """Stop every node of a running stage."""
+
+    def sessions(self) -> Iterator[NodeSession]:
+        """All node sessions recorded so far (for statistics)."""
+        return iter(())

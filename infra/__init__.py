@@ -1,0 +1,1 @@
+"""What deploys and persists: statistics DB, Dagster instance config, SkyPilot templates."""

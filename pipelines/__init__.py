@@ -1,0 +1,1 @@
+"""Dagster Definitions, resources, jobs, schedules, sensors and the ``spotfleet`` CLI."""

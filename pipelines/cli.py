@@ -1,0 +1,54 @@
+"""The ``spotfleet`` command line.
+
+Each subsystem registers its subcommands from a module in ``pipelines/commands/``
+(a ``register(subparsers)`` function). Heavy imports happen inside the handlers so
+``spotfleet --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMAND_MODULES = (
+    "pipelines.commands.costs",  # cost-table, intervals          (checkpointing math)
+    "pipelines.commands.training_sim",  # simulate-training        (thesis simulator)
+    "pipelines.commands.fleet_cmds",  # market, stats, plan, fleet-sim, local-fleet
+    "pipelines.commands.gfs",  # gfs-eval, gfs-forecast        (GFS scheduling)
+    "pipelines.commands.main_job",  # main, db                      (Dagster main job)
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="spotfleet",
+        description="Spot GPU fleets that train like on-demand. See README.md and docs/.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue  # subsystem not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"spotfleet {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

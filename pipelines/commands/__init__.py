@@ -1,0 +1,1 @@
+"""CLI subcommand modules; each exposes ``register(subparsers)`` and sets ``handler``."""
