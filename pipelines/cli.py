@@ -14,7 +14,9 @@ import sys
 COMMAND_MODULES = (
     "pipelines.commands.costs",  # cost-table, intervals          (checkpointing math)
     "pipelines.commands.training_sim",  # simulate-training        (thesis simulator)
-    "pipelines.commands.fleet_cmds",  # market, stats, plan, fleet-sim, local-fleet
+    "pipelines.commands.fleet_cmds",  # market, stats, forecast, plan
+    "pipelines.commands.fleet_sim",  # fleet-sim                    (fleet policies)
+    "pipelines.commands.local_fleet",  # local-fleet               (providers)
     "pipelines.commands.gfs",  # gfs-eval, gfs-forecast        (GFS scheduling)
     "pipelines.commands.main_job",  # main, db                      (Dagster main job)
 )
