@@ -1,0 +1,139 @@
+"""Optimum checkpoint intervals: Young (1974), Daly (2006) and the thesis objective.
+
+Pure functions, all durations in SECONDS unless a name says ``_hours``. Symbols:
+
+* ``ckpt_seconds`` (delta, C): time to dump one checkpoint (what it costs on the
+  training's critical path);
+* ``mttp_seconds`` (M): mean time to preemption (the exponential lifetime's mean);
+* ``restart_seconds`` (R): one-time restart latency after a preemption (allocation +
+  preparation + restore).
+
+The thesis (Koo, "Cost-Efficient ML Training on Preemptible Cloud Clusters", SNU 2022,
+chapter 4) models the job latency as
+
+    T(tau) = Tp + (Tp/tau) delta + [phi (tau + delta) + R] p(tau),
+    p(tau) ~= (Tp/tau) (tau + delta)/M,     phi = 1/2                (Eq. 4.1-4.4)
+
+and quotes ``tau_opt = sqrt(2 delta (M + R))`` (Eq. 4.5). Differentiating Eq. 4.4
+exactly gives ``tau* = sqrt(2 delta (M + R) + delta**2)``; Eq. 4.5 drops the
+``delta**2`` term (negligible when delta << M). Both are provided.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "daly_first_order_seconds",
+    "daly_higher_order_seconds",
+    "thesis_expected_latency_seconds",
+    "thesis_exact_optimum_seconds",
+    "thesis_optimum_seconds",
+    "young_interval_seconds",
+]
+
+
+def _positive(name: str, value: float) -> float:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def _non_negative(name: str, value: float) -> float:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
+    return float(value)
+
+
+def young_interval_seconds(ckpt_seconds: float, mttp_seconds: float) -> float:
+    """Young's first-order optimum compute time between checkpoints, ``sqrt(2 C M)``.
+
+    Args:
+        ckpt_seconds: checkpoint dump time C (s).
+        mttp_seconds: mean time to preemption/failure M (s).
+    Returns:
+        Interval in seconds.
+    """
+    c = _positive("ckpt_seconds", ckpt_seconds)
+    m = _positive("mttp_seconds", mttp_seconds)
+    return math.sqrt(2.0 * c * m)
+
+
+def daly_first_order_seconds(ckpt_seconds: float, mttp_seconds: float) -> float:
+    """Daly's first-order optimum, ``sqrt(2 delta M) - delta`` (s), floored at 0+.
+
+    Daly (2006) measures the interval as compute time between dumps; subtracting delta
+    is what his first-order model adds to Young's. Returns M when delta >= 2M (the
+    regime where checkpointing every M is the best one can do).
+    """
+    d = _positive("ckpt_seconds", ckpt_seconds)
+    m = _positive("mttp_seconds", mttp_seconds)
+    if d >= 2.0 * m:
+        return m
+    return math.sqrt(2.0 * d * m) - d
+
+
+def daly_higher_order_seconds(ckpt_seconds: float, mttp_seconds: float) -> float:
+    """Daly's higher-order optimum (Future Gener. Comput. Syst. 22, 2006), seconds.
+
+    ``tau = sqrt(2 delta M) [1 + (1/3) sqrt(delta/(2M)) + delta/(9 * 2M)] - delta``
+    for delta < 2M, else ``M``.
+    """
+    d = _positive("ckpt_seconds", ckpt_seconds)
+    m = _positive("mttp_seconds", mttp_seconds)
+    if d >= 2.0 * m:
+        return m
+    x = d / (2.0 * m)
+    return math.sqrt(2.0 * d * m) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - d
+
+
+def thesis_expected_latency_seconds(
+    tau_seconds: float,
+    *,
+    process_seconds: float,
+    ckpt_seconds: float,
+    mttp_seconds: float,
+    restart_seconds: float = 0.0,
+    phi: float = 0.5,
+) -> float:
+    """The thesis objective T(tau), Eq. 4.3 (Eq. 4.4 when ``phi = 1/2``), in seconds.
+
+    Args:
+        tau_seconds: compute time between checkpoints (s).
+        process_seconds: Tp, the failure-free compute time of the whole job (s).
+        ckpt_seconds: delta, dump time per checkpoint (s).
+        mttp_seconds: M, mean time to preemption (s).
+        restart_seconds: R, one-time restart latency per preemption (s).
+        phi: fraction of a segment lost per preemption (1/2 in the thesis).
+    """
+    tau = _positive("tau_seconds", tau_seconds)
+    tp = _positive("process_seconds", process_seconds)
+    d = _non_negative("ckpt_seconds", ckpt_seconds)
+    m = _positive("mttp_seconds", mttp_seconds)
+    r = _non_negative("restart_seconds", restart_seconds)
+    preemptions = (tp / tau) * (tau + d) / m  # Eq. 4.2
+    return tp + (tp / tau) * d + (phi * (tau + d) + r) * preemptions
+
+
+def thesis_optimum_seconds(
+    ckpt_seconds: float, mttp_seconds: float, restart_seconds: float = 0.0
+) -> float:
+    """Thesis Eq. 4.5: ``tau_opt = sqrt(2 delta (MTTP + R))`` seconds (Algorithm 1 uses it)."""
+    d = _positive("ckpt_seconds", ckpt_seconds)
+    m = _positive("mttp_seconds", mttp_seconds)
+    r = _non_negative("restart_seconds", restart_seconds)
+    return math.sqrt(2.0 * d * (m + r))
+
+
+def thesis_exact_optimum_seconds(
+    ckpt_seconds: float, mttp_seconds: float, restart_seconds: float = 0.0
+) -> float:
+    """Exact minimiser of Eq. 4.4: ``sqrt(2 delta (M + R) + delta^2)`` seconds.
+
+    Derivation: T(tau)/Tp = 1 + delta/tau + tau/(2M) + delta/M + delta^2/(2 tau M)
+    + R/M + R delta/(tau M); setting d/dtau = 0 gives tau^2 = 2 delta (M + R) + delta^2.
+    """
+    d = _positive("ckpt_seconds", ckpt_seconds)
+    m = _positive("mttp_seconds", mttp_seconds)
+    r = _non_negative("restart_seconds", restart_seconds)
+    return math.sqrt(2.0 * d * (m + r) + d * d)
