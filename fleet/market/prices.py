@@ -1,0 +1,189 @@
+"""Spot and on-demand prices ($/h) per instance type and zone / region.
+
+Sources, in the order a lookup tries them:
+
+1. ``overrides`` (from config): exact ``(instance_type, zone)`` / ``(instance_type,
+   region)`` entries first, then instance-type-wide ones (key ``"*"``).
+2. SkyPilot's catalog, read through the SkyPilot library (``sky.catalog``): per-zone
+   spot prices and per-region on-demand prices, loaded by ``PriceBook.from_skypilot``
+   (offline with ``fleet.market.catalog.offline_catalog``).
+3. ``FALLBACK_PRICES``: a small table for instance types the catalog subset lacks,
+   notably p3.2xlarge (1x V100) of the public spot traces: 3.06 $/h on-demand and
+   0.918 $/h spot (30 % of on-demand, the 2023 level used with those traces).
+
+A lookup that finds nothing raises ``KeyError`` naming the instance type, the place
+and how to add a price.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: instance type -> (on-demand $/h, spot $/h), the same in every region and zone
+FALLBACK_PRICES: dict[str, tuple[float, float]] = {
+    "p3.2xlarge": (3.06, 0.918),
+}
+
+#: accelerator (lower case) -> 1-accelerator instance type, for accelerators the
+#: catalog subset lacks
+FALLBACK_INSTANCE_TYPES: dict[str, str] = {"v100": "p3.2xlarge"}
+
+
+class PriceOverrides(BaseModel):
+    """Prices from config, $/h. Keys: instance type -> {zone or region or "*": price}."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spot: dict[str, dict[str, float]] = Field(default_factory=dict)
+    on_demand: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+    def model_post_init(self, __context: object) -> None:
+        for kind, table in (("spot", self.spot), ("on_demand", self.on_demand)):
+            for itype, places in table.items():
+                for place, price in places.items():
+                    if not price > 0:
+                        raise ValueError(f"prices.{kind}.{itype}.{place} = {price}: a price must "
+                                         "be a positive number of $/h")
+
+
+def _region_of(zone: str) -> str:
+    return zone[:-1] if zone and zone[-1].isalpha() else zone
+
+
+@dataclass
+class PriceBook:
+    """Price lookups in $/h. Build with ``PriceBook.from_skypilot`` or ``PriceBook.default``."""
+
+    spot: dict[tuple[str, str], float] = field(default_factory=dict)  # (type, zone)
+    on_demand: dict[tuple[str, str], float] = field(default_factory=dict)  # (type, region)
+    accelerators: dict[str, list[str]] = field(default_factory=dict)  # acc -> types
+    overrides: PriceOverrides = field(default_factory=PriceOverrides)
+    fallback: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(FALLBACK_PRICES))
+    source: str = "fallback"
+
+    # ------------------------------------------------------------------ lookups
+    def spot_price(self, instance_type: str, zone: str) -> float:
+        """Spot price of ``instance_type`` in ``zone`` ($/h)."""
+        o = self.overrides.spot.get(instance_type, {})
+        for key in (zone, _region_of(zone), "*"):
+            if key in o:
+                return float(o[key])
+        if (instance_type, zone) in self.spot:
+            return self.spot[(instance_type, zone)]
+        region = _region_of(zone)
+        in_region = [p for (t, z), p in self.spot.items() if t == instance_type
+                     and _region_of(z) == region]
+        if in_region:  # zone not listed in the catalog: cheapest quote of its region
+            return min(in_region)
+        if instance_type in self.fallback:
+            return float(self.fallback[instance_type][1])
+        raise KeyError(f"no spot price for {instance_type} in {zone}: add it under "
+                       f"prices.spot.{instance_type}.{zone} (or '*') in the config, or use a "
+                       "catalog that lists it")
+
+    def on_demand_price(self, instance_type: str, region: str) -> float:
+        """On-demand price of ``instance_type`` in ``region`` ($/h); a zone is accepted too."""
+        o = self.overrides.on_demand.get(instance_type, {})
+        reg = region if (instance_type, region) in self.on_demand or region in o else _region_of(region)
+        for key in (region, reg, "*"):
+            if key in o:
+                return float(o[key])
+        if (instance_type, reg) in self.on_demand:
+            return self.on_demand[(instance_type, reg)]
+        if instance_type in self.fallback:
+            return float(self.fallback[instance_type][0])
+        raise KeyError(f"no on-demand price for {instance_type} in {region}: add it under "
+                       f"prices.on_demand.{instance_type}.{region} (or '*') in the config")
+
+    def instance_types_for(self, accelerator: str, count: int = 1) -> list[str]:
+        """Instance types offering ``accelerator`` (catalog first, then the fallback table)."""
+        types = list(self.accelerators.get(f"{accelerator.upper()}:{count}", []))
+        fb = FALLBACK_INSTANCE_TYPES.get(accelerator.lower())
+        if count == 1 and fb and fb not in types:
+            types.append(fb)
+        return types
+
+    def zones_for(self, instance_type: str) -> list[str]:
+        """Zones with a spot quote for ``instance_type`` in the catalog."""
+        return sorted(z for (t, z) in self.spot if t == instance_type)
+
+    def with_overrides(self, overrides: PriceOverrides | Mapping) -> PriceBook:
+        ov = overrides if isinstance(overrides, PriceOverrides) else PriceOverrides(**overrides)
+        return PriceBook(self.spot, self.on_demand, self.accelerators, ov, self.fallback,
+                         self.source)
+
+    def to_dict(self) -> dict:
+        return {"source": self.source,
+                "spot": [{"instance_type": t, "zone": z, "price": p}
+                         for (t, z), p in sorted(self.spot.items())],
+                "on_demand": [{"instance_type": t, "region": r, "price": p}
+                              for (t, r), p in sorted(self.on_demand.items())],
+                "fallback": {k: {"on_demand": v[0], "spot": v[1]} for k, v in self.fallback.items()},
+                "overrides": self.overrides.model_dump()}
+
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def default(cls, overrides: PriceOverrides | Mapping | None = None) -> PriceBook:
+        """Only the fallback table (+ overrides): no SkyPilot needed."""
+        book = cls(source="fallback")
+        return book.with_overrides(overrides) if overrides else book
+
+    @classmethod
+    def from_skypilot(cls, catalog_source: str | Path | None = None,
+                      home_dir: str | Path | None = None, cloud: str = "aws",
+                      accelerators: Iterable[str] | None = None,
+                      overrides: PriceOverrides | Mapping | None = None) -> PriceBook:
+        """Read every GPU instance type's prices through ``sky.catalog``.
+
+        With ``catalog_source`` (a ``catalogs/v8`` folder) the catalog is installed
+        under ``home_dir`` (a temporary directory if None) and read offline; without
+        it SkyPilot's configured catalog is used (which may download).
+        """
+        import tempfile
+
+        with contextlib.ExitStack() as stack:
+            if catalog_source is not None:
+                from fleet.market.catalog import offline_catalog
+
+                if home_dir is None:
+                    home_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="sky-home-"))
+                stack.enter_context(offline_catalog(home_dir, catalog_source, enable_clouds=None))
+            book = cls._read_catalog(cloud, accelerators)
+        book.source = f"skypilot:{catalog_source or 'default'}"
+        return book.with_overrides(overrides) if overrides else book
+
+    @classmethod
+    def _read_catalog(cls, cloud: str, accelerators: Iterable[str] | None) -> PriceBook:
+        import sky.catalog as cat
+
+        listing = cat.list_accelerators(gpus_only=True, clouds=cloud, all_regions=True,
+                                        require_price=True)
+        wanted = {a.upper() for a in accelerators} if accelerators else None
+        spot: dict[tuple[str, str], float] = {}
+        ond: dict[tuple[str, str], float] = {}
+        accs: dict[str, list[str]] = {}
+        types: set[str] = set()
+        for acc, infos in listing.items():
+            if wanted is not None and acc.upper() not in wanted:
+                continue
+            for info in infos:
+                if not info.instance_type:
+                    continue
+                key = f"{acc.upper()}:{int(info.accelerator_count)}"
+                if info.instance_type not in accs.setdefault(key, []):
+                    accs[key].append(info.instance_type)
+                types.add(info.instance_type)
+        for itype in sorted(types):
+            for region in cat.get_region_zones_for_instance_type(itype, use_spot=True,
+                                                                 clouds=cloud):
+                ond[(itype, region.name)] = float(cat.get_hourly_cost(
+                    itype, use_spot=False, region=region.name, zone=None, clouds=cloud))
+                for zone in region.zones or []:
+                    spot[(itype, zone.name)] = float(cat.get_hourly_cost(
+                        itype, use_spot=True, region=region.name, zone=zone.name, clouds=cloud))
+        return cls(spot=spot, on_demand=ond, accelerators=accs)

@@ -1,0 +1,344 @@
+"""Preemption statistics per (cloud, region, zone, instance type) from traces or sessions.
+
+Everything here is a pure function of its inputs. Units: hours for durations and
+rates (preemptions per hour of *held* time, i.e. time the instance was up), seconds
+for restart latency R, fractions in [0, 1] for availability.
+
+MTTP confidence interval: preemptions are modelled as a Poisson process over the held
+time ``T`` (exponential times to preemption). With ``r`` preemptions observed in a
+time-truncated observation (the last up-run is censored), the two-sided ``level``
+interval for the rate is the classic chi-square one::
+
+    lambda_low  = chi2.ppf(a/2,     2r)     / (2T)
+    lambda_high = chi2.ppf(1 - a/2, 2r + 2) / (2T)      a = 1 - level
+
+and the MTTP interval is its reciprocal (``1/lambda_high``, ``1/lambda_low``).
+With ``r = 0`` the lower rate bound is 0 and the MTTP upper bound is infinite.
+
+Hour-of-day: traces carry no wall-clock start, so tick 0 is taken as
+``start_hour_utc`` (default 0.0 = midnight UTC of the trace's start date).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from fleet.market.traces import Trace
+from fleet.providers.base import NodeSession
+
+DEFAULT_CI_LEVEL = 0.90
+CI_METHOD = "exponential, time-truncated chi-square (2r, 2r+2 dof)"
+
+#: Instance type of the public trace accelerators (1 accelerator per node).
+TRACE_INSTANCE_TYPES = {"v100": "p3.2xlarge", "k80": "p2.xlarge", "t4": "g4dn.xlarge",
+                        "a10g": "g5.xlarge", "l4": "g6.xlarge"}
+
+
+def instance_type_for(accelerator: str) -> str:
+    """Instance type a 1-node trace of ``accelerator`` was recorded on (or the name itself)."""
+    return TRACE_INSTANCE_TYPES.get(accelerator.lower(), accelerator)
+
+
+@dataclass(frozen=True)
+class ZoneStats:
+    """Preemption statistics of one (cloud, region, zone, instance type).
+
+    Durations in hours, ``restart_latency_s`` in seconds, rates per held hour.
+    ``hour_rate[h]`` is the preemption rate while held during UTC hour ``h``;
+    ``hour_availability[h]`` the fraction of time capacity was available in that hour.
+    """
+
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    accelerator: str
+    count: int
+    source: str  # "trace" or "sessions"
+    observed_hours: float
+    held_hours: float
+    availability: float
+    preemptions: int
+    rate_per_hour: float
+    rate_ci: tuple[float, float]
+    mttp_hours: float
+    mttp_ci: tuple[float, float]
+    ci_level: float
+    ci_method: str
+    regain_mean_hours: float | None
+    regain_p50_hours: float | None
+    regain_p90_hours: float | None
+    regain_samples: int
+    restart_latency_s: float | None
+    hour_rate: tuple[float, ...] = field(default_factory=tuple)
+    hour_availability: tuple[float, ...] = field(default_factory=tuple)
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.cloud, self.region, self.zone, self.instance_type)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                d[k] = None
+            elif isinstance(v, tuple):
+                d[k] = [None if isinstance(x, float) and not math.isfinite(x) else x for x in v]
+        return d
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def rate_confidence_interval(events: int, exposure_hours: float,
+                             level: float = DEFAULT_CI_LEVEL) -> tuple[float, float]:
+    """Chi-square CI (per hour) for a Poisson rate from ``events`` in ``exposure_hours``."""
+    from scipy.stats import chi2
+
+    if exposure_hours <= 0:
+        return (0.0, math.inf)
+    a = 1.0 - level
+    low = 0.0 if events == 0 else float(chi2.ppf(a / 2, 2 * events)) / (2 * exposure_hours)
+    high = float(chi2.ppf(1 - a / 2, 2 * events + 2)) / (2 * exposure_hours)
+    return (low, high)
+
+
+def runs(up: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Split a boolean series into runs: (start index, length, value) arrays."""
+    up = np.asarray(up, dtype=bool)
+    if up.size == 0:
+        e = np.zeros(0, dtype=np.int64)
+        return e, e, np.zeros(0, dtype=bool)
+    change = np.flatnonzero(up[1:] != up[:-1]) + 1
+    starts = np.r_[0, change]
+    lengths = np.diff(np.r_[starts, up.size])
+    return starts, lengths, up[starts]
+
+
+def preemption_ticks(trace: Trace) -> np.ndarray:
+    """Tick indices ``i`` where the trace goes from up (tick i-1) to down (tick i)."""
+    u = trace.up()
+    return np.flatnonzero(u[:-1] & ~u[1:]) + 1
+
+
+def _regain_durations_hours(up: np.ndarray, gap_s: float) -> np.ndarray:
+    """Durations of complete down-runs (preceded by up and followed by up)."""
+    starts, lengths, values = runs(up)
+    keep = ~values
+    if keep.size:
+        keep[0] = False  # left-censored (we do not know when it went down)
+        keep[-1] = False  # right-censored (still down at the end)
+    return lengths[keep] * gap_s / 3600.0
+
+
+def _quantile(x: np.ndarray, q: float) -> float | None:
+    return float(np.quantile(x, q)) if x.size else None
+
+
+def _hour_profiles(up: np.ndarray, gap_s: float, start_hour_utc: float
+                   ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    n = up.size
+    hours = ((start_hour_utc + np.arange(n) * gap_s / 3600.0) % 24).astype(int)
+    pre = np.zeros(n, dtype=bool)
+    pre[1:] = up[:-1] & ~up[1:]
+    held = np.bincount(hours, weights=up.astype(float), minlength=24) * gap_s / 3600.0
+    # a preemption in tick i ends the held time of tick i-1: attribute it to that hour
+    pre_hours = hours[np.flatnonzero(pre) - 1] if pre.any() else np.zeros(0, dtype=int)
+    npre = np.bincount(pre_hours, minlength=24).astype(float)
+    ticks = np.bincount(hours, minlength=24).astype(float)
+    rate = tuple(float(npre[h] / held[h]) if held[h] > 0 else 0.0 for h in range(24))
+    avail = tuple(float(np.sum(up[hours == h]) / ticks[h]) if ticks[h] else 0.0
+                  for h in range(24))
+    return rate, avail
+
+
+# --------------------------------------------------------------------------- from traces
+
+
+def trace_stats(trace: Trace, level: float = DEFAULT_CI_LEVEL,
+                start_hour_utc: float = 0.0) -> ZoneStats:
+    """Statistics of one trace (one zone, one accelerator, one node count)."""
+    up = trace.up()
+    gap_h = trace.gap_seconds / 3600.0
+    held = float(up.sum()) * gap_h
+    npre = int(preemption_ticks(trace).size)
+    rate = npre / held if held > 0 else math.inf
+    rlo, rhi = rate_confidence_interval(npre, held, level)
+    regain = _regain_durations_hours(up, trace.gap_seconds)
+    hour_rate, hour_avail = _hour_profiles(up, trace.gap_seconds, start_hour_utc)
+    return ZoneStats(
+        cloud=trace.cloud, region=trace.region, zone=trace.zone,
+        instance_type=instance_type_for(trace.accelerator), accelerator=trace.accelerator,
+        count=trace.count, source="trace", observed_hours=trace.duration_hours,
+        held_hours=held, availability=float(up.mean()) if up.size else 0.0,
+        preemptions=npre, rate_per_hour=rate, rate_ci=(rlo, rhi),
+        mttp_hours=held / npre if npre else math.inf,
+        mttp_ci=(1.0 / rhi if rhi > 0 else math.inf, 1.0 / rlo if rlo > 0 else math.inf),
+        ci_level=level, ci_method=CI_METHOD,
+        regain_mean_hours=float(regain.mean()) if regain.size else None,
+        regain_p50_hours=_quantile(regain, 0.5), regain_p90_hours=_quantile(regain, 0.9),
+        regain_samples=int(regain.size), restart_latency_s=None,
+        hour_rate=hour_rate, hour_availability=hour_avail,
+    )
+
+
+def zone_stats(traces: Iterable[Trace], level: float = DEFAULT_CI_LEVEL,
+               start_hour_utc: float = 0.0) -> list[ZoneStats]:
+    """One ``ZoneStats`` per trace, sorted by (cloud, zone, instance type)."""
+    out = [trace_stats(t, level, start_hour_utc) for t in traces]
+    return sorted(out, key=lambda s: (s.cloud, s.zone, s.instance_type, s.count))
+
+
+# --------------------------------------------------------------------------- from sessions
+
+
+def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEVEL,
+                  now: float | None = None) -> list[ZoneStats]:
+    """Statistics from recorded node sessions, grouped by (cloud, region, zone, type).
+
+    Held time of a session = ``ended_at - (ready_at or launched_at)`` (``now`` for a
+    running session). Restart latency R = mean of ``ready_at - launched_at``.
+    Availability = held time / observed span (first launch to last end in that zone);
+    it is a lower bound, because nobody asked for capacity when no session was open.
+    Time to regain capacity = time from a preemption in a zone to the next launch
+    that became ready in the same zone (only observed when the fleet came back there).
+    """
+    groups: dict[tuple[str, str, str, str], list[NodeSession]] = defaultdict(list)
+    for s in sessions:
+        groups[(s.cloud, s.region, s.zone, s.instance_type)].append(s)
+    out: list[ZoneStats] = []
+    for (cloud, region, zone, itype), ss in sorted(groups.items()):
+        ss = sorted(ss, key=lambda s: s.launched_at)
+        held_s = 0.0
+        ends: list[float] = []
+        latencies: list[float] = []
+        for s in ss:
+            start = s.ready_at if s.ready_at is not None else s.launched_at
+            end = s.ended_at if s.ended_at is not None else (now if now is not None else start)
+            held_s += max(0.0, end - start)
+            ends.append(end)
+            if s.ready_at is not None:
+                latencies.append(s.ready_at - s.launched_at)
+        npre = sum(1 for s in ss if s.end_reason == "preempted")
+        regain: list[float] = []
+        for i, s in enumerate(ss):
+            if s.end_reason != "preempted" or s.ended_at is None:
+                continue
+            nxt = [t.ready_at for t in ss[i + 1:] if t.ready_at is not None
+                   and t.launched_at >= s.ended_at]
+            if nxt:
+                regain.append((min(nxt) - s.ended_at) / 3600.0)
+        span_s = max(ends) - ss[0].launched_at if ends else 0.0
+        held = held_s / 3600.0
+        rlo, rhi = rate_confidence_interval(npre, held, level)
+        reg = np.asarray(regain)
+        out.append(ZoneStats(
+            cloud=cloud, region=region, zone=zone, instance_type=itype, accelerator="",
+            count=1, source="sessions", observed_hours=span_s / 3600.0, held_hours=held,
+            availability=min(1.0, held_s / span_s) if span_s > 0 else 0.0,
+            preemptions=npre, rate_per_hour=npre / held if held > 0 else math.inf,
+            rate_ci=(rlo, rhi), mttp_hours=held / npre if npre else math.inf,
+            mttp_ci=(1.0 / rhi if rhi > 0 else math.inf, 1.0 / rlo if rlo > 0 else math.inf),
+            ci_level=level, ci_method=CI_METHOD,
+            regain_mean_hours=float(reg.mean()) if reg.size else None,
+            regain_p50_hours=_quantile(reg, 0.5), regain_p90_hours=_quantile(reg, 0.9),
+            regain_samples=int(reg.size),
+            restart_latency_s=float(np.mean(latencies)) if latencies else None,
+        ))
+    return out
+
+
+# --------------------------------------------------------------------------- correlation
+
+
+def _label(t: Trace, traces: Sequence[Trace]) -> str:
+    same = [u for u in traces if u.zone == t.zone]
+    return t.zone if len(same) == 1 else f"{t.zone}/{t.accelerator}x{t.count}"
+
+
+def zone_correlation(traces: Sequence[Trace]):
+    """Pairwise Pearson correlation of unavailability (1 = down) between traces.
+
+    Traces are aligned from tick 0 and cut to the shortest one; traces with different
+    ``gap_seconds`` are resampled (nearest earlier tick) onto the coarsest gap.
+    Returns a ``pandas.DataFrame`` indexed and labelled by zone. A constant series
+    (never down) has no defined correlation: NaN off the diagonal.
+    """
+    import pandas as pd
+
+    if not traces:
+        raise ValueError("zone_correlation needs at least one trace")
+    gap = max(t.gap_seconds for t in traces)
+    horizon_s = min(t.n_ticks * t.gap_seconds for t in traces)
+    n = max(1, int(horizon_s // gap))
+    cols = {}
+    for t in traces:
+        idx = np.minimum((np.arange(n) * gap // t.gap_seconds).astype(int), t.n_ticks - 1)
+        cols[_label(t, traces)] = (~t.up()[idx]).astype(float)
+    df = pd.DataFrame(cols)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return df.corr()
+
+
+# --------------------------------------------------------------------------- GFS Eq. 15
+
+
+def weighted_eviction_rate(event_times_hours: Sequence[float] | np.ndarray, now_hours: float,
+                           gamma: float = 0.8, short_hours: float = 1.0,
+                           long_hours: float = 24.0) -> float:
+    """GFS (ASPLOS'26) Eq. 15: ``e = gamma * e_short + (1 - gamma) * e_long / T_long``.
+
+    ``e_short`` and ``e_long`` count eviction events in the last ``short_hours`` and
+    ``long_hours`` before ``now_hours`` (window ``(now - T, now]``). The paper uses
+    ``T_short = 1 h`` so ``e_short`` is already a per-hour rate; to keep units right for
+    other short windows we divide it by ``short_hours`` (identical at 1 h). Defaults
+    are the paper's: gamma = 0.8, 1 h and 24 h. Result in evictions per hour.
+    """
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    if short_hours <= 0 or long_hours <= 0:
+        raise ValueError("short_hours and long_hours must be positive")
+    t = np.asarray(event_times_hours, dtype=float)
+    e_short = np.count_nonzero((t > now_hours - short_hours) & (t <= now_hours))
+    e_long = np.count_nonzero((t > now_hours - long_hours) & (t <= now_hours))
+    return float(gamma * e_short / short_hours + (1.0 - gamma) * e_long / long_hours)
+
+
+def weighted_eviction_rate_series(trace: Trace, gamma: float = 0.8, short_hours: float = 1.0,
+                                  long_hours: float = 24.0) -> np.ndarray:
+    """Eq. 15 evaluated at the end of every tick of a trace (array of evictions/hour)."""
+    gap_h = trace.gap_seconds / 3600.0
+    pre = np.zeros(trace.n_ticks, dtype=float)
+    pre[preemption_ticks(trace)] = 1.0
+    c = np.r_[0.0, np.cumsum(pre)]
+
+    def window(hours: float) -> np.ndarray:
+        k = max(1, int(round(hours / gap_h)))
+        i = np.arange(1, trace.n_ticks + 1)
+        return c[i] - c[np.maximum(i - k, 0)]
+
+    return gamma * window(short_hours) / short_hours + (1 - gamma) * window(long_hours) / long_hours
+
+
+def format_stats_table(stats: Sequence[ZoneStats]) -> str:
+    """A fixed-width text table of the main columns (for the CLI and docs)."""
+    head = (f"{'zone':<14}{'type':<12}{'avail':>7}{'preempt':>8}{'rate/h':>8}"
+            f"{'MTTP h':>8}{'MTTP CI h':>16}{'regain h':>9}{'p50':>6}{'p90':>7}{'R s':>7}")
+    lines = [head, "-" * len(head)]
+    for s in stats:
+        ci = f"{s.mttp_ci[0]:.2f}-{s.mttp_ci[1]:.2f}" if math.isfinite(s.mttp_ci[1]) else \
+            f"{s.mttp_ci[0]:.2f}-inf"
+
+        def f(x: float | None, w: int, p: int = 2) -> str:
+            return f"{x:>{w}.{p}f}" if x is not None and math.isfinite(x) else f"{'-':>{w}}"
+
+        lines.append(f"{s.zone:<14}{s.instance_type:<12}{s.availability:>7.3f}{s.preemptions:>8d}"
+                     f"{f(s.rate_per_hour, 8, 3)}{f(s.mttp_hours, 8)}{ci:>16}"
+                     f"{f(s.regain_mean_hours, 9)}{f(s.regain_p50_hours, 6)}"
+                     f"{f(s.regain_p90_hours, 7)}{f(s.restart_latency_s, 7, 0)}")
+    return "\n".join(lines)
