@@ -1,0 +1,414 @@
+"""Commit protocol, listing, retention and restore-with-fallback for checkpoints.
+
+Store-agnostic: works on any ``CheckpointStore`` (local directory, S3). One checkpoint
+is a key prefix ``ckpt-<step:012d>-<kind>-<id>/`` holding data blobs and, written LAST,
+``MANIFEST.json``::
+
+    write blob 1 .. blob n   (each put is atomic; sha256 computed while writing)
+    write MANIFEST.json      (step, kind, created, per-blob bytes + sha256, format
+                              version, and a checksum of the manifest itself)
+
+A prefix without a valid manifest is never loaded (it is a torn or abandoned save and
+is deleted by the next retention pass). A manifest whose blobs are missing, have the
+wrong size or the wrong sha256 makes ``restore_latest`` fall back to the previous
+checkpoint with a warning.
+
+Retention (thesis §5.1): keep the newest ``keep_periodic`` periodic checkpoints; an
+insurance or emergency checkpoint is dropped once a newer periodic one commits (and at
+most ``keep_insurance`` of them are kept in between).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from checkpointing.snapshot import BufferReader
+from checkpointing.stores.base import CheckpointStore, StoreError
+
+log = logging.getLogger("checkpointing.manifest")
+
+MANIFEST_NAME = "MANIFEST.json"
+MANIFEST_FORMAT = "spotfleet-checkpoint"
+FORMAT_VERSION = 1
+PREFIX = "ckpt-"
+KINDS = ("periodic", "insurance", "emergency")
+
+#: env hook for tests: sleep this many seconds before each blob put (makes a kill
+#: in the middle of a save reliably reachable). Never set it in production.
+ENV_DEBUG_PERSIST_DELAY = "SPOTFLEET_DEBUG_PERSIST_DELAY_SECONDS"
+
+T = TypeVar("T")
+
+
+class CorruptCheckpoint(RuntimeError):
+    """A committed checkpoint failed verification (missing blob, size or sha256 mismatch)."""
+
+
+class SaveAbandoned(RuntimeError):
+    """The save was cancelled (superseded by an emergency save) before its manifest."""
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """One committed checkpoint, as listed from its manifest.
+
+    ``bytes`` is the total size of its blobs; ``save_seconds`` the persist time (seconds)
+    and ``stall_seconds`` the time the training loop was blocked by the snapshot;
+    ``created`` a unix timestamp (seconds); ``location`` the URI of its prefix.
+    """
+
+    name: str
+    kind: str
+    step: int
+    bytes: int
+    save_seconds: float
+    stall_seconds: float
+    location: str
+    created: float
+    blobs: dict[str, BlobInfo] = field(default_factory=dict, repr=False)
+    meta: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+def new_checkpoint_name(step: int, kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"checkpoint kind {kind!r} is not one of {KINDS}")
+    if step < 0:
+        raise ValueError(f"checkpoint step must be >= 0, got {step}")
+    return f"{PREFIX}{step:012d}-{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def _manifest_checksum(body: dict[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def encode_manifest(body: dict[str, Any]) -> bytes:
+    doc = dict(body)
+    doc["manifest_sha256"] = _manifest_checksum(body)
+    return json.dumps(doc, sort_keys=True, indent=1).encode()
+
+
+def decode_manifest(data: bytes) -> dict[str, Any]:
+    """Parse and self-verify a manifest; raise ``CorruptCheckpoint`` if torn or edited."""
+    try:
+        doc = json.loads(data.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptCheckpoint(f"manifest is not valid JSON (torn write?): {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
+        raise CorruptCheckpoint("manifest has no 'format': 'spotfleet-checkpoint' field")
+    if int(doc.get("version", -1)) > FORMAT_VERSION:
+        raise CorruptCheckpoint(f"manifest version {doc.get('version')} is newer than this "
+                                f"library ({FORMAT_VERSION}); upgrade spotfleet to read it")
+    claimed = doc.pop("manifest_sha256", None)
+    if claimed != _manifest_checksum(doc):
+        raise CorruptCheckpoint("manifest checksum mismatch (torn or edited manifest)")
+    return doc
+
+
+def _debug_delay() -> float:
+    raw = os.environ.get(ENV_DEBUG_PERSIST_DELAY)
+    try:
+        return float(raw) if raw else 0.0
+    except ValueError:
+        return 0.0
+
+
+class CheckpointWriter:
+    """Writes one checkpoint: ``put_blob`` for each data blob, then ``commit``.
+
+    sha256 of each blob is computed on a helper thread while the blob is written, so
+    hashing costs no extra wall time when the store is the bottleneck. ``cancel`` (an
+    Event) is checked before every blob; when set, the writer raises ``SaveAbandoned``.
+    """
+
+    def __init__(self, store: CheckpointStore, step: int, kind: str, *,
+                 cancel: threading.Event | None = None,
+                 hash_pool: ThreadPoolExecutor | None = None):
+        self.store = store
+        self.step = step
+        self.kind = kind
+        self.name = new_checkpoint_name(step, kind)
+        self.cancel = cancel or threading.Event()
+        self._pool = hash_pool
+        self._own_pool = hash_pool is None
+        self.blobs: dict[str, BlobInfo] = {}
+        self._delay = _debug_delay()
+
+    def _check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise SaveAbandoned(f"save of step {self.step} ({self.kind}) abandoned")
+        if self._delay:
+            time.sleep(self._delay)
+            if self.cancel.is_set():
+                raise SaveAbandoned(f"save of step {self.step} ({self.kind}) abandoned")
+
+    def put_blob(self, blob: str, data: memoryview | bytes) -> BlobInfo:
+        """Hash and atomically store one blob (``data`` is not copied for local stores)."""
+        self._check_cancel()
+        view = memoryview(data).cast("B")
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="ckpt-hash")
+        digest = self._pool.submit(lambda: hashlib.sha256(view).hexdigest())
+        try:
+            self.store.put_file(f"{self.name}/{blob}", BufferReader(view), size=len(view))
+        finally:
+            sha = digest.result()
+        info = BlobInfo(bytes=len(view), sha256=sha)
+        self.blobs[blob] = info
+        return info
+
+    def commit(self, *, save_seconds: float, stall_seconds: float,
+               meta: dict[str, Any] | None = None) -> CheckpointInfo:
+        """Write the manifest last; from this moment the checkpoint is loadable."""
+        self._check_cancel()
+        created = time.time()
+        body = {
+            "format": MANIFEST_FORMAT,
+            "version": FORMAT_VERSION,
+            "name": self.name,
+            "step": self.step,
+            "kind": self.kind,
+            "created": created,
+            "save_seconds": save_seconds,
+            "stall_seconds": stall_seconds,
+            "blobs": {k: {"bytes": v.bytes, "sha256": v.sha256} for k, v in self.blobs.items()},
+            "meta": meta or {},
+        }
+        self.store.put_bytes(f"{self.name}/{MANIFEST_NAME}", encode_manifest(body))
+        self.close()
+        return _info_from_manifest(self.store, body)
+
+    def abort(self) -> None:
+        """Delete whatever was written (best effort); the prefix has no manifest anyway."""
+        self.close()
+        try:
+            self.store.delete_prefix(f"{self.name}/")
+        except (StoreError, OSError) as exc:  # pragma: no cover - best effort
+            log.warning("could not clean up abandoned checkpoint %s: %s", self.name, exc)
+
+    def close(self) -> None:
+        if self._own_pool and self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def _info_from_manifest(store: CheckpointStore, doc: dict[str, Any]) -> CheckpointInfo:
+    blobs = {k: BlobInfo(int(v["bytes"]), str(v["sha256"])) for k, v in doc["blobs"].items()}
+    return CheckpointInfo(
+        name=doc["name"], kind=doc["kind"], step=int(doc["step"]),
+        bytes=sum(b.bytes for b in blobs.values()),
+        save_seconds=float(doc.get("save_seconds", 0.0)),
+        stall_seconds=float(doc.get("stall_seconds", 0.0)),
+        location=store.uri(doc["name"]), created=float(doc["created"]),
+        blobs=blobs, meta=dict(doc.get("meta") or {}),
+    )
+
+
+def _group_keys(store: CheckpointStore) -> dict[str, dict[str, int]]:
+    groups: dict[str, dict[str, int]] = {}
+    for key, size in store.list(PREFIX):
+        name, _, rest = key.partition("/")
+        if not rest:
+            continue
+        groups.setdefault(name, {})[rest] = size
+    return groups
+
+
+def _sort_key(info: CheckpointInfo) -> tuple[int, float]:
+    return (info.step, info.created)
+
+
+def scan(store: CheckpointStore) -> tuple[list[CheckpointInfo], list[str], dict[str, str]]:
+    """(committed checkpoints oldest→newest, names without a manifest, {name: why invalid})."""
+    committed: list[CheckpointInfo] = []
+    incomplete: list[str] = []
+    invalid: dict[str, str] = {}
+    for name, files in sorted(_group_keys(store).items()):
+        if MANIFEST_NAME not in files:
+            incomplete.append(name)
+            continue
+        try:
+            doc = decode_manifest(store.get_bytes(f"{name}/{MANIFEST_NAME}"))
+            if doc.get("name") != name:
+                raise CorruptCheckpoint(f"manifest names {doc.get('name')!r}, not its own prefix")
+            info = _info_from_manifest(store, doc)
+        except (CorruptCheckpoint, KeyError, ValueError, TypeError) as exc:
+            invalid[name] = str(exc)
+            continue
+        committed.append(info)
+    committed.sort(key=_sort_key)
+    return committed, incomplete, invalid
+
+
+def list_checkpoints(store: CheckpointStore) -> list[CheckpointInfo]:
+    """Every checkpoint with a valid manifest, oldest first (by step, then creation time)."""
+    return scan(store)[0]
+
+
+def latest_checkpoint(store: CheckpointStore) -> CheckpointInfo | None:
+    infos = list_checkpoints(store)
+    return infos[-1] if infos else None
+
+
+def check_blob_sizes(store: CheckpointStore, info: CheckpointInfo) -> None:
+    """Cheap check (one listing): every blob present with the manifest's size."""
+    present = dict(store.list(f"{info.name}/"))
+    for blob, meta in info.blobs.items():
+        size = present.get(f"{info.name}/{blob}")
+        if size is None:
+            raise CorruptCheckpoint(f"{info.location}: blob {blob} is missing")
+        if size != meta.bytes:
+            raise CorruptCheckpoint(f"{info.location}: blob {blob} has {size} bytes, manifest says {meta.bytes}")
+
+
+def read_blob(store: CheckpointStore, info: CheckpointInfo, blob: str) -> bytes:
+    """Read one blob and verify its size and sha256 against the manifest."""
+    meta = info.blobs.get(blob)
+    if meta is None:
+        raise CorruptCheckpoint(f"{info.location}: manifest lists no blob {blob}")
+    try:
+        data = store.get_bytes(f"{info.name}/{blob}")
+    except KeyError:
+        raise CorruptCheckpoint(f"{info.location}: blob {blob} is missing") from None
+    _verify(info, blob, meta, len(data), hashlib.sha256(data).hexdigest())
+    return data
+
+
+def read_blob_into(store: CheckpointStore, info: CheckpointInfo, blob: str, out: memoryview) -> None:
+    """Stream one blob into ``out`` (exactly its size) and verify size and sha256."""
+    meta = info.blobs.get(blob)
+    if meta is None:
+        raise CorruptCheckpoint(f"{info.location}: manifest lists no blob {blob}")
+    if len(out) != meta.bytes:
+        raise CorruptCheckpoint(f"{info.location}: blob {blob}: expected {len(out)} bytes, manifest says {meta.bytes}")
+    h = hashlib.sha256()
+    got = 0
+    try:
+        fh = store.open_read(f"{info.name}/{blob}")
+    except KeyError:
+        raise CorruptCheckpoint(f"{info.location}: blob {blob} is missing") from None
+    with fh:
+        while got < len(out):
+            n = fh.readinto(out[got:got + (16 << 20)]) if hasattr(fh, "readinto") else 0
+            if not n:
+                break
+            h.update(out[got:got + n])
+            got += n
+        extra = fh.read(1)
+    _verify(info, blob, meta, got + len(extra), h.hexdigest())
+
+
+def _verify(info: CheckpointInfo, blob: str, meta: BlobInfo, size: int, sha: str) -> None:
+    if size != meta.bytes:
+        raise CorruptCheckpoint(f"{info.location}: blob {blob} has {size} bytes, manifest says {meta.bytes} (truncated?)")
+    if sha != meta.sha256:
+        raise CorruptCheckpoint(f"{info.location}: blob {blob} sha256 mismatch (corrupted)")
+
+
+@dataclass(frozen=True)
+class RestoreOutcome:
+    """What ``restore_latest`` loaded: the checkpoint, the loader's value, and why it fell back."""
+
+    info: CheckpointInfo
+    value: Any
+    fell_back: bool
+    reason: str
+
+
+def restore_latest(store: CheckpointStore, load: Callable[[CheckpointInfo], T], *,
+                   candidates: Iterable[CheckpointInfo] | None = None) -> RestoreOutcome | None:
+    """Load the newest checkpoint that verifies; fall back to older ones on corruption.
+
+    ``load(info)`` reads and verifies the blobs (raising ``CorruptCheckpoint``) and
+    returns the loaded state. Returns ``None`` when no checkpoint can be loaded (fresh
+    start); every skipped checkpoint is logged as a warning naming the reason.
+    """
+    if candidates is None:
+        committed, _incomplete, invalid = scan(store)
+        for name, why in invalid.items():
+            log.warning("ignoring checkpoint %s: %s", store.uri(name), why)
+    else:
+        committed, invalid = list(candidates), {}
+    reasons: list[str] = [f"{store.uri(n)}: {why}" for n, why in invalid.items()]
+    for info in sorted(committed, key=_sort_key, reverse=True):
+        try:
+            check_blob_sizes(store, info)
+            value = load(info)
+        except (CorruptCheckpoint, StoreError, ValueError, KeyError, EOFError) as exc:
+            msg = f"{info.location} (step {info.step}, {info.kind}): {exc}"
+            log.warning("checkpoint unusable, falling back to the previous one: %s", msg)
+            reasons.append(msg)
+            continue
+        fell_back = bool(reasons)
+        reason = ("latest complete checkpoint" if not fell_back
+                  else "fell back: " + "; ".join(reasons))
+        return RestoreOutcome(info=info, value=value, fell_back=fell_back, reason=reason)
+    if reasons:
+        log.warning("no loadable checkpoint in %s (%s); starting from scratch",
+                    store.location, "; ".join(reasons))
+    return None
+
+
+def plan_retention(committed: list[CheckpointInfo], incomplete: list[str], *,
+                   keep_periodic: int, keep_insurance: int) -> list[str]:
+    """Names to delete (pure function). ``committed`` in any order.
+
+    - keep the newest ``keep_periodic`` periodic checkpoints;
+    - drop insurance/emergency checkpoints older than the newest periodic one, and keep
+      at most ``keep_insurance`` of the newer ones;
+    - drop prefixes without a manifest whose step is below the newest committed step
+      (torn or abandoned saves; a save in flight always has a newer step).
+    """
+    if keep_periodic < 1:
+        raise ValueError(f"keep_periodic must be >= 1, got {keep_periodic}")
+    ordered = sorted(committed, key=_sort_key)
+    periodic = [c for c in ordered if c.kind == "periodic"]
+    doomed = [c.name for c in periodic[:-keep_periodic]]
+    newest_periodic = periodic[-1] if periodic else None
+    others = [c for c in ordered if c.kind != "periodic"]
+    if newest_periodic is not None:
+        stale = [c for c in others if _sort_key(c) < _sort_key(newest_periodic)]
+        doomed += [c.name for c in stale]
+        others = [c for c in others if c not in stale]
+    if keep_insurance >= 0 and len(others) > keep_insurance:
+        doomed += [c.name for c in others[:len(others) - keep_insurance]]
+    if ordered:
+        newest_step = ordered[-1].step
+        for name in incomplete:
+            try:
+                step = int(name[len(PREFIX):].split("-", 1)[0])
+            except ValueError:
+                continue
+            if step < newest_step:
+                doomed.append(name)
+    return doomed
+
+
+def apply_retention(store: CheckpointStore, *, keep_periodic: int = 3,
+                    keep_insurance: int = 2) -> list[str]:
+    """Delete what ``plan_retention`` says; returns the deleted names."""
+    committed, incomplete, _invalid = scan(store)
+    doomed = plan_retention(committed, incomplete, keep_periodic=keep_periodic,
+                            keep_insurance=keep_insurance)
+    for name in doomed:
+        try:
+            store.delete_prefix(f"{name}/")
+        except (StoreError, OSError) as exc:
+            log.warning("retention could not delete %s: %s", store.uri(name), exc)
+    return doomed

@@ -1,0 +1,144 @@
+"""Capture and re-apply the state of standard training objects.
+
+``TrainingState`` gathers, into one nested dict that ``checkpointing.snapshot`` can
+flatten: the model's ``state_dict``, the optimizer's and LR scheduler's, any other
+object with ``state_dict()/load_state_dict()`` (e.g. a data loader or sampler), the RNG
+states (python ``random``, numpy's global generator, torch CPU and every CUDA device),
+the step counter, the data position and user extras (plain values).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import random
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> Any: ...
+
+
+def capture_rng() -> dict[str, Any]:
+    """Every global RNG state (python, numpy, torch CPU, torch CUDA if present)."""
+    rng: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return rng
+
+
+def restore_rng(rng: dict[str, Any]) -> None:
+    """Inverse of ``capture_rng``; CUDA states are restored only when CUDA is present."""
+    py = rng["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    np.random.set_state(tuple(rng["numpy"]))
+    torch.set_rng_state(torch.as_tensor(rng["torch"], dtype=torch.uint8).clone())
+    if "cuda" in rng and torch.cuda.is_available():
+        states = [torch.as_tensor(s, dtype=torch.uint8).clone() for s in rng["cuda"]]
+        if len(states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states)
+
+
+@dataclass
+class TrainingState:
+    """The objects a checkpoint saves and restores. All fields optional.
+
+    ``step`` is the number of COMPLETED steps (the next step to run after a restore);
+    ``data_position`` is whatever locates the next batch (defaults to the step);
+    ``extras`` holds small plain values (numbers, strings, lists, dicts, tensors).
+    """
+
+    model: torch.nn.Module | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    scheduler: Any | None = None
+    stateful: dict[str, Stateful] = field(default_factory=dict)
+    rng: bool = True
+    step: int = 0
+    data_position: Any = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def capture(self) -> dict[str, Any]:
+        """A nested dict referencing live tensors (the snapshot copies them)."""
+        state: dict[str, Any] = {"step": int(self.step), "data_position": self.data_position,
+                                 "extras": dict(self.extras)}
+        if self.model is not None:
+            state["model"] = self.model.state_dict()
+        if self.optimizer is not None:
+            state["optimizer"] = self.optimizer.state_dict()
+        if self.scheduler is not None:
+            state["scheduler"] = self.scheduler.state_dict()
+        if self.stateful:
+            state["stateful"] = {name: obj.state_dict() for name, obj in self.stateful.items()}
+        if self.rng:
+            state["rng"] = capture_rng()
+        return state
+
+    def apply(self, state: dict[str, Any]) -> int:
+        """Load ``state`` into the objects; returns the restored step."""
+        missing = [name for name, obj in (("model", self.model), ("optimizer", self.optimizer),
+                                           ("scheduler", self.scheduler))
+                   if obj is not None and name not in state]
+        if missing:
+            raise ValueError(f"checkpoint has no {', '.join(missing)} state; it was saved by a "
+                             "different training script (pass the same objects you saved with)")
+        if self.model is not None:
+            self.model.load_state_dict(state["model"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        for name, obj in self.stateful.items():
+            saved = state.get("stateful", {})
+            if name not in saved:
+                raise ValueError(f"checkpoint has no state for {name!r}; saved: {sorted(saved)}")
+            obj.load_state_dict(saved[name])
+        if self.rng and "rng" in state:
+            restore_rng(state["rng"])
+        self.step = int(state["step"])
+        self.data_position = state.get("data_position")
+        self.extras = dict(state.get("extras") or {})
+        return self.step
+
+
+def _hash_obj(h: Any, obj: Any) -> None:
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        if t.numel():
+            h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.dim() else
+                     t.reshape(1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(obj, dict):
+        h.update(b"{")
+        for k in sorted(obj, key=repr):
+            h.update(repr(k).encode())
+            _hash_obj(h, obj[k])
+        h.update(b"}")
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[")
+        for v in obj:
+            _hash_obj(h, v)
+        h.update(b"]")
+    else:
+        h.update(pickle.dumps(obj, protocol=4))
+
+
+def state_sha256(*objs: Any) -> str:
+    """sha256 over the ``state_dict()`` of each object (or the object itself if a dict).
+
+    Bit-exact: two states hash equal iff every tensor has the same dtype, shape and bytes
+    and every plain value is equal.
+    """
+    h = hashlib.sha256()
+    for obj in objs:
+        _hash_obj(h, obj.state_dict() if hasattr(obj, "state_dict") else obj)
+    return h.hexdigest()
