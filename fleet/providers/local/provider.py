@@ -1,0 +1,532 @@
+"""The ``local`` fleet provider: real local processes in emulated spot zones.
+
+Each node of a stage is a real process (``spec.command``, its own process group) in
+an emulated zone. A ``PreemptionInjector`` replays the capacity of each zone with
+time compression; when the node's zone loses capacity the node gets the cloud's notice
+(signal and/or its own metadata endpoint) and is SIGKILLed after the grace window.
+The provider then relaunches the node group in another zone with capacity (the lost
+zone is blocked for a while), falling back to on-demand when the deadline demands it,
+until the training command exits 0. Every training event (tailed from the node's
+JSONL events file) and every provider event goes to ``on_event``.
+
+All times are wall-clock unix seconds; prices $/h. With time compression, one wall
+second stands for ``time_scale.factor`` emulated seconds: ``StageResult.info`` reports
+the cost both per wall hour and per emulated hour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from checkpointing import runtime_env as rt
+from checkpointing.events import Event
+from fleet.emulation.injector import CapacitySchedule, PreemptionInjector, TimeScale
+from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
+from fleet.providers.local.pricing import FlatPrices, PriceSource
+from fleet.providers.local.provider_events import EventTail, provider_event
+from fleet.providers.local.relaunch import Launch, RelaunchContext, RelaunchPolicy
+
+
+@dataclass
+class LocalFleetConfig:
+    """How the emulated fleet behaves. Durations are WALL seconds unless stated."""
+
+    schedule: CapacitySchedule | None = None  # None: synthetic market (n_zones, seed)
+    n_zones: int = 3
+    seed: int = 0
+    market_hours: float = 48.0  # synthetic market length (trace hours; replay wraps)
+    time_scale: TimeScale = field(default_factory=TimeScale)
+    cloud: str = "aws"  # notice protocol: aws | gcp | azure | signal
+    delivery: tuple[str, ...] | None = None  # default: the cloud's (see injector)
+    grace_seconds: float | None = None  # default: cloud window x grace_scale
+    grace_scale: float = 0.05  # AWS 120 s -> 6 s, GCP/Azure 30 s -> 1.5 s
+    min_uptime_seconds: float = 0.0
+    allocation_seconds: float = 0.2  # emulated VM allocation before the process starts
+    preparation_seconds: float = 0.3  # emulated setup (image, data) before the process
+    policy: Any = field(default_factory=RelaunchPolicy)  # anything with choose(ctx)
+    prices: PriceSource = field(default_factory=FlatPrices)
+    instance_type: str = "p3.2xlarge"
+    workdir: Path | None = None  # logs, events, stats; default: a temporary directory
+    max_capacity_wait_seconds: float = 120.0  # no capacity anywhere this long -> AttemptFailed
+    max_failures: int = 0  # non-preemption crashes tolerated per attempt
+    on_demand_zone: str | None = None  # default: first candidate zone
+    poll_seconds: float = 0.05
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Node:
+    node_id: str
+    rank: int
+    zone: str
+    region: str
+    spot: bool
+    price: float
+    launched_at: float
+    log_path: Path
+    events_path: Path
+    tail: EventTail
+    proc: subprocess.Popen | None = None
+    ready_at: float | None = None
+    ended_at: float | None = None
+    notice_at: float | None = None
+    exit_code: int | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+    last_checkpoint_step: int | None = None
+    exit_event: Event | None = None
+    state_sha256: str | None = None
+
+
+class LocalFleetProvider(FleetProvider):
+    """Run stages as local processes in emulated zones, surviving injected preemptions."""
+
+    name = "local"
+
+    def __init__(self, config: LocalFleetConfig | None = None):
+        self.config = config or LocalFleetConfig()
+        self._sessions: list[NodeSession] = []
+        self._runs: dict[str, _StageRun] = {}
+        self._lock = threading.Lock()
+
+    def schedule(self) -> CapacitySchedule:
+        cfg = self.config
+        if cfg.schedule is None:
+            cfg.schedule = CapacitySchedule.synthetic(cfg.n_zones, cfg.market_hours, cfg.seed)
+        return cfg.schedule
+
+    def run_stage(self, spec: StageSpec, attempt: int = 1,
+                  on_event: Callable[[Event], None] | None = None) -> StageResult:
+        run = _StageRun(self, spec, attempt, on_event)
+        with self._lock:
+            self._runs[spec.name] = run
+        try:
+            return run.execute()
+        finally:
+            with self._lock:
+                self._sessions.extend(run.sessions)
+                self._runs.pop(spec.name, None)
+
+    def cancel(self, stage: str) -> None:
+        with self._lock:
+            run = self._runs.get(stage)
+        if run is not None:
+            run.cancel()
+
+    def sessions(self) -> Iterator[NodeSession]:
+        with self._lock:
+            return iter(list(self._sessions))
+
+
+class _StageRun:
+    """One attempt of one stage on the local fleet."""
+
+    def __init__(self, provider: LocalFleetProvider, spec: StageSpec, attempt: int,
+                 on_event: Callable[[Event], None] | None):
+        self.provider = provider
+        self.cfg = provider.config
+        self.spec = spec
+        self.attempt = attempt
+        self.on_event = on_event
+        self.sessions: list[NodeSession] = []
+        self.events: list[Event] = []
+        self._cancelled = threading.Event()
+        self._injector_msgs: queue.Queue[tuple[str, str, float | None]] = queue.Queue()
+        self._nodes: list[_Node] = []
+        self._progress: dict[str, Any] = {}
+        self._tmp: str | None = None
+
+    # -- events ---------------------------------------------------------------------------
+    def _emit(self, event: Event) -> None:
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    # -- setup ----------------------------------------------------------------------------
+    def _workdir(self) -> Path:
+        base = self.cfg.workdir
+        if base is None:
+            self._tmp = tempfile.mkdtemp(prefix="spotfleet-local-")
+            base = Path(self._tmp)
+        d = Path(base) / self.spec.name / f"attempt-{self.attempt}"
+        (d / "events").mkdir(parents=True, exist_ok=True)
+        (d / "logs").mkdir(parents=True, exist_ok=True)
+        return d
+
+    def _candidate_zones(self, schedule: CapacitySchedule) -> list[str]:
+        if not self.spec.zones:
+            return schedule.zones
+        unknown = [z for z in self.spec.zones if z not in schedule.traces]
+        if unknown:
+            raise ValueError(f"StageSpec.zones has {unknown} which the emulated market does not "
+                             f"have; use a subset of {schedule.zones} or leave zones empty")
+        return list(self.spec.zones)
+
+    def _validate(self) -> None:
+        if not self.spec.command:
+            raise ValueError("StageSpec.command is empty; give the training argv, "
+                             "e.g. ['python', 'examples/train_example.py', '--steps', '200']")
+        if self.spec.num_nodes < 1:
+            raise ValueError(f"StageSpec.num_nodes={self.spec.num_nodes} must be >= 1")
+        exe = self.spec.command[0]
+        if shutil.which(exe) is None and not Path(exe).exists():
+            raise ValueError(f"StageSpec.command[0]={exe!r} is not an executable on PATH")
+
+    # -- statistics for the training process ---------------------------------------------
+    def _restart_estimate(self) -> float:
+        starts = [s.ready_at - s.launched_at for s in self.sessions if s.ready_at is not None]
+        if starts:
+            return sum(starts) / len(starts)
+        return self.cfg.allocation_seconds + self.cfg.preparation_seconds + 5.0
+
+    def _mttp_estimate(self, schedule: CapacitySchedule, zones: list[str]) -> float | None:
+        spot = [s for s in self.sessions if s.spot and s.ended_at is not None]
+        preempted = sum(1 for s in spot if s.end_reason == "preempted")
+        if preempted:
+            return sum(s.ended_at - s.launched_at for s in spot) / preempted
+        ests = [m for z in zones if (m := schedule.mean_time_to_preemption(z)) is not None]
+        if not ests:
+            return None
+        return self.cfg.time_scale.to_wall(sum(ests) / len(ests))
+
+    def _write_stats(self, path: Path, schedule: CapacitySchedule, zones: list[str]) -> None:
+        mttp = self._mttp_estimate(schedule, zones)
+        stats = {"restart_seconds": round(self._restart_estimate(), 3)}
+        if mttp is not None:
+            stats["mttp_seconds"] = round(mttp, 3)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stats), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def _remaining_work(self) -> float | None:
+        p = self._progress
+        try:
+            return max(0.0, (float(p["total_steps"]) - float(p["step"])) * float(p["mean_step_seconds"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    # -- main loop ------------------------------------------------------------------------
+    def execute(self) -> StageResult:
+        self._validate()
+        schedule = self.provider.schedule()
+        zones = self._candidate_zones(schedule)
+        od_zone = self.cfg.on_demand_zone or zones[0]
+        workdir = self._workdir()
+        stats_path = workdir / "stats.json"
+        injector = PreemptionInjector(
+            schedule, self.cfg.time_scale, cloud=self.cfg.cloud, delivery=self.cfg.delivery,
+            grace_seconds=self.cfg.grace_seconds, grace_scale=self.cfg.grace_scale,
+            min_uptime_seconds=self.cfg.min_uptime_seconds, poll_seconds=self.cfg.poll_seconds,
+            on_notice=lambda nid, dl: self._injector_msgs.put(("notice", nid, dl)),
+            on_kill=lambda nid: self._injector_msgs.put(("kill", nid, None)))
+        self.injector = injector
+        started = time.time()
+        injector.start(started)
+        blocked: dict[str, float] = {}
+        prev_zone: str | None = None
+        relaunches = failures = 0
+        waiting_since: float | None = None
+        group_index = 0
+        try:
+            while True:
+                if self._cancelled.is_set():
+                    self._emit(provider_event("cancelled", stage=self.spec.name))
+                    raise AttemptFailed(f"stage {self.spec.name!r} was cancelled")
+                now = time.time()
+                ctx = RelaunchContext(
+                    zones=zones, up_zones=injector.up_zones(now), now=now, started_at=started,
+                    previous_zone=prev_zone, blocked_until=dict(blocked),
+                    deadline_seconds=self.spec.deadline_seconds,
+                    remaining_work_seconds=self._remaining_work(),
+                    restart_seconds=self._restart_estimate(), waiting_since=waiting_since,
+                    on_demand_zone=od_zone)
+                launch = self.cfg.policy.choose(ctx) if self.spec.use_spot else \
+                    Launch(od_zone, spot=False, reason="StageSpec.use_spot is False")
+                if launch is None:
+                    if waiting_since is None:
+                        waiting_since = now
+                        self._emit(provider_event(
+                            "waiting", up=ctx.up_zones,
+                            blocked=[z for z, t in blocked.items() if t > now]))
+                    elif now - waiting_since > self.cfg.max_capacity_wait_seconds:
+                        raise AttemptFailed(
+                            f"stage {self.spec.name!r}: no spot capacity in {zones} for "
+                            f"{now - waiting_since:.0f} s (limit max_capacity_wait_seconds="
+                            f"{self.cfg.max_capacity_wait_seconds:g}); retry later or allow "
+                            "on-demand fallback")
+                    time.sleep(self.cfg.poll_seconds)
+                    continue
+                waiting_since = None
+                if prev_zone is not None:
+                    self._emit(provider_event("relaunch", from_zone=prev_zone, to_zone=launch.zone,
+                                              spot=launch.spot, reason=launch.reason,
+                                              relaunch=relaunches))
+                self._write_stats(stats_path, schedule, zones)
+                outcome = self._run_group(launch, group_index, relaunches, schedule, workdir,
+                                          stats_path)
+                group_index += 1
+                if outcome == "completed":
+                    return self._result(True)
+                if outcome == "cancelled":
+                    self._emit(provider_event("cancelled", stage=self.spec.name))
+                    raise AttemptFailed(f"stage {self.spec.name!r} was cancelled")
+                if outcome == "preempted":
+                    relaunches += 1
+                    block = self.cfg.time_scale.to_wall(getattr(self.cfg.policy, "block_seconds", 0.0))
+                    blocked[launch.zone] = time.time() + block
+                    if relaunches > self.spec.max_relaunches:
+                        raise AttemptFailed(
+                            f"stage {self.spec.name!r}: {relaunches} preemptions exceed "
+                            f"StageSpec.max_relaunches={self.spec.max_relaunches}; the attempt "
+                            "resumes from its latest checkpoint when retried")
+                else:
+                    failures += 1
+                    if failures > self.cfg.max_failures or self.spec.num_nodes > 1:
+                        raise AttemptFailed(self._failure_message())
+                prev_zone = launch.zone
+        finally:
+            self._kill_all()
+            injector.stop()
+
+    def _failure_message(self) -> str:
+        node = next((n for n in reversed(self._nodes) if n.exit_code not in (0, None)), None)
+        if node is None:
+            return f"stage {self.spec.name!r}: node group lost"
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = node.log_path.read_text(encoding="utf-8", errors="replace")[-1500:]
+        return (f"stage {self.spec.name!r}: node {node.node_id} in {node.zone} exited with code "
+                f"{node.exit_code} without a preemption notice; log {node.log_path}:\n{tail}")
+
+    def _result(self, completed: bool) -> StageResult:
+        final = None
+        sha = None
+        for n in self._nodes:
+            if n.exit_event is not None and n.exit_event.data.get("reason") == "completed":
+                final = n.exit_event.data.get("step", n.last_step)
+                sha = n.exit_event.data.get("state_sha256", sha)
+        factor = self.cfg.time_scale.factor
+        cost_wall = sum(s.price_per_hour * ((s.ended_at or s.launched_at) - s.launched_at) / 3600.0
+                        for s in self.sessions)
+        preemptions = sum(1 for s in self.sessions if s.end_reason == "preempted")
+        info = {
+            "provider": "local",
+            "preemptions": preemptions,
+            "zones": [s.zone for s in self.sessions],
+            "state_sha256": sha,
+            "time_scale_factor": factor,
+            "cost_usd_wall": cost_wall,
+            "cost_usd_emulated": cost_wall * factor,
+            "workdir": str(Path(self._nodes[0].log_path).parents[1]) if self._nodes else None,
+        }
+        self._emit(provider_event("completed", zone=self.sessions[-1].zone if self.sessions else None,
+                                  final_step=final, preemptions=preemptions))
+        return StageResult(stage=self.spec.name, attempt=self.attempt, completed=completed,
+                           sessions=list(self.sessions), events=list(self.events),
+                           final_step=final, info=info)
+
+    # -- one node group -------------------------------------------------------------------
+    def _node_env(self, node: _Node, sources: str, stats_path: Path, grace: float) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.cfg.extra_env)
+        env.update(self.spec.env)
+        env.update({
+            rt.ENV_NODE_ID: node.node_id,
+            rt.ENV_ZONE: node.zone,
+            rt.ENV_CHECKPOINT_URI: self.spec.checkpoint_uri,
+            rt.ENV_EVENTS_FILE: str(node.events_path),
+            rt.ENV_NOTICE_SOURCES: sources,
+            rt.ENV_GRACE_SECONDS: f"{grace:g}",
+            rt.ENV_STATS_FILE: str(stats_path),
+            "SPOTFLEET_NODE_RANK": str(node.rank),
+            "SPOTFLEET_NUM_NODES": str(self.spec.num_nodes),
+            "PYTHONUNBUFFERED": "1",
+        })
+        return env
+
+    def _run_group(self, launch: Launch, group_index: int, relaunches: int,
+                   schedule: CapacitySchedule, workdir: Path, stats_path: Path) -> str:
+        region = schedule.region_of(launch.zone) if launch.zone in schedule.traces else launch.zone
+        price = self.cfg.prices.price_per_hour(launch.zone, region, launch.spot)
+        group: list[_Node] = []
+        now = time.time()
+        for rank in range(self.spec.num_nodes):
+            nid = f"{self.spec.name}-a{self.attempt}-s{group_index}-n{rank}"
+            ev = workdir / "events" / f"{nid}.jsonl"
+            group.append(_Node(node_id=nid, rank=rank, zone=launch.zone, region=region,
+                               spot=launch.spot, price=price, launched_at=now,
+                               log_path=workdir / "logs" / f"{nid}.log", events_path=ev,
+                               tail=EventTail(ev)))
+        self._nodes.extend(group)
+        for node in group:
+            self._emit(provider_event("launch", node_id=node.node_id, zone=node.zone, region=region,
+                                      spot=node.spot, price_per_hour=price, reason=launch.reason,
+                                      relaunch=relaunches, rank=node.rank))
+        # emulated allocation + preparation of the VM(s)
+        if self._cancelled.wait(self.cfg.allocation_seconds + self.cfg.preparation_seconds):
+            for node in group:
+                node.ended_at = time.time()
+                self._record(node, "cancelled")
+            return "cancelled"
+        try:
+            for node in group:
+                inj = self.injector.open_node(node.node_id, node.zone, spot=node.spot)
+                env = self._node_env(node, inj.notice_sources, stats_path, self.injector.grace_seconds)
+                with node.log_path.open("wb") as log:
+                    node.proc = subprocess.Popen(self.spec.command, env=env, stdout=log,
+                                                 stderr=subprocess.STDOUT, start_new_session=True)
+                self.injector.attach(node.node_id, node.proc.pid)
+        except OSError as exc:
+            for node in group:
+                self._kill(node)
+            raise AttemptFailed(f"could not start {self.spec.command!r}: {exc}") from exc
+        return self._watch(group)
+
+    def _kill(self, node: _Node) -> None:
+        if node.proc is not None and node.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(node.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                node.proc.wait(timeout=5)
+
+    def _kill_all(self) -> None:
+        for node in self._nodes:
+            self._kill(node)
+
+    def _drain_injector(self, group: list[_Node]) -> None:
+        by_id = {n.node_id: n for n in group}
+        while True:
+            try:
+                kind, nid, deadline = self._injector_msgs.get_nowait()
+            except queue.Empty:
+                return
+            node = by_id.get(nid)
+            if node is None:
+                continue
+            if kind == "notice":
+                node.notice_at = time.time()
+                inj = self.injector.nodes.get(nid)
+                self._emit(provider_event("notice_sent", node_id=nid, zone=node.zone,
+                                          deadline_unix=deadline,
+                                          grace_seconds=self.injector.grace_seconds,
+                                          sources=inj.notice_sources if inj else None))
+
+    def _absorb(self, node: _Node, event: Event) -> None:
+        d = event.data
+        step = d.get("step")
+        if event.kind == "start":
+            node.ready_at = node.ready_at or event.time
+            self.injector.mark_ready(node.node_id, event.time)
+            r = d.get("resumed_from_step")
+            node.first_step = int(r) if r is not None else 0
+        elif event.kind == "restore" and step is not None:
+            node.first_step = int(step)
+        elif event.kind == "save_committed" and step is not None:
+            node.last_checkpoint_step = int(step)
+        elif event.kind == "progress" and node.rank == 0:
+            self._progress = dict(d)
+        elif event.kind == "exit":
+            node.exit_event = event
+            node.state_sha256 = d.get("state_sha256")
+        if step is not None:
+            node.last_step = max(int(step), node.last_step or 0)
+
+    def _pump(self, group: list[_Node]) -> None:
+        self._drain_injector(group)
+        for node in group:
+            for ev in node.tail.poll():
+                self._absorb(node, ev)
+                self._emit(ev)
+
+    def _watch(self, group: list[_Node]) -> str:
+        lost = False
+        while True:
+            self._pump(group)
+            if self._cancelled.is_set():
+                for node in group:
+                    self._kill(node)
+                self._finish(group, cancelled=True)
+                return "cancelled"
+            alive = 0
+            for node in group:
+                if node.proc is None:
+                    continue
+                rc = node.proc.poll()
+                if rc is None:
+                    alive += 1
+                elif node.exit_code is None:
+                    node.exit_code = rc
+                    node.ended_at = time.time()
+                    self.injector.close_node(node.node_id)
+                    if rc != 0 and node.notice_at is None:
+                        lost = True
+            if lost:  # a node crashed: the group cannot go on
+                for node in group:
+                    self._kill(node)
+            if alive == 0 or lost:
+                time.sleep(self.cfg.poll_seconds)
+                self._pump(group)
+                return self._finish(group)
+            time.sleep(self.cfg.poll_seconds)
+
+    def _finish(self, group: list[_Node], cancelled: bool = False) -> str:
+        now = time.time()
+        for node in group:
+            if node.ended_at is None:
+                node.ended_at = now
+                if node.proc is not None:
+                    node.exit_code = node.proc.poll()
+                self.injector.close_node(node.node_id)
+        if cancelled:
+            outcome = "cancelled"
+        elif all(n.exit_code == 0 for n in group):
+            outcome = "completed"
+        elif any(n.notice_at is not None for n in group):
+            outcome = "preempted"
+        else:
+            outcome = "failed"
+        for node in group:
+            reason = {"completed": "completed", "preempted": "preempted", "failed": "failed",
+                      "cancelled": "cancelled"}[outcome]
+            if outcome == "failed" and node.exit_code == 0:
+                reason = "cancelled"
+            self._record(node, reason)
+            if outcome == "preempted":
+                self._emit(provider_event("preempted", node_id=node.node_id, zone=node.zone,
+                                          exit_code=node.exit_code, last_step=node.last_step,
+                                          last_checkpoint_step=node.last_checkpoint_step))
+            elif outcome == "failed" and node.exit_code not in (0, None):
+                self._emit(provider_event("failed", node_id=node.node_id, zone=node.zone,
+                                          exit_code=node.exit_code))
+        return outcome
+
+    def _record(self, node: _Node, reason: str) -> None:
+        self.sessions.append(NodeSession(
+            node_id=node.node_id, stage=self.spec.name, attempt=self.attempt, provider="local",
+            cloud=self.cfg.cloud if self.cfg.cloud != "signal" else "local", region=node.region,
+            zone=node.zone, instance_type=self.spec.instance_type or self.cfg.instance_type,
+            spot=node.spot, price_per_hour=node.price, launched_at=node.launched_at,
+            ready_at=node.ready_at, ended_at=node.ended_at, end_reason=reason,
+            notice_at=node.notice_at, first_step=node.first_step, last_step=node.last_step,
+            last_checkpoint_step=node.last_checkpoint_step))
+
+
+def with_zones(spec: StageSpec, zones: list[str]) -> StageSpec:
+    """A copy of ``spec`` restricted to ``zones`` (preference order)."""
+    return replace(spec, zones=tuple(zones))
