@@ -1,0 +1,118 @@
+"""AdaptivePolicy (thesis Algorithm 1) on hand-worked cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from checkpointing.policy import AdaptivePolicy, SaveKind
+
+
+def _run_steps(policy: AdaptivePolicy, first: int, last: int, seconds: float) -> list[tuple]:
+    """Steps first..last of `seconds` each; returns (step, kind) of every save taken."""
+    saves = []
+    for step in range(first, last + 1):
+        policy.record_step(step, seconds)
+        d = policy.decide(step, notice=False)
+        if d.kind is not None:
+            saves.append((step, d.kind))
+    return saves
+
+
+def test_heavy_job_bootstraps_then_saves_every_tau() -> None:
+    # GPT-1.3B-like (thesis Table 6.3): T_step 19.75 s, delta 19.5 s, beta 121 s, R 465 s.
+    p = AdaptivePolicy(mttp_seconds=10_800, restart_seconds=465, grace_seconds=30)
+    assert p.tau_seconds is None and p.next_insurance_step == 10  # bootstrap
+    assert _run_steps(p, 1, 10, 19.75) == [(10, SaveKind.INSURANCE)]
+    p.record_save(SaveKind.INSURANCE, 10, stall_seconds=19.5, persist_seconds=121.0)
+    tau = math.sqrt(2 * 19.5 * (10_800 + 465))
+    assert p.tau_seconds == pytest.approx(tau)  # 662.8 s
+    assert not p.emergency_feasible  # 19.75 + 19.5 + 121 >= 30
+    assert p.next_insurance_step == 10 + 33  # floor(662.8 / 19.75) = 33
+    saves = _run_steps(p, 11, 43, 19.75)
+    assert saves == [(43, SaveKind.INSURANCE)]
+    d = p.decide(43, notice=False)
+    assert "tau=663s -> every 33 steps" in d.reason
+    # A notice that cannot be honoured leaves the insurance schedule in charge.
+    p.record_save(SaveKind.INSURANCE, 43, 19.5, 121.0)
+    n = p.decide(50, notice=True)
+    assert n.kind is None and not n.emergency_feasible and "infeasible" in n.reason
+
+
+def test_light_job_relies_on_emergency_saves_in_auto_mode() -> None:
+    # GPT-117M-like (Table 6.2): 4.6 + 2.55 + 21.5 = 28.65 s < 30 s grace.
+    p = AdaptivePolicy(mttp_seconds=10_800, restart_seconds=295, grace_seconds=30)
+    _run_steps(p, 1, 10, 4.6)
+    p.record_save(SaveKind.INSURANCE, 10, 2.55, 21.5)
+    assert p.emergency_feasible
+    assert p.next_insurance_step is None  # Algorithm 1: no insurance while emergency fits
+    assert _run_steps(p, 11, 500, 4.6) == []
+    d = p.decide(501, notice=True)
+    assert d.kind is SaveKind.EMERGENCY and d.emergency_feasible
+    p.record_save(SaveKind.EMERGENCY, 501, 2.55, 21.5)
+    assert p.decide(501, notice=True).kind is None  # only once per notice
+    # With a deadline, the test becomes delta + beta < seconds_left.
+    q = AdaptivePolicy(mttp_seconds=10_800, ckpt_seconds=2.55, persist_seconds=21.5)
+    q.record_step(1, 4.6)
+    assert q.decide(1, notice=True, seconds_left=25.0).kind is SaveKind.EMERGENCY
+    assert q.decide(1, notice=True, seconds_left=23.0).kind is None
+
+
+def test_always_mode_keeps_insurance_and_off_mode_has_none() -> None:
+    a = AdaptivePolicy(mttp_seconds=10_800, restart_seconds=295, insurance="always")
+    _run_steps(a, 1, 10, 4.6)
+    a.record_save(SaveKind.INSURANCE, 10, 2.55, 21.5)
+    interval = int(math.sqrt(2 * 2.55 * (10_800 + 295)) // 4.6)
+    assert interval == 51
+    assert a.next_insurance_step == 10 + 51
+    off = AdaptivePolicy(mttp_seconds=10_800, insurance="off")
+    assert off.next_insurance_step is None
+    assert _run_steps(off, 1, 100, 1.0) == []
+
+
+def test_periodic_saves_more_often_than_tau_suppress_insurance() -> None:
+    p = AdaptivePolicy(periodic_every=20, mttp_seconds=10_800, restart_seconds=465)
+    saves = []
+    for step in range(1, 201):
+        p.record_step(step, 19.75)
+        d = p.decide(step, notice=False)
+        if d.kind is not None:
+            saves.append((step, d.kind))
+            p.record_save(d.kind, step, 19.5, 121.0)
+    assert saves[0] == (10, SaveKind.INSURANCE)  # bootstrap
+    assert all(kind is SaveKind.PERIODIC for _, kind in saves[1:])
+    assert [s for s, _ in saves[1:]] == list(range(20, 201, 20))
+
+
+def test_new_estimates_recompute_tau_and_schedule() -> None:
+    p = AdaptivePolicy(mttp_seconds=10_800, ckpt_seconds=19.5, persist_seconds=121.0)
+    p.record_steps(100, 1975.0)
+    assert p.next_insurance_step == 32  # tau = sqrt(2*19.5*10800) = 649 s -> 32 steps
+    assert p.update_estimates(mttp_seconds=10_800) is False
+    assert p.update_estimates(mttp_seconds=3_600, restart_seconds=465) is True
+    assert p.tau_seconds == pytest.approx(math.sqrt(2 * 19.5 * 4065))
+    assert p.next_insurance_step == 0 + int(math.sqrt(2 * 19.5 * 4065) // 19.75)  # 20
+    p.on_restore(500)
+    assert p.next_insurance_step == 520
+
+
+def test_notice_before_any_measurement_is_best_effort() -> None:
+    p = AdaptivePolicy(mttp_seconds=3600)
+    p.record_step(1, 1.0)
+    d = p.decide(1, notice=True)
+    assert d.kind is SaveKind.EMERGENCY and not d.emergency_feasible
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"periodic_every": 0}, "periodic_every"),
+        ({"insurance": "sometimes"}, "insurance"),
+        ({"mttp_seconds": -5}, "mttp_seconds"),
+        ({"grace_seconds": math.nan}, "grace_seconds"),
+    ],
+)
+def test_bad_config_names_the_field(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        AdaptivePolicy(**kwargs)
