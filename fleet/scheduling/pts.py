@@ -1,0 +1,206 @@
+"""Preemptive Task Scheduler (GFS §3.4): Alg. 1 (non-preemptive), Alg. 2 (preemptive),
+Alg. 3 (entry), plus the placement/preemption variants used by baselines and ablations.
+
+All functions are pure with respect to :class:`ClusterState`: they return a plan
+(list of nodes, one entry per pod, and a set of victim job ids) and never mutate the
+state; the simulator applies the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleet.scheduling.eviction import eviction_score
+from fleet.scheduling.state import ClusterState, PTSParams, SimJob
+
+# Placement modes for Alg. 1: "gfs" (three scores + circuit breaker), "pack" (Score1 only,
+# GFS-s), "bestfit" (fewest free slots left, YARN-CS/Lyra), "fgd" (fragmentation-aware).
+PLACEMENT_MODES = ("gfs", "pack", "bestfit", "fgd")
+# Preemption modes for Alg. 2: "gfs" (Eq. 17-19), "random" (GFS-p), "youngest" (YARN-CS),
+# "lyra" (fewest victim GPUs), "none".
+PREEMPTION_MODES = ("gfs", "random", "youngest", "lyra", "none")
+
+
+@dataclass
+class Plan:
+    nodes: list[int]  # one node per pod
+    victims: set[int] = field(default_factory=set)
+
+
+def node_scores(state: ClusterState, ids: np.ndarray, is_hp: bool, t: float,
+                params: PTSParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Score1 (Eq. 13), Score2 (Eq. 14), Score3 (Eq. 16) of nodes ``ids``; Norm = identity
+    (the ratios already lie in [0, 1]; a lexicographic sort is scale-free)."""
+    total = state.total[ids]
+    s1 = 1.0 - state.free[ids] / total
+    s2 = (state.hp[ids] if is_hp else state.spot[ids]) / total
+    s3 = eviction_score(state.ebar(ids, t, params), is_hp, params.m)
+    return s1, s2, s3
+
+
+def fragmentation_table(max_slots: int, request_shares: dict[int, float]) -> np.ndarray:
+    """FGD-style in-node fragmentation F(f) for f free slots: the expected number of free
+    slots a request drawn from ``request_shares`` (slots -> share) cannot use."""
+    f = np.arange(max_slots + 1)
+    table = np.zeros(max_slots + 1)
+    for g, share in request_shares.items():
+        table += share * np.where(f < g, f, f % g)
+    return table
+
+
+def non_preemptive(state: ClusterState, job: SimJob, t: float, params: PTSParams,
+                   mode: str = "gfs", frag: np.ndarray | None = None,
+                   exclude: np.ndarray | None = None) -> Plan | None:
+    """Alg. 1: place ``job.w`` pods of ``job.g`` slots on idle slots only, or None."""
+    ids = state.pool_nodes[job.pool]
+    if ids.size == 0:
+        return None
+    free = state.free[ids].copy()
+    total = state.total[ids]
+    ok = np.ones(len(ids), dtype=bool) if exclude is None else ~exclude
+    if mode == "gfs":
+        s1, s2, s3 = node_scores(state, ids, job.is_hp, t, params)
+        same = (state.hp[ids] if job.is_hp else state.spot[ids]).astype(float)
+        if not job.is_hp:
+            ok &= s3 > 0  # circuit breaker: blacklist nodes with Score3 = 0 for spot
+    g = job.g
+    out: list[int] = []
+    for _ in range(job.w):
+        cand = ok & (free >= g)
+        if not cand.any():
+            return None
+        if mode == "gfs":
+            # lexicographic <Score1, Score2, Score3>: Score1 values differ by >= 1/56 and
+            # Score2 values by >= 1/56 for nodes of <= 8 GPUs, so these weights keep order.
+            key = (1.0 - free / total) * 1e4 + (same / total) * 100.0 + s3
+        elif mode == "pack":
+            key = 1.0 - free / total
+        elif mode == "bestfit":
+            key = -free.astype(float)
+        elif mode == "fgd":
+            if frag is None:
+                raise ValueError("mode 'fgd' needs a fragmentation table (frag=...)")
+            key = -(frag[free - np.minimum(free, g)] - frag[free]) * 1e3 - free
+        else:
+            raise ValueError(f"unknown placement mode {mode!r}; use one of {PLACEMENT_MODES}")
+        key = np.where(cand, key, -np.inf)
+        k = int(np.argmax(key))
+        free[k] -= g
+        if mode == "gfs":
+            same[k] += g
+            s1[k] = 1.0 - free[k] / total[k]
+        out.append(int(ids[k]))
+    return Plan(out)
+
+
+def preemption_cost(n_victims: int, waste_gpu_s: float, succeeded: int, evicted: int,
+                    capacity_slots: int, params: PTSParams) -> float:
+    """Eq. 19: (F+|T|)/(G+F+|T|) + beta * sum(waste) / (sum_k S_k * T)."""
+    denom = succeeded + evicted + n_victims
+    evict_term = (evicted + n_victims) / denom if denom > 0 else 0.0
+    usage_term = waste_gpu_s / (capacity_slots * params.usage_window_s)
+    return evict_term + params.beta * usage_term
+
+
+def _victims_on_node(node_free: int, tasks: list[tuple[int, int, float]], g: int,
+                     order_key: Callable[[tuple[int, int, float]], float]) -> tuple[list, int]:
+    """Alg. 2 lines 6-14: start from all spot tasks on the node, walk them in ``order_key``
+    order and *spare* each one whose GPUs are not needed to fit ``g`` slots.
+    Returns (victims, slots available after evicting them)."""
+    r = node_free + sum(s for _, s, _ in tasks)
+    victims = []
+    for task in sorted(tasks, key=order_key):
+        if r - task[1] >= g:
+            r -= task[1]
+        else:
+            victims.append(task)
+    return victims, r
+
+
+def preemptive(state: ClusterState, job: SimJob, t: float, params: PTSParams,
+               mode: str = "gfs", rng: np.random.Generator | None = None) -> Plan | None:
+    """Alg. 2: place an HP job by evicting spot jobs; choose per pod the node of least cost.
+
+    ``mode``: "gfs" (waste-sorted sparing + Eq. 19 cost), "random" (random node, random
+    victims; GFS-p), "youngest" (best-fit node, evict most recently started; YARN-CS),
+    "lyra" (node whose victims hold the fewest GPUs in total, gangs counted whole).
+    Evicting a gang job frees all its pods, including those on other nodes.
+    """
+    if mode == "none":
+        return None
+    ids = [int(n) for n in state.pool_nodes[job.pool]]
+    free = {n: int(state.free[n]) for n in ids}
+    g = job.g
+    victims: set[int] = set()
+    out: list[int] = []
+    jobs = state.jobs
+    cap = int(state.pool_capacity[job.pool])
+    G, F = state.spot_succeeded, state.spot_evicted
+    rng = rng or np.random.default_rng(0)
+    for _ in range(job.w):
+        best: tuple[int, list] | None = None
+        best_key = None
+        cands = []
+        for n in ids:
+            tasks = [(j, s, jobs[j].waste(t)) for j, s in state.node_spot_jobs[n].items()
+                     if j not in victims]
+            if free[n] + sum(x[1] for x in tasks) >= g:
+                cands.append((n, tasks))
+        if not cands:
+            return None
+        if mode == "random":
+            n, tasks = cands[int(rng.integers(len(cands)))]
+            order = [tasks[i] for i in rng.permutation(len(tasks))]
+            r, chosen = free[n], []
+            for task in order:
+                if r >= g:
+                    break
+                chosen.append(task)
+                r += task[1]
+            best = (n, chosen)
+        for n, tasks in cands if mode != "random" else ():
+            if mode == "gfs":
+                chosen, _ = _victims_on_node(free[n], tasks, g, lambda x: -x[2])
+                key = (preemption_cost(len(chosen), sum(x[2] for x in chosen), G, F, cap, params),)
+            elif mode == "youngest":
+                chosen, r = [], free[n]
+                for task in sorted(tasks, key=lambda x: -jobs[x[0]].run_start):
+                    if r >= g:
+                        break
+                    chosen.append(task)
+                    r += task[1]
+                key = (free[n] + sum(x[1] for x in tasks),)  # best fit on reclaimable slots
+            elif mode == "lyra":
+                chosen, _ = _victims_on_node(free[n], tasks, g, lambda x: jobs[x[0]].slots)
+                key = (sum(jobs[x[0]].slots for x in chosen), len(chosen))
+            else:
+                raise ValueError(f"unknown preemption mode {mode!r}; use one of {PREEMPTION_MODES}")
+            if best_key is None or key < best_key:
+                best_key, best = key, (n, chosen)
+        k, chosen = best
+        for task in chosen:
+            j = task[0]
+            victims.add(j)
+            for n, s in jobs[j].pods.items():
+                free[n] = free.get(n, 0) + s
+        if free[k] < g:
+            raise RuntimeError("preemption plan does not free enough slots")  # pragma: no cover
+        free[k] -= g
+        out.append(k)
+    return Plan(out, victims)
+
+
+def pts_schedule(state: ClusterState, job: SimJob, t: float, params: PTSParams,
+                 quota_ok: bool = True, placement: str = "gfs", preemption: str = "gfs",
+                 frag: np.ndarray | None = None,
+                 rng: np.random.Generator | None = None) -> Plan | None:
+    """Alg. 3: quota check, Alg. 1, and for HP jobs Alg. 2 when Alg. 1 fails."""
+    if not quota_ok:
+        return None
+    plan = non_preemptive(state, job, t, params, placement, frag)
+    if plan is None and job.is_hp:
+        plan = preemptive(state, job, t, params, preemption, rng)
+    return plan

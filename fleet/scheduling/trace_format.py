@@ -1,0 +1,74 @@
+"""The in-memory job trace the simulator runs: nodes and jobs in the GFS job format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class JobTrace:
+    """Nodes and jobs. Times in seconds from trace start; GPU amounts in slots
+    (``slots_per_gpu`` slots = one GPU)."""
+
+    name: str
+    pool_names: list[str]
+    node_pool: np.ndarray  # int, per node
+    node_total: np.ndarray  # int slots, per node
+    org_names: list[str]
+    pool: np.ndarray  # int, per job
+    org: np.ndarray  # int, per job
+    is_hp: np.ndarray  # bool, per job
+    g: np.ndarray  # slots per pod
+    w: np.ndarray  # pods (workers)
+    submit: np.ndarray  # seconds
+    duration: np.ndarray  # seconds of work at full gang
+    ckpt: np.ndarray  # checkpoint interval, seconds (0: none)
+    slots_per_gpu: int = 1
+
+    def __post_init__(self) -> None:
+        n = len(self.submit)
+        for field in ("pool", "org", "is_hp", "g", "w", "duration", "ckpt"):
+            if len(getattr(self, field)) != n:
+                raise ValueError(f"trace {self.name}: job field {field!r} has {len(getattr(self, field))} rows, expected {n}")
+        if n and (np.any(self.g < 1) or np.any(self.w < 1)):
+            raise ValueError(f"trace {self.name}: every job needs g >= 1 slot and w >= 1 worker")
+        if n and np.any(self.duration <= 0):
+            raise ValueError(f"trace {self.name}: durations must be > 0 seconds")
+        big = self.g > self.max_node_slots()[self.pool]
+        if np.any(big):
+            raise ValueError(f"trace {self.name}: {int(big.sum())} jobs ask more slots per pod than any node of their pool has; drop or split them")
+
+    @property
+    def n_jobs(self) -> int:
+        return len(self.submit)
+
+    @property
+    def capacity_gpus(self) -> float:
+        return float(self.node_total.sum()) / self.slots_per_gpu
+
+    def max_node_slots(self) -> np.ndarray:
+        out = np.zeros(len(self.pool_names), dtype=np.int64)
+        np.maximum.at(out, self.node_pool, self.node_total)
+        return out
+
+    def subset(self, mask: np.ndarray, name: str | None = None) -> JobTrace:
+        return JobTrace(name or self.name, self.pool_names, self.node_pool, self.node_total,
+                        self.org_names, self.pool[mask], self.org[mask], self.is_hp[mask],
+                        self.g[mask], self.w[mask], self.submit[mask], self.duration[mask],
+                        self.ckpt[mask], self.slots_per_gpu)
+
+    def hp_demand(self, n_hours: int | None = None) -> np.ndarray:
+        """Hourly HP GPU-slot demand per (pool, org) if every HP job ran on arrival:
+        array [pools, orgs, hours]; a job counts in every hour its run overlaps."""
+        end = self.submit + self.duration
+        hours = int(np.ceil(end.max() / 3600.0)) + 1 if n_hours is None else n_hours
+        out = np.zeros((len(self.pool_names), len(self.org_names), hours + 1))
+        hp = self.is_hp
+        h0 = np.minimum((self.submit[hp] // 3600).astype(int), hours)
+        h1 = np.minimum((end[hp] // 3600).astype(int) + 1, hours)
+        slots = (self.g * self.w)[hp]
+        np.add.at(out, (self.pool[hp], self.org[hp], h0), slots)
+        np.add.at(out, (self.pool[hp], self.org[hp], h1), -slots)
+        return np.cumsum(out, axis=2)[:, :, :hours]
