@@ -97,3 +97,19 @@ def load_trace_dir(directory: str | Path, cloud: str = "aws") -> list[Trace]:
     if not traces:
         raise TraceFormatError(f"{d}: no *.json trace files found")
     return traces
+
+
+def trace_file_name(trace: Trace) -> str:
+    """``<zone>_<accelerator>_<count>.json``, the public file name of a trace."""
+    return f"{trace.zone}_{trace.accelerator}_{trace.count}.json"
+
+
+def save_trace(trace: Trace, directory: str | Path) -> Path:
+    """Write a trace in the public JSON format (readable by ``load_trace``); return the path."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / trace_file_name(trace)
+    payload = {"metadata": {"gap_seconds": trace.gap_seconds},
+               "data": [int(x) for x in trace.available]}
+    p.write_text(json.dumps(payload), encoding="utf-8")
+    return p

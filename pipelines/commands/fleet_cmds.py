@@ -1,0 +1,182 @@
+"""``spotfleet market | stats | forecast | plan``: the spot market and what we know about it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    market = sub.add_parser("market", help="synthesize, load or price a spot market")
+    msub = market.add_subparsers(dest="market_command", metavar="ACTION")
+    synth = msub.add_parser("synth", help="generate a synthetic market (trace JSON files)")
+    synth.add_argument("--zones", type=int, default=3, help="number of zones, 1-9 (default 3)")
+    synth.add_argument("--hours", type=float, default=7 * 24.0, help="length in hours (default 168)")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--nodes", type=int, default=1, help="instance slots per zone (default 1)")
+    synth.add_argument("--gap", type=float, default=195.0, help="tick length in seconds (default 195)")
+    synth.add_argument("--config", help="JSON or YAML SyntheticMarketConfig instead of the default")
+    synth.add_argument("--out", required=True, help="directory to write <zone>_<acc>_<n>.json into")
+    synth.set_defaults(handler=_market_synth)
+    load = msub.add_parser("load", help="validate a trace directory and summarize it")
+    load.add_argument("trace_dir")
+    load.set_defaults(handler=_market_load)
+    prices = msub.add_parser("prices", help="print spot / on-demand prices ($/h)")
+    prices.add_argument("--catalog", help="a SkyPilot catalogs/v8 folder to read offline")
+    prices.add_argument("--json", action="store_true")
+    prices.set_defaults(handler=_market_prices)
+    market.set_defaults(handler=lambda a: (market.print_help(), 2)[1])
+
+    stats = sub.add_parser("stats", help="preemption statistics per zone of a trace directory")
+    stats.add_argument("trace_dir")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.add_argument("--correlation", action="store_true", help="also print zone correlation")
+    stats.add_argument("--level", type=float, default=0.90, help="CI level for MTTP (default 0.90)")
+    stats.set_defaults(handler=_stats)
+
+    fc = sub.add_parser("forecast", help="probabilistic availability forecast per zone")
+    fc.add_argument("trace_dir")
+    fc.add_argument("--horizon", type=float, default=6.0, help="hours ahead (default 6)")
+    fc.add_argument("--now-tick", type=int, default=None, help="forecast from this tick (default: end)")
+    fc.add_argument("--samples", type=int, default=1000)
+    fc.add_argument("--evaluate", action="store_true",
+                    help="score vs baselines on the held-back last 30%% of the traces")
+    fc.add_argument("--json", action="store_true")
+    fc.set_defaults(handler=_forecast)
+
+    plan = sub.add_parser("plan", help="plan zones and the spot / on-demand mix for a stage")
+    plan.add_argument("trace_dir", nargs="?", help="trace directory (default: synthetic market)")
+    plan.add_argument("--work", type=float, required=True, help="work per node, hours")
+    plan.add_argument("--deadline", type=float, default=None, help="deadline, hours from now")
+    plan.add_argument("--nodes", type=int, default=1)
+    plan.add_argument("--accelerator", default="V100")
+    plan.add_argument("--ckpt-min", type=float, default=1.0, help="checkpoint cost, minutes")
+    plan.add_argument("--restart-min", type=float, default=6.0, help="restart cost R, minutes")
+    plan.add_argument("--horizon", type=float, default=12.0, help="forecast horizon, hours")
+    plan.add_argument("--on-demand-core", type=int, default=0)
+    plan.add_argument("--catalog", help="SkyPilot catalogs/v8 folder for prices (offline)")
+    plan.add_argument("--json", action="store_true")
+    plan.set_defaults(handler=_plan)
+
+
+def _load(trace_dir: str):
+    from fleet.market.traces import load_trace_dir
+
+    return load_trace_dir(trace_dir)
+
+
+def _market_synth(args: argparse.Namespace) -> int:
+    from fleet.market.synthetic import SyntheticMarketConfig, default_market_config, generate_market
+    from fleet.market.traces import save_trace
+
+    if args.config:
+        from pathlib import Path
+
+        import yaml
+
+        raw = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
+        cfg = SyntheticMarketConfig(**raw)
+    else:
+        cfg = default_market_config(args.zones, nodes_per_zone=args.nodes, gap_seconds=args.gap)
+    traces = generate_market(cfg, args.hours, seed=args.seed)
+    for t in traces:
+        p = save_trace(t, args.out)
+        print(f"wrote {p}  ({t.n_ticks} ticks of {t.gap_seconds:g} s, "
+              f"available {100 * t.up().mean():.0f}% of the time)")
+    print(f"next: spotfleet stats {args.out}")
+    return 0
+
+
+def _market_load(args: argparse.Namespace) -> int:
+    traces = _load(args.trace_dir)
+    for t in traces:
+        print(f"{t.zone:<14}{t.accelerator:<6}x{t.count:<3} {t.n_ticks:>7} ticks x {t.gap_seconds:g} s"
+              f" = {t.duration_hours:7.1f} h   up {100 * t.up().mean():5.1f}%")
+    print(f"{len(traces)} valid trace(s) in {args.trace_dir}")
+    return 0
+
+
+def _market_prices(args: argparse.Namespace) -> int:
+    from fleet.market.prices import PriceBook
+
+    book = PriceBook.from_skypilot(args.catalog) if args.catalog else PriceBook.default()
+    if args.json:
+        print(json.dumps(book.to_dict(), indent=2))
+        return 0
+    print(f"source: {book.source}")
+    for (t, z), p in sorted(book.spot.items()):
+        print(f"  spot      {t:<14}{z:<14}{p:8.4f} $/h")
+    for (t, r), p in sorted(book.on_demand.items()):
+        print(f"  on-demand {t:<14}{r:<14}{p:8.4f} $/h")
+    for t, (od, sp) in book.fallback.items():
+        print(f"  fallback  {t:<14}on-demand {od:.3f} $/h, spot {sp:.3f} $/h (any zone)")
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from fleet.stats.preemption import format_stats_table, zone_correlation, zone_stats
+
+    traces = _load(args.trace_dir)
+    st = zone_stats(traces, level=args.level)
+    if args.json:
+        out = {"zones": [s.to_dict() for s in st]}
+        if args.correlation:
+            out["correlation"] = json.loads(zone_correlation(traces).round(4).to_json())
+        print(json.dumps(out, indent=2))
+        return 0
+    print(format_stats_table(st))
+    print(f"MTTP CI: {int(100 * args.level)}% {st[0].ci_method}; regain = time to regain capacity")
+    if args.correlation:
+        print("\ncorrelation of unavailability:")
+        print(zone_correlation(traces).round(2).to_string())
+    return 0
+
+
+def _forecast(args: argparse.Namespace) -> int:
+    from fleet.stats.forecast import evaluate_forecasts, forecast_zones
+
+    traces = _load(args.trace_dir)
+    if args.evaluate:
+        print(f"evaluating on the held-back last 30% (horizon {args.horizon:g} h)...", file=sys.stderr)
+        df = evaluate_forecasts(traces, horizon_hours=args.horizon)
+        table = df.groupby("model")[["crps", "brier", "pinball"]].mean().sort_values("crps")
+        print(table.round(4).to_string())
+        return 0
+    fcs = forecast_zones(traces, args.now_tick, args.horizon, n_samples=args.samples)
+    if args.json:
+        print(json.dumps([f.to_dict() for f in fcs], indent=2))
+        return 0
+    print(f"{'zone':<14}{'now':>5}{'age h':>7}{'avail mean':>11}{'p10':>6}{'p50':>6}{'p90':>6}"
+          f"{'preempt mean':>13}{'p90':>5}{'P(up@H)':>9}")
+    for f in fcs:
+        print(f"{f.zone:<14}{'up' if f.state_up else 'down':>5}{f.age_hours:>7.2f}"
+              f"{f.availability_mean:>11.2f}{f.availability_p10:>6.2f}{f.availability_p50:>6.2f}"
+              f"{f.availability_p90:>6.2f}{f.preemptions_mean:>13.2f}{f.preemptions_p90:>5.0f}"
+              f"{f.p_up_at_end:>9.2f}")
+    print(f"next {args.horizon:g} h; semi-Markov model (see docs/market-and-statistics.md)")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from fleet.market.prices import PriceBook
+    from fleet.planning.planner import StageRequest, plan_stage
+    from fleet.stats.forecast import forecast_zones
+    from fleet.stats.preemption import zone_correlation, zone_stats
+
+    if args.trace_dir:
+        traces = _load(args.trace_dir)
+    else:
+        from fleet.market.synthetic import default_market_config, generate_market
+
+        print("no trace directory: planning on the embedded synthetic market (3 zones, 7 days)",
+              file=sys.stderr)
+        traces = generate_market(default_market_config(3), 7 * 24.0, seed=0)
+    prices = PriceBook.from_skypilot(args.catalog) if args.catalog else PriceBook.default()
+    req = StageRequest(work_hours=args.work, deadline_hours=args.deadline, num_nodes=args.nodes,
+                       accelerator=args.accelerator, ckpt_hours=args.ckpt_min / 60.0,
+                       restart_hours=args.restart_min / 60.0, on_demand_core=args.on_demand_core)
+    plan = plan_stage(req, zone_stats(traces), forecast_zones(traces, None, args.horizon),
+                      prices, correlation=zone_correlation(traces))
+    print(plan.to_json() if args.json else plan.explain())
+    return 0
