@@ -113,7 +113,8 @@ class CapacitySchedule:
         return int((t + self.offset_seconds) // tr.gap_seconds) % tr.n_ticks
 
     def is_up(self, zone: str, t: float) -> bool:
-        return bool(self._up[zone][self._tick(zone, t)])
+        tick = self._tick(zone, t)
+        return bool(self._up[zone][tick])
 
     def up_zones(self, t: float) -> list[str]:
         return [z for z in self.traces if self.is_up(z, t)]
@@ -152,9 +153,10 @@ class CapacitySchedule:
                  accelerator: str = "L4", gap_seconds: float = 300.0) -> CapacitySchedule:
         """A deterministic drill market: zone k loses capacity during its own window.
 
-        Zone k (0-based) is down during ``[k*up_hours, k*up_hours + down_hours)`` of
-        every cycle of ``len(zones) * up_hours`` hours, so the zones fail one after the
-        other and a node that stays put is preempted once per ``up_hours``.
+        Zone k (0-based) goes down one tick before ``(k+1)*up_hours`` for ``down_hours``,
+        in every cycle of ``len(zones) * up_hours`` hours (the last zone's window wraps to
+        the cycle start), so the zones fail one after the other and a node that follows
+        the rotation is preempted about once per ``up_hours``.
         """
         zones = list(zones)
         n = len(zones)

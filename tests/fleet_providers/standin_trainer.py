@@ -41,7 +41,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--step-sleep", type=float, default=0.02)
     ap.add_argument("--periodic-every", type=int, default=0)
-    ap.add_argument("--exit-on-notice", action="store_true", default=True)
+    ap.add_argument("--ignore-notice", action="store_true",
+                    help="arm no notice source; just run (the injector must SIGKILL it)")
     ap.add_argument("--notice-only", action="store_true",
                     help="wait for a notice, report it, exit 75 (no training)")
     args = ap.parse_args()
@@ -57,7 +58,8 @@ def main() -> int:
         seen.append(n)
         notice.set()
 
-    sources = parse_sources(os.environ.get("SPOTFLEET_NOTICE_SOURCES"), poll_seconds=0.05)
+    sources = [] if args.ignore_notice else parse_sources(
+        os.environ.get("SPOTFLEET_NOTICE_SOURCES"), poll_seconds=0.05)
     for s in sources:
         s.start(deliver)
 
