@@ -1,0 +1,362 @@
+"""The asset graph of one pipeline (asset factory; every key is prefixed by the pipeline).
+
+    spot_market ─▶ preemption_stats ─▶ preemption_forecast ─▶ fleet_plan ─▶ train_<stage> … ─▶ cost_report
+                          ▲                                                      │
+                          └──────────── node_sessions (external, written by runs) ◀┘
+
+Assets stay thin: they call fleet/ and checkpointing/ and turn the results into
+tables, metadata and plots. ``node_sessions`` is an external asset: the statistics
+DB tables that training runs write; its materialization events are what the
+declarative automation reacts to.
+"""
+
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from dagster import (
+    AssetExecutionContext,
+    AssetIn,
+    AssetKey,
+    AssetMaterialization,
+    AssetSpec,
+    AutomationCondition,
+    Backoff,
+    Failure,
+    Jitter,
+    MaterializeResult,
+    MetadataValue,
+    Output,
+    RetryPolicy,
+    asset,
+)
+
+from assets import fleet_adapter
+from assets.cost_tables import (
+    break_even,
+    cost_table,
+    markdown_report,
+    observed_rates,
+    totals,
+    write_html,
+    write_plot,
+)
+from fleet.providers.base import StageSpec
+from pipelines.config import PipelineConfig, StageConfig
+from pipelines.resources import FleetResource, StatsDB
+
+GROUP_STATS = "statistics"
+TRAIN_RETRY = RetryPolicy(max_retries=3, delay=2.0, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS)
+
+
+def refresh_condition() -> AutomationCondition:
+    """Refresh when any upstream (e.g. node sessions written by a run) updated, once."""
+    return (
+        AutomationCondition.any_deps_updated()
+        & ~AutomationCondition.any_deps_in_progress()
+        & ~AutomationCondition.in_progress()
+    ).with_label("refresh when runs land")
+
+
+@dataclass(frozen=True)
+class PipelineAssets:
+    """What the factory builds for one pipeline."""
+
+    config: PipelineConfig
+    assets: list[Any]
+    checks: list[Any]
+    external: list[AssetSpec]
+
+    @property
+    def prefix(self) -> str:
+        return self.config.name
+
+    def key(self, name: str) -> AssetKey:
+        return AssetKey([self.prefix, name])
+
+    @property
+    def train_keys(self) -> list[AssetKey]:
+        return [self.key(f"train_{s.name}") for s in self.config.stages]
+
+    @property
+    def all_keys(self) -> list[AssetKey]:
+        return [self.key(n) for n in ("spot_market", "preemption_stats", "preemption_forecast",
+                                      "fleet_plan")] + self.train_keys + [self.key("cost_report")]
+
+    @property
+    def refresh_keys(self) -> list[AssetKey]:
+        return [self.key(n) for n in ("preemption_stats", "preemption_forecast", "cost_report")]
+
+
+def _md_table(df: pd.DataFrame, max_rows: int = 20) -> MetadataValue:
+    if df.empty:
+        return MetadataValue.md("_empty_")
+    return MetadataValue.md(df.head(max_rows).to_markdown(index=False, floatfmt=".4g"))
+
+
+def _stage_dict(stage: StageConfig) -> dict[str, Any]:
+    r = stage.resources
+    return {"name": stage.name, "zones": list(r.zones), "spot": r.spot, "nodes": r.nodes,
+            "accelerator": r.accelerator, "count": r.count, "work_hours": stage.work_hours}
+
+
+def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
+    """Assets, checks and the external ``node_sessions`` spec of one pipeline."""
+    p = cfg.name
+    market = cfg.market.model_dump()
+    node_sessions = AssetSpec(
+        key=AssetKey([p, "node_sessions"]), group_name=f"{p}_{GROUP_STATS}",
+        description="Node sessions, preemptions and checkpoints in the statistics DB "
+                    "(written by the train_<stage> assets; external to Dagster).",
+        kinds={"sqlalchemy"})
+
+    @asset(key=[p, "spot_market"], group_name=f"{p}_{GROUP_STATS}", kinds={"pandas"},
+           description=f"The spot market of {p}: the synthetic market (seed {cfg.market.seed}) or the "
+                       "trace folder, one availability trace per zone.")
+    def spot_market(context: AssetExecutionContext) -> Output:
+        traces = fleet_adapter.market_traces(market)
+        summary = pd.DataFrame([{"zone": t.zone, "region": t.region, "accelerator": t.accelerator,
+                                 "hours": round(t.duration_hours, 1),
+                                 "availability": float(t.up().mean())} for t in traces])
+        return Output(traces, metadata={
+            "zones": MetadataValue.int(len(traces)), "summary": _md_table(summary),
+            "mean_availability": MetadataValue.float(float(summary["availability"].mean())),
+        })
+
+    @asset(key=[p, "preemption_stats"], group_name=f"{p}_{GROUP_STATS}", kinds={"pandas"},
+           ins={"spot_market": AssetIn(key=[p, "spot_market"])},
+           deps=[node_sessions.key], automation_condition=refresh_condition(),
+           description="Per-zone preemption statistics from the market traces and from the node "
+                       "sessions recorded in the statistics DB (MTTP with CI, rate, regain time, R).")
+    def preemption_stats(context: AssetExecutionContext, stats_db: StatsDB, spot_market) -> Output:
+        from fleet.stats.preemption import session_stats, zone_stats
+        from infra.db.recorder import node_sessions_as_dataclasses
+
+        rows = [s.to_dict() for s in zone_stats(spot_market)]
+        sessions = node_sessions_as_dataclasses(stats_db.engine(), p)
+        rows += [s.to_dict() for s in session_stats(sessions)] if sessions else []
+        df = pd.DataFrame(rows)
+        show = df[["source", "zone", "instance_type", "observed_hours", "preemptions",
+                   "rate_per_hour", "mttp_hours", "availability", "restart_latency_s"]] if not df.empty else df
+        return Output(df, metadata={
+            "table": _md_table(show), "recorded_sessions": MetadataValue.int(len(sessions)),
+            "min_preemptions_per_zone": MetadataValue.int(
+                int(df[df["source"] == "trace"]["preemptions"].min()) if not df.empty else 0),
+        })
+
+    @asset(key=[p, "preemption_forecast"], group_name=f"{p}_{GROUP_STATS}", kinds={"pandas"},
+           ins={"spot_market": AssetIn(key=[p, "spot_market"]),
+                "preemption_stats": AssetIn(key=[p, "preemption_stats"])},
+           automation_condition=refresh_condition(),
+           description="Probabilistic forecast per zone for the deadline horizon: availability and "
+                       "preemptions (mean, p10/p50/p90), semi-Markov model from fleet.stats.forecast.")
+    def preemption_forecast(context: AssetExecutionContext, spot_market, preemption_stats) -> Output:
+        from fleet.stats.forecast import forecast_zones
+
+        horizon = max(1.0, min(cfg.deadline_hours, 48.0))
+        fc = forecast_zones(spot_market, None, horizon, n_samples=400, seed=cfg.market.seed)
+        df = pd.DataFrame([f.to_dict() for f in fc])
+        show = df[["zone", "horizon_hours", "state_up", "availability_mean", "preemptions_mean",
+                   "preemptions_p90", "rate_per_held_hour"]]
+        return Output(fc, metadata={"table": _md_table(show), "horizon_hours": MetadataValue.float(horizon)})
+
+    @asset(key=[p, "fleet_plan"], group_name=f"{p}_training", kinds={"python"},
+           ins={"preemption_stats": AssetIn(key=[p, "preemption_stats"]),
+                "preemption_forecast": AssetIn(key=[p, "preemption_forecast"])},
+           description="Per stage: zones in order, spot or on-demand, on-demand fallback, expected "
+                       "cost and completion, and why (fleet.planning).")
+    def fleet_plan(context: AssetExecutionContext, preemption_stats, preemption_forecast) -> Output:
+        plans = {}
+        for s in cfg.stages:
+            plans[s.name] = fleet_adapter.plan_for_stage(
+                _stage_dict(s), preemption_stats.to_dict("records") if hasattr(preemption_stats, "to_dict") else [],
+                preemption_forecast, market, cfg.deadline_hours, cfg.on_demand_fallback)
+            context.log.info(f"plan for {s.name}: {plans[s.name].get('reason')}")
+        md = "\n".join(f"- **{k}**: zones {v.get('zones')}, {'spot' if v.get('use_spot') else 'on-demand'}; "
+                       f"{v.get('reason')}" for k, v in plans.items())
+        return Output(plans, metadata={"plan": MetadataValue.md(md)})
+
+    train_assets = []
+    for idx, stage in enumerate(cfg.stages):
+        train_assets.append(_train_asset(cfg, stage, idx, node_sessions.key))
+
+    @asset(key=[p, "cost_report"], group_name=f"{p}_{GROUP_STATS}", kinds={"pandas"},
+           deps=[*(a.key for a in train_assets), node_sessions.key],
+           automation_condition=refresh_condition(),
+           description="Spend per stage, zone and day vs on-demand for the same useful work, "
+                       "split into useful compute, checkpoint, redo, restart and idle; break-even.")
+    def cost_report(context: AssetExecutionContext, stats_db: StatsDB, fleet: FleetResource) -> Output:
+        from infra.db.models import CheckpointRecord, CostLine, NodeSessionRecord
+        from infra.db.recorder import read_table
+
+        eng = stats_db.engine()
+        lines = read_table(eng, CostLine, p)
+        sessions = read_table(eng, NodeSessionRecord, p)
+        ckpts = read_table(eng, CheckpointRecord, p)
+        table = cost_table(lines)
+        tot = totals(table)
+        be = break_even(observed_rates(sessions, lines, ckpts)) if not sessions.empty else None
+        md = markdown_report(p, table, tot, be)
+        out_dir = fleet.var_path() / "reports" / p
+        png = write_plot(table, tot, out_dir / "cost_report.png", p)
+        html = write_html(md, table, png, out_dir / "cost_report.html")
+        table.to_csv(out_dir / "cost_report.csv", index=False)
+        (out_dir / "cost_report.md").write_text(md + "\n", encoding="utf-8")
+        meta = {"report": MetadataValue.md(md), "plot": MetadataValue.path(str(png)),
+                "html": MetadataValue.path(str(html)), "csv": MetadataValue.path(str(out_dir / "cost_report.csv")),
+                "rows": MetadataValue.int(len(table))}
+        meta.update({k: MetadataValue.float(float(v)) for k, v in tot.items()})
+        if be is not None:
+            meta["observed_rate_per_hour"] = MetadataValue.float(be.observed.rate_per_hour)
+            meta["break_even_rate_per_hour"] = MetadataValue.float(be.break_even_rate_per_hour)
+            meta["spot_wins"] = MetadataValue.bool(be.spot_wins)
+        context.log.info(f"cost report written to {html} and {png}")
+        return Output(table, metadata=meta)
+
+    from assets.checks import build_checks
+
+    assets = [spot_market, preemption_stats, preemption_forecast, fleet_plan, *train_assets, cost_report]
+    pa = PipelineAssets(cfg, assets, [], [node_sessions])
+    return PipelineAssets(cfg, assets, build_checks(pa), [node_sessions])
+
+
+def _stage_deadline_seconds(cfg: PipelineConfig, stage: StageConfig) -> float:
+    """This stage's share of the pipeline deadline, in WALL seconds (local fleet time scale)."""
+    total_work = sum(s.work_hours for s in cfg.stages)
+    hours = cfg.deadline_hours * stage.work_hours / total_work
+    return hours * cfg.market.wall_seconds_per_market_hour if cfg.provider == "local" else hours * 3600.0
+
+
+def _resolve_command(stage: StageConfig, python: str, cwd: str) -> list[str]:
+    argv = stage.argv(python)
+    if stage.script is not None:
+        script = Path(stage.script)
+        if not script.is_absolute():
+            cand = Path(cwd) / script
+            if not cand.exists():
+                raise Failure(description=f"stage {stage.name}: script {stage.script!r} not found under "
+                                          f"{cwd}; give a path relative to the project or an absolute one",
+                              allow_retries=False)
+            argv[1] = str(cand.resolve())
+    return argv
+
+
+def _train_asset(cfg: PipelineConfig, stage: StageConfig, idx: int, sessions_key: AssetKey):
+    p = cfg.name
+    deps = [AssetKey([p, f"train_{d}"]) for d in cfg.stage_deps(stage)]
+
+    @asset(key=[p, f"train_{stage.name}"], group_name=f"{p}_training", kinds={"python"},
+           ins={"fleet_plan": AssetIn(key=[p, "fleet_plan"])}, deps=deps,
+           retry_policy=TRAIN_RETRY,
+           description=f"Train stage '{stage.name}' on the {cfg.provider} fleet; preemptions inside an "
+                       "attempt are survived by the provider, lost attempts are retried by Dagster and "
+                       "resume from the latest checkpoint.",
+           metadata={"stage": stage.name, "script": stage.script or " ".join(stage.command or [])})
+    def train(context: AssetExecutionContext, fleet: FleetResource, stats_db: StatsDB, fleet_plan) -> MaterializeResult:
+        return run_training_stage(context, cfg, stage, fleet, stats_db, fleet_plan.get(stage.name, {}),
+                                  sessions_key)
+
+    return train
+
+
+def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stage: StageConfig,
+                       fleet: FleetResource, stats_db: StatsDB, plan: dict[str, Any],
+                       sessions_key: AssetKey) -> MaterializeResult:
+    """Launch one attempt through Dagster Pipes, record it, and fail (retryably) if it was lost."""
+    from infra.db.recorder import latest_checkpoint_step, record_attempt
+    from pipelines.node_runner import event_from_dict, session_from_dict, spec_to_dict
+
+    attempt = context.retry_number + 1
+    root_run = context.run.root_run_id or context.run_id
+    cwd = fleet.cwd()
+    ckpt_uri = cfg.stage_checkpoint_uri(stage, Path(cwd)).rstrip("/") + f"/{root_run}"
+    workdir = fleet.work_path() / p_safe(cfg.name) / root_run
+    zones = list(plan.get("zones") or stage.resources.zones)
+    use_spot = bool(plan.get("use_spot", stage.resources.spot))
+    spec = StageSpec(
+        name=stage.name, command=_resolve_command(stage, fleet.python_exe(), cwd), checkpoint_uri=ckpt_uri,
+        accelerator=stage.resources.accelerator, accelerator_count=stage.resources.count,
+        num_nodes=stage.resources.nodes, clouds=tuple(stage.resources.clouds),
+        regions=tuple(stage.resources.regions), zones=tuple(zones), use_spot=use_spot,
+        instance_type=stage.resources.instance_type,
+        deadline_seconds=_stage_deadline_seconds(cfg, stage) if cfg.on_demand_fallback else None,
+        env=dict(stage.env), max_relaunches=stage.max_relaunches)
+    eng = stats_db.engine()
+    before = latest_checkpoint_step(eng, cfg.name, stage.name, run_id=context.run_id)
+    context.log.info(f"{stage.name}: attempt {attempt} (run {context.run_id[:8]}, root {root_run[:8]}), "
+                     f"zones {zones}, {'spot' if use_spot else 'on-demand'}, checkpoints {ckpt_uri}; "
+                     f"latest recorded checkpoint step {before}")
+    extras = {
+        "spec": spec_to_dict(spec), "attempt": attempt, "provider": cfg.provider,
+        "provider_options": {"market": cfg.market.model_dump(), "workdir": str(workdir),
+                             "on_demand_fallback": cfg.on_demand_fallback},
+        "inject_preemptions_at_steps": cfg.market.inject_preemptions_at_steps.get(stage.name, []),
+        "lose_attempt_at_step": cfg.market.lose_attempt_at_step.get(stage.name),
+    }
+    env = {"PYTHONUNBUFFERED": "1"}
+    if fleet.pipes_channel == "s3":
+        env["SPOTFLEET_PIPES_CHANNEL"] = "s3"
+        if fleet.pipes_endpoint_url:
+            env["AWS_ENDPOINT_URL"] = fleet.pipes_endpoint_url
+    started = time.time()
+    invocation = fleet.pipes_client().run(
+        context=context, command=[fleet.python_exe(), "-m", "pipelines.node_runner"],
+        extras=extras, env=env)
+    result = next((m for m in invocation.get_custom_messages()
+                   if isinstance(m, dict) and m.get("type") == "stage_result"), None)
+    if result is None:
+        raise Failure(description=f"stage {stage.name}: the node runner reported no result; see the "
+                                  "step's stdout/stderr in the run logs")
+    sessions = [session_from_dict(s) for s in result["sessions"]]
+    events = [event_from_dict(e) for e in result["events"]]
+    completed = bool(result["completed"])
+    first_steps = [s.first_step for s in sorted(sessions, key=lambda s: s.launched_at) if s.first_step is not None]
+    record_attempt(
+        eng, run_id=context.run_id, pipeline=cfg.name, stage=stage.name, attempt=attempt,
+        provider=cfg.provider, status="completed" if completed else "failed", sessions=sessions,
+        events=events, started_at=started, ended_at=time.time(),
+        start_step=first_steps[0] if first_steps else None, final_step=result.get("final_step"),
+        total_steps=_total_steps(events), on_demand_price=lambda s: fleet_adapter.on_demand_price(cfg.market.model_dump()),
+        time_scale=cfg.market.time_scale if cfg.provider == "local" else 1.0, error=result.get("error"))
+    preempted = sum(1 for s in sessions if s.end_reason == "preempted")
+    context.log_event(AssetMaterialization(
+        asset_key=sessions_key, description=f"{stage.name} attempt {attempt} recorded",
+        metadata={"stage": stage.name, "attempt": attempt, "sessions": len(sessions), "preemptions": preempted}))
+    if not completed:
+        raise Failure(
+            description=f"stage {stage.name} attempt {attempt} lost: {result.get('error')}. "
+                        "Dagster retries it (RetryPolicy with backoff); the retry resumes from the "
+                        "latest checkpoint.",
+            metadata={"sessions": len(sessions), "preemptions": preempted,
+                      "last_checkpoint_step": max((s.last_checkpoint_step or 0 for s in sessions), default=0)})
+    pipes_md = invocation.get_materialize_result().metadata or {}
+    resumed = [s.first_step for s in sessions if s.first_step]
+    meta = dict(pipes_md)
+    meta.update({
+        "attempt": MetadataValue.int(attempt),
+        "final_step": MetadataValue.int(int(result.get("final_step") or 0)),
+        "resumed_from_steps": MetadataValue.text(", ".join(str(x) for x in resumed) or "none"),
+        "preemptions": MetadataValue.int(preempted),
+        "on_demand_sessions": MetadataValue.int(sum(1 for s in sessions if not s.spot)),
+        "zones_used": MetadataValue.text(" -> ".join(s.zone for s in sorted(sessions, key=lambda s: s.launched_at))),
+        "checkpoint_uri": MetadataValue.text(ckpt_uri),
+        "plan": MetadataValue.text(str(plan.get("reason", ""))),
+        "cost_usd": MetadataValue.float(sum((s.ended_at - s.launched_at) * s.price_per_hour / 3600.0 *
+                                            (cfg.market.time_scale if cfg.provider == "local" else 1.0)
+                                            for s in sessions if s.ended_at is not None)),
+    })
+    return MaterializeResult(metadata=meta)
+
+
+def p_safe(name: str) -> str:
+    return name.replace("/", "_")
+
+
+def _total_steps(events) -> int | None:
+    for e in reversed(events):
+        if e.kind == "progress" and e.data.get("total_steps") is not None:
+            return int(e.data["total_steps"])
+    return None

@@ -1,0 +1,114 @@
+"""Engines, sessions and programmatic migrations for the statistics database."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+ENV_DB_URL = "SPOTFLEET_DB_URL"
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+def db_url(url: str | None = None, var_dir: str | os.PathLike[str] | None = None) -> str:
+    """The database URL: explicit, else ``$SPOTFLEET_DB_URL``, else ``<var_dir>/spotfleet.db``.
+
+    ``var_dir`` defaults to ``$SPOTFLEET_VAR_DIR`` or ``./var``.
+    """
+    if url:
+        return url
+    env = os.environ.get(ENV_DB_URL)
+    if env:
+        return env
+    base = Path(var_dir or os.environ.get("SPOTFLEET_VAR_DIR") or "var").resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{base / 'spotfleet.db'}"
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - trivial
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
+
+
+_ENGINES: dict[str, Engine] = {}
+
+
+def make_engine(url: str | None = None) -> Engine:
+    """A (cached) engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout."""
+    resolved = db_url(url)
+    if resolved.startswith("postgresql://"):
+        resolved = "postgresql+psycopg://" + resolved[len("postgresql://"):]
+    eng = _ENGINES.get(resolved)
+    if eng is None:
+        if resolved.startswith("sqlite"):
+            eng = create_engine(resolved, connect_args={"timeout": 30})
+            event.listen(eng, "connect", _sqlite_pragmas)
+        else:
+            eng = create_engine(resolved, pool_pre_ping=True)
+        _ENGINES[resolved] = eng
+    return eng
+
+
+def dispose_engines() -> None:
+    """Close every cached engine (tests dropping databases call this)."""
+    for eng in _ENGINES.values():
+        eng.dispose()
+    _ENGINES.clear()
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error."""
+    factory = sessionmaker(engine, expire_on_commit=False)
+    with factory() as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+def _alembic_config(engine: Engine):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+    return cfg
+
+
+def upgrade(url_or_engine: str | Engine | None = None, revision: str = "head") -> str | None:
+    """Apply migrations up to ``revision``; return the resulting revision id."""
+    from alembic import command
+
+    engine = url_or_engine if isinstance(url_or_engine, Engine) else make_engine(url_or_engine)
+    cfg = _alembic_config(engine)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+    return current_revision(engine)
+
+
+def current_revision(url_or_engine: str | Engine | None = None) -> str | None:
+    """The schema revision the database is at (None: never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+
+    engine = url_or_engine if isinstance(url_or_engine, Engine) else make_engine(url_or_engine)
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str | None:
+    """The newest revision shipped with the code."""
+    from alembic.script import ScriptDirectory
+
+    cfg = _alembic_config(make_engine("sqlite://"))
+    return ScriptDirectory.from_config(cfg).get_current_head()

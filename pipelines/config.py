@@ -1,0 +1,282 @@
+"""Pipeline configuration: what a platform team declares in YAML.
+
+One YAML file holds one or more pipelines::
+
+    pipelines:
+      - name: demo
+        provider: local            # local | skypilot
+        deadline_hours: 2.0
+        budget_usd: 50
+        data_uri: /data/corpus
+        checkpoint_uri: ./var/checkpoints/demo
+        stages:
+          - name: pretrain
+            script: examples/train_example.py
+            args: [--steps, "400"]
+            resources: {accelerator: V100, count: 1, nodes: 1, zones: [...], spot: true}
+          - name: finetune
+            after: [pretrain]
+            ...
+
+Every field is validated; :func:`load_pipelines` raises :class:`PipelineConfigError`
+whose message names the file, the field path and how to fix it. Durations are in
+hours unless the field name says otherwise; money in US dollars; prices in $/h.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class PipelineConfigError(ValueError):
+    """The pipeline YAML is invalid; the message names the field and the fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_name(value: str, what: str) -> str:
+    if not _NAME_RE.match(value):
+        raise ValueError(
+            f"{what} {value!r} must be lower-case letters, digits and underscores, starting "
+            f"with a letter (it becomes part of a Dagster asset key), e.g. 'pretrain'"
+        )
+    return value
+
+
+class StageResources(_Strict):
+    """Where a stage may run. ``zones`` are in preference order."""
+
+    accelerator: str = "V100"
+    count: int = Field(1, ge=1, le=16, description="accelerators per node")
+    nodes: int = Field(1, ge=1, le=64, description="nodes per stage (one node group)")
+    clouds: list[str] = Field(default_factory=lambda: ["aws"])
+    regions: list[str] = Field(default_factory=list)
+    zones: list[str] = Field(default_factory=list)
+    spot: bool = True
+    instance_type: str | None = None
+
+    @field_validator("clouds")
+    @classmethod
+    def _clouds(cls, v: list[str]) -> list[str]:
+        known = {"aws", "gcp", "azure", "local"}
+        bad = [c for c in v if c not in known]
+        if bad:
+            raise ValueError(f"unknown cloud(s) {bad}; use some of {sorted(known)}")
+        if not v:
+            raise ValueError("list at least one cloud, e.g. [aws]")
+        return v
+
+
+class StageConfig(_Strict):
+    """One training stage: a script (run with the project's Python) or a full command."""
+
+    name: str
+    script: str | None = None
+    command: list[str] | None = None
+    args: list[str] = Field(default_factory=list)
+    after: list[str] | None = Field(
+        None, description="stages that must finish first; default: the previous stage")
+    resources: StageResources = Field(default_factory=StageResources)
+    work_hours: float = Field(
+        1.0, gt=0, description="expected useful compute in hours (for planning)")
+    checkpoint_uri: str | None = Field(
+        None, description="default: <pipeline checkpoint_uri>/<stage name>")
+    max_relaunches: int = Field(20, ge=0, description="relaunches after preemptions per attempt")
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, "stage name")
+
+    @model_validator(mode="after")
+    def _script_or_command(self) -> StageConfig:
+        if (self.script is None) == (self.command is None):
+            raise ValueError(
+                "give exactly one of 'script' (a Python file run with the project's "
+                "interpreter, e.g. examples/train_example.py) or 'command' (full argv list)")
+        if self.command is not None and not self.command:
+            raise ValueError("'command' is empty; give the argv list, e.g. [python, train.py]")
+        return self
+
+    def argv(self, python: str | None = None) -> list[str]:
+        """The training process argv (script stages run with ``python``)."""
+        if self.script is not None:
+            return [python or sys.executable, self.script, *self.args]
+        return [*(self.command or []), *self.args]
+
+
+class MarketConfig(_Strict):
+    """The spot market the local fleet emulates (synthetic unless a trace dir is given).
+
+    The local fleet replays the market with time compression: one market hour lasts
+    ``wall_seconds_per_market_hour`` wall seconds, and node sessions are billed in
+    market time (wall seconds x 3600 / wall_seconds_per_market_hour).
+    """
+
+    kind: Literal["synthetic", "traces"] = "synthetic"
+    seed: int = 0
+    n_zones: int = Field(3, ge=1, le=9, description="synthetic: calibrated zones to emulate")
+    hours: float = Field(72.0, gt=0, description="length of the market history, hours")
+    trace_dir: str | None = None
+    wall_seconds_per_market_hour: float = Field(10.0, gt=0)
+    cloud: Literal["aws", "gcp", "azure", "signal"] = Field(
+        "signal", description="notice protocol the local fleet emulates")
+    grace_seconds: float | None = Field(None, gt=0, description="notice window, wall seconds")
+    inject_preemptions_at_steps: dict[str, list[int]] = Field(
+        default_factory=dict,
+        description="fault injection: stage -> training steps at which the node running it "
+                    "gets a preemption notice (on top of the market's own preemptions)")
+    lose_attempt_at_step: dict[str, int] = Field(
+        default_factory=dict,
+        description="fault injection: stage -> step at which the FIRST attempt loses its "
+                    "whole node group (Dagster then retries it)")
+    on_demand_price_per_hour: float = Field(3.06, gt=0, description="$/h, local fleet")
+    spot_price_per_hour: float = Field(0.918, gt=0, description="$/h, local fleet")
+
+    @model_validator(mode="after")
+    def _traces(self) -> MarketConfig:
+        if self.kind == "traces" and not self.trace_dir:
+            raise ValueError("kind 'traces' needs trace_dir: a folder of spot-trace JSON files")
+        return self
+
+    @property
+    def time_scale(self) -> float:
+        """Market (billed) seconds per wall second."""
+        return 3600.0 / self.wall_seconds_per_market_hour
+
+
+class PipelineConfig(_Strict):
+    """One pipeline: an ordered set of stages with a deadline and a budget."""
+
+    name: str
+    description: str = ""
+    provider: Literal["local", "skypilot"] = "local"
+    deadline_hours: float = Field(24.0, gt=0)
+    budget_usd: float = Field(1000.0, gt=0)
+    data_uri: str | None = None
+    checkpoint_uri: str = Field(..., description="root for checkpoints: a directory or s3://bucket/prefix")
+    on_demand_fallback: bool = True
+    market: MarketConfig = Field(default_factory=MarketConfig)
+    stages: list[StageConfig]
+    schedule_cron: str | None = Field(
+        "0 * * * *", description="cron for refreshing statistics and cost assets; null: none")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, "pipeline name")
+
+    @model_validator(mode="after")
+    def _graph(self) -> PipelineConfig:
+        if not self.stages:
+            raise ValueError("a pipeline needs at least one stage under 'stages'")
+        names = [s.name for s in self.stages]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"stage names must be unique; repeated: {dup}")
+        seen: set[str] = set()
+        for s in self.stages:
+            for dep in self.stage_deps(s):
+                if dep not in names:
+                    raise ValueError(f"stage {s.name!r} is after unknown stage {dep!r}; known: {names}")
+                if dep not in seen:
+                    raise ValueError(
+                        f"stage {s.name!r} is after {dep!r}, which is listed later; list "
+                        "stages in dependency order")
+            seen.add(s.name)
+        return self
+
+    def stage_deps(self, stage: StageConfig) -> list[str]:
+        """Names of the stages ``stage`` waits for."""
+        if stage.after is not None:
+            return list(stage.after)
+        idx = [s.name for s in self.stages].index(stage.name)
+        return [self.stages[idx - 1].name] if idx > 0 else []
+
+    def stage_checkpoint_uri(self, stage: StageConfig, base_dir: Path | None = None) -> str:
+        """Checkpoint location of a stage (relative local paths resolve against base_dir)."""
+        uri = stage.checkpoint_uri or f"{self.checkpoint_uri.rstrip('/')}/{stage.name}"
+        if "://" in uri or Path(uri).is_absolute():
+            return uri
+        return str(((base_dir or Path.cwd()) / uri).resolve())
+
+
+class PipelinesFile(_Strict):
+    pipelines: list[PipelineConfig]
+
+    @model_validator(mode="after")
+    def _unique(self) -> PipelinesFile:
+        names = [p.name for p in self.pipelines]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"pipeline names must be unique; repeated: {dup}")
+        return self
+
+
+def _format_errors(source: str, exc: ValidationError) -> str:
+    lines = [f"{source}: invalid pipeline configuration ({exc.error_count()} problem(s)):"]
+    for err in exc.errors():
+        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"])
+        loc = loc.replace(".[", "[") or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; remove it or check the spelling against docs/dagster.md"
+        elif err["type"] == "missing":
+            msg = "required field is missing; add it"
+        lines.append(f"  - {loc}: {msg} (got {err.get('input')!r})" if err["type"] != "missing"
+                     else f"  - {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_pipelines(data: object, source: str = "<config>") -> list[PipelineConfig]:
+    """Validate already-parsed YAML/JSON data (a mapping with ``pipelines:`` or one pipeline)."""
+    if isinstance(data, dict) and "pipelines" not in data and "stages" in data:
+        data = {"pipelines": [data]}
+    if not isinstance(data, dict):
+        raise PipelineConfigError(f"{source}: top level must be a mapping with a 'pipelines:' list")
+    try:
+        return list(PipelinesFile.model_validate(data).pipelines)
+    except ValidationError as exc:
+        raise PipelineConfigError(_format_errors(source, exc)) from None
+
+
+def load_pipelines(path: str | Path) -> list[PipelineConfig]:
+    """Load and validate a pipelines YAML file."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PipelineConfigError(f"{p}: no such pipelines file; set SPOTFLEET_PIPELINES to a YAML path") from None
+    except yaml.YAMLError as exc:
+        raise PipelineConfigError(f"{p}: not valid YAML: {exc}") from None
+    return parse_pipelines(raw, str(p))
+
+
+EXAMPLE_PIPELINES = Path(__file__).parent / "examples" / "two_stage.yaml"
+
+
+def load_default_pipelines() -> list[PipelineConfig]:
+    """Pipelines from ``$SPOTFLEET_PIPELINES`` (file or ':'-separated files), else the example."""
+    import os
+
+    raw = os.environ.get("SPOTFLEET_PIPELINES")
+    paths = [Path(x) for x in raw.split(os.pathsep) if x] if raw else [EXAMPLE_PIPELINES]
+    out: list[PipelineConfig] = []
+    for p in paths:
+        out.extend(load_pipelines(p))
+    names = [p.name for p in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise PipelineConfigError(f"pipeline names must be unique across files; repeated: {dup}")
+    return out

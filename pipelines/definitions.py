@@ -1,0 +1,77 @@
+"""The Dagster code location: ``dagster dev -m pipelines.definitions``.
+
+Pipelines come from ``$SPOTFLEET_PIPELINES`` (YAML file(s), ':'-separated) or the
+example ``pipelines/examples/two_stage.yaml``. Each pipeline gets its own assets
+(key prefix = pipeline name), a job that materializes its whole graph, and an
+hourly (``schedule_cron``) refresh of its statistics and cost report; one automation
+sensor refreshes those assets whenever a run lands.
+"""
+
+from __future__ import annotations
+
+import os
+
+from dagster import (
+    AssetSelection,
+    AutomationConditionSensorDefinition,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    Definitions,
+    ScheduleDefinition,
+    define_asset_job,
+)
+
+from assets.pipeline_assets import PipelineAssets, build_pipeline_assets
+from pipelines.config import PipelineConfig, load_default_pipelines
+from pipelines.resources import FleetResource, StatsDB
+
+
+def pipeline_job_name(pipeline: str) -> str:
+    return f"{pipeline}__train_all"
+
+
+def build_definitions(pipelines: list[PipelineConfig] | None = None,
+                      resources: dict | None = None, include_gfs: bool = True) -> Definitions:
+    """Definitions for ``pipelines`` (default: the configured ones) with the given resources."""
+    configs = pipelines if pipelines is not None else load_default_pipelines()
+    built: list[PipelineAssets] = [build_pipeline_assets(c) for c in configs]
+    assets: list = []
+    checks: list = []
+    jobs: list = []
+    schedules: list = []
+    refresh_keys = []
+    for pa in built:
+        assets += pa.assets + pa.external
+        checks += pa.checks
+        jobs.append(define_asset_job(
+            pipeline_job_name(pa.prefix), selection=AssetSelection.assets(*pa.all_keys),
+            description=f"Materialize the whole graph of pipeline {pa.prefix}: market, statistics, "
+                        "forecast, plan, every training stage, cost report."))
+        refresh = define_asset_job(f"{pa.prefix}__refresh_stats", selection=AssetSelection.assets(*pa.refresh_keys),
+                                   description="Refresh preemption statistics, forecast and cost report.")
+        jobs.append(refresh)
+        refresh_keys += pa.refresh_keys
+        if pa.config.schedule_cron:
+            schedules.append(ScheduleDefinition(
+                name=f"{pa.prefix}__refresh_schedule", job=refresh, cron_schedule=pa.config.schedule_cron,
+                default_status=DefaultScheduleStatus.STOPPED,
+                description="Refresh statistics and cost report on a schedule (turn on in the UI)."))
+    if include_gfs:
+        try:
+            from assets.gfs import gfs_assets  # helper E's GFS assets, when present
+        except ImportError:
+            gfs_assets = []
+        assets += list(gfs_assets)
+    sensors = [AutomationConditionSensorDefinition(
+        "spotfleet_automation", target=AssetSelection.assets(*refresh_keys) if refresh_keys else AssetSelection.all(),
+        default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
+        description="Declarative automation: refresh statistics, forecasts and cost reports when "
+                    "training runs land (node sessions recorded).")]
+    res = {"stats_db": StatsDB(url=os.environ.get("SPOTFLEET_DB_URL", "")),
+           "fleet": FleetResource()}
+    res.update(resources or {})
+    return Definitions(assets=assets, asset_checks=checks, jobs=jobs, schedules=schedules,
+                       sensors=sensors, resources=res)
+
+
+defs = build_definitions()

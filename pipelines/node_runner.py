@@ -1,0 +1,212 @@
+"""The node runner: the Dagster Pipes side of a training stage.
+
+Launched by the ``train_<stage>`` asset through ``PipesSubprocessClient`` (local fleet:
+temp-file message channel; remote nodes: S3 context and message channel). It builds the
+fleet provider, runs the stage attempt (the provider survives preemptions inside the
+attempt) and relays every training and provider event back to Dagster as logs; at the
+end it reports the stage result (sessions + events) as a custom message and, on
+success, the asset materialization metadata.
+
+It keeps ``checkpointing/`` free of Dagster: the training process only writes JSONL
+events; this runner is the only piece that speaks Pipes.
+
+    python -m pipelines.node_runner   # extras come from the Pipes context
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+import traceback
+from typing import Any
+
+from checkpointing.events import Event
+from fleet.providers.base import AttemptFailed, NodeSession, StageSpec
+
+PROGRESS_LOG_EVERY_SECONDS = 2.0
+
+
+def spec_from_dict(d: dict[str, Any]) -> StageSpec:
+    d = dict(d)
+    for k in ("clouds", "regions", "zones"):
+        d[k] = tuple(d.get(k) or ())
+    fields = {f.name for f in dataclasses.fields(StageSpec)}
+    return StageSpec(**{k: v for k, v in d.items() if k in fields})
+
+
+def spec_to_dict(spec: StageSpec) -> dict[str, Any]:
+    d = dataclasses.asdict(spec)
+    for k in ("clouds", "regions", "zones"):
+        d[k] = list(d[k])
+    return d
+
+
+def session_to_dict(s: NodeSession) -> dict[str, Any]:
+    return dataclasses.asdict(s)
+
+
+def session_from_dict(d: dict[str, Any]) -> NodeSession:
+    fields = {f.name for f in dataclasses.fields(NodeSession)}
+    return NodeSession(**{k: v for k, v in d.items() if k in fields})
+
+
+def event_to_dict(e: Event) -> dict[str, Any]:
+    return {"kind": e.kind, "time": e.time, "node_id": e.node_id, "data": e.data}
+
+
+def event_from_dict(d: dict[str, Any]) -> Event:
+    return Event(kind=d["kind"], time=float(d["time"]), node_id=d.get("node_id"), data=d.get("data") or {})
+
+
+def describe_event(e: Event) -> str | None:
+    """One log line for an event (None: not worth a line)."""
+    d = e.data
+    node = e.node_id or "-"
+    k = e.kind
+    if k == "progress":
+        return (f"[{node}] step {d.get('step')}/{d.get('total_steps')} "
+                f"({d.get('mean_step_seconds', 0) or 0:.3f} s/step, loss {d.get('loss')})")
+    if k == "launch":
+        return (f"[{node}] launched in {d.get('zone')} ({'spot' if d.get('spot', True) else 'ON-DEMAND'}, "
+                f"{d.get('price_per_hour')} $/h): {d.get('reason', '')}")
+    if k == "notice_sent":
+        return f"[{node}] preemption notice sent in {d.get('zone')} (grace {d.get('grace_seconds')} s)"
+    if k == "notice":
+        return f"[{node}] training process got the notice (source {d.get('source')})"
+    if k == "save_committed":
+        return (f"[{node}] checkpoint committed: step {d.get('step')} ({d.get('kind')}), "
+                f"stall {float(d.get('stall_seconds') or 0):.3f} s")
+    if k == "save_failed":
+        return f"[{node}] checkpoint FAILED at step {d.get('step')}: {d.get('reason')}"
+    if k == "restore":
+        return f"[{node}] resumed from step {d.get('step')} ({d.get('location')})"
+    if k == "preempted":
+        return (f"[{node}] PREEMPTED in {d.get('zone')} at step {d.get('last_step')} "
+                f"(last checkpoint {d.get('last_checkpoint_step')})")
+    if k == "relaunch":
+        return f"relaunch {d.get('from_zone')} -> {d.get('to_zone')} ({d.get('reason', '')})"
+    if k in ("start", "interval", "save_started"):
+        return None
+    return f"[{node}] {k}: {d}"
+
+
+def main() -> int:
+    from dagster_pipes import PipesDefaultContextLoader, open_dagster_pipes
+
+    from assets.fleet_adapter import build_provider, preempt_node_now
+
+    loader = None
+    writer = None
+    if os.environ.get("SPOTFLEET_PIPES_CHANNEL") == "s3":
+        import boto3
+        from dagster_pipes import PipesS3ContextLoader, PipesS3MessageWriter
+
+        client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
+        loader = PipesS3ContextLoader(client=client)
+        writer = PipesS3MessageWriter(client=client, interval=1.0)
+    with open_dagster_pipes(context_loader=loader or PipesDefaultContextLoader(),
+                            message_writer=writer) as pipes:
+        extras = pipes.extras
+        spec = spec_from_dict(extras["spec"])
+        attempt = int(extras.get("attempt", 1))
+        lose_at = extras.get("lose_attempt_at_step")
+        provider = build_provider(extras.get("provider", "local"), extras.get("provider_options") or {})
+        events: list[Event] = []
+        lock = threading.Lock()
+        last_progress_log = [0.0]
+        lost = threading.Event()
+        seen_progress: list[float] = []
+        inject_at = sorted(int(x) for x in extras.get("inject_preemptions_at_steps") or [])
+
+        def on_event(ev: Event) -> None:
+            with lock:
+                events.append(ev)
+            if ev.kind == "progress":
+                step = ev.data.get("step")
+                if isinstance(step, (int, float)) and not seen_progress:
+                    seen_progress.append(step)  # thresholds already passed (resumed) are dropped
+                    while inject_at and inject_at[0] <= step:
+                        inject_at.pop(0)
+                if inject_at and isinstance(step, (int, float)) and step >= inject_at[0] and ev.node_id:
+                    while inject_at and step >= inject_at[0]:
+                        inject_at.pop(0)
+                    pipes.log.warning(f"fault injection: preemption notice to {ev.node_id} at step {step}")
+                    threading.Thread(target=preempt_node_now, args=(provider, spec.name, ev.node_id),
+                                     daemon=True).start()
+                if lose_at is not None and attempt == 1 and isinstance(step, (int, float)) \
+                        and step >= int(lose_at) and not lost.is_set():
+                    lost.set()
+                    pipes.log.warning(f"fault injection: the whole node group of {spec.name} "
+                                      f"is lost at step {step} (attempt {attempt})")
+                    threading.Thread(target=provider.cancel, args=(spec.name,), daemon=True).start()
+                now = time.monotonic()
+                if now - last_progress_log[0] < PROGRESS_LOG_EVERY_SECONDS:
+                    return
+                last_progress_log[0] = now
+            line = describe_event(ev)
+            if line:
+                pipes.log.info(line)
+
+        def on_term(signum, _frame):
+            pipes.log.warning(f"node runner got signal {signum}; cancelling stage {spec.name}")
+            provider.cancel(spec.name)
+
+        signal.signal(signal.SIGTERM, on_term)
+        pipes.log.info(f"stage {spec.name} attempt {attempt}: provider {provider.name}, zones "
+                       f"{list(spec.zones)}, {'spot' if spec.use_spot else 'on-demand'}, "
+                       f"deadline {spec.deadline_seconds} s")
+        error = None
+        result = None
+        try:
+            result = provider.run_stage(spec, attempt=attempt, on_event=on_event)
+            if lost.is_set():
+                raise AttemptFailed(f"the whole node group was lost at step >= {lose_at} (injected fault)")
+        except AttemptFailed as exc:
+            error = f"AttemptFailed: {exc}"
+        except Exception as exc:  # reported to the asset, which fails the step
+            error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        sessions = list(result.sessions) if result is not None else list(provider.sessions())
+        sessions = [s for s in sessions if s.stage == spec.name and s.attempt == attempt] or sessions
+        with lock:
+            evs = list(result.events) if result is not None and result.events else list(events)
+        completed = bool(result is not None and result.completed and error is None)
+        final_step = result.final_step if result is not None else max(
+            (s.last_step for s in sessions if s.last_step is not None), default=None)
+        pipes.report_custom_message({
+            "type": "stage_result",
+            "stage": spec.name,
+            "attempt": attempt,
+            "completed": completed,
+            "final_step": final_step,
+            "error": error,
+            "info": _jsonable(result.info) if result is not None else {},
+            "sessions": [session_to_dict(s) for s in sessions],
+            "events": [event_to_dict(e) for e in evs],
+        })
+        if completed:
+            pipes.report_asset_materialization(metadata={
+                "final_step": final_step,
+                "node_sessions": len(sessions),
+                "preemptions": sum(1 for s in sessions if s.end_reason == "preempted"),
+                "zones_used": ", ".join(dict.fromkeys(s.zone for s in sessions)),
+            })
+        else:
+            pipes.log.error(f"stage {spec.name} attempt {attempt} did not finish: {error}")
+    return 0
+
+
+def _jsonable(obj: Any) -> Any:
+    import json
+
+    try:
+        json.dumps(obj)
+        return obj
+    except TypeError:
+        return json.loads(json.dumps(obj, default=str))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
