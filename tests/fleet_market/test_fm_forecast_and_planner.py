@@ -1,0 +1,122 @@
+"""Forecast vs baselines on held-back real traces; the planner's choices and reasons."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fleet.market.prices import PriceBook
+from fleet.market.traces import Trace, load_trace_dir
+from fleet.planning.planner import StageRequest, plan_stage
+from fleet.stats.forecast import crps_samples, evaluate_forecasts, forecast_zones, pinball
+from fleet.stats.preemption import zone_stats
+
+AVAIL = "spot-traces/availability/1-node/aws-02-15-2023"
+PREEMPT = "spot-traces/preemption/1-node/aws-04-22-2023"
+
+
+def test_scores():
+    assert crps_samples(np.array([0.3]), 0.5) == pytest.approx(0.2)
+    # CRPS of a two-point ensemble {0, 1} at y = 0: E|X-y| = 0.5, E|X-X'| = 0.5 -> 0.25
+    assert crps_samples(np.array([0.0, 1.0]), 0.0) == pytest.approx(0.25)
+    assert pinball([0.5, 0.5, 0.5], 0.5) == 0.0
+    assert pinball([0.0], 1.0, qs=[0.9]) == pytest.approx(0.9)
+
+
+def test_forecast_conditions_on_state():
+    up = np.r_[np.ones(200), np.zeros(10), np.ones(300), np.zeros(5), np.ones(100)].astype(np.int32)
+    t = Trace("us-east-1a", "V100", 1, 600.0, up)
+    f_up = forecast_zones([t], len(up), 2.0, n_samples=500)[0]
+    f_down = forecast_zones([t], 205, 2.0, n_samples=500)[0]
+    assert f_up.state_up and not f_down.state_up
+    assert f_up.availability_mean > f_down.availability_mean
+    assert f_up.availability_p10 <= f_up.availability_p50 <= f_up.availability_p90
+    assert len(f_up.p_up_hourly) == 2
+    json.dumps(f_up.to_dict())
+    with pytest.raises(ValueError, match="now_tick"):
+        forecast_zones([t], 10_000, 2.0)
+
+
+@pytest.mark.parametrize("subset", [AVAIL, PREEMPT])
+def test_forecast_beats_baselines_on_held_back_data(shared_data, subset):
+    traces = load_trace_dir(shared_data / subset)
+    df = evaluate_forecasts(traces, horizon_hours=6.0, train_fraction=0.7, n_samples=200)
+    mean = df.groupby("model")[["crps", "brier", "pinball"]].mean()
+    for base in ("persistence", "historical_mean", "climatology"):
+        assert mean.loc["semi_markov", "crps"] < mean.loc[base, "crps"], base
+        assert mean.loc["semi_markov", "brier"] < mean.loc[base, "brier"], base
+    # duration dependence matters: better than the memoryless chain
+    assert mean.loc["semi_markov", "crps"] < mean.loc["markov", "crps"]
+    assert (df[df.model == "semi_markov"].n > 20).all()
+
+
+def _const_trace(zone, period_ticks, down_ticks, n=4000, gap=600.0):
+    """Up for period_ticks, down for down_ticks, repeated: exact rate and availability."""
+    cyc = np.r_[np.ones(period_ticks), np.zeros(down_ticks)]
+    data = np.resize(cyc, n).astype(np.int32)
+    return Trace(zone, "V100", 1, gap, data)
+
+
+def test_planner_picks_cheap_reliable_zone_and_diversifies():
+    traces = [_const_trace("us-east-1a", 6, 6),     # preempted every hour, 50% available
+              _const_trace("us-east-1c", 60, 6),    # every 10 h
+              _const_trace("us-west-2a", 120, 3),   # every 20 h
+              _const_trace("us-west-2b", 90, 3)]    # every 15 h
+    stats = zone_stats(traces)
+    prices = PriceBook.default({"spot": {"p3.2xlarge": {"us-west-2b": 0.70}}})
+    req = StageRequest(work_hours=20, deadline_hours=30, ckpt_hours=1 / 60, restart_hours=0.1)
+    plan = plan_stage(req, stats, None, prices)
+    # us-west-2b is cheaper at a slightly higher rate: lower c_eff wins
+    assert plan.failover_order[0] == "us-west-2b"
+    assert plan.failover_order[1] == "us-west-2a"
+    assert plan.failover_order[-1] == "us-east-1a"
+    assert plan.spot_nodes == 1 and plan.on_demand_nodes == 0
+    assert plan.expected_cost < plan.on_demand_cost
+    assert plan.meets_deadline is True
+    assert plan.fallback_slack_hours == pytest.approx(1 / 60 + 0.1 + 0.25)
+    assert any("c_eff" in r for r in plan.reasons)
+    d = json.loads(plan.to_json())
+    assert d["zones"][0]["zone"] == "us-west-2b"
+
+    multi = plan_stage(StageRequest(work_hours=20, deadline_hours=30, num_nodes=4,
+                                    diversify_tolerance=0.5), stats, None, prices)
+    used = [z for z in multi.zones if z.nodes]
+    assert len(used) >= 2 and sum(z.nodes for z in used) == 4
+    assert "us-east-1a" not in [z.zone for z in used]
+    # spreading lowers the variance of nodes lost per hour (the playbook's zone exercise)
+    assert multi.variance_nodes_lost_per_hour < multi.variance_by_zone_count[1]
+    assert any("variance" in r for r in multi.reasons)
+
+
+def test_planner_rejects_zones_where_spot_loses_and_falls_back():
+    bad = _const_trace("us-east-1a", 1, 1)  # 3 preemptions per hour
+    stats = zone_stats([bad])
+    plan = plan_stage(StageRequest(work_hours=5, deadline_hours=8), stats, None,
+                      PriceBook.default())
+    assert plan.spot_nodes == 0 and plan.on_demand_nodes == 1
+    assert plan.rejected and "break-even" in plan.rejected[0]["reason"]
+    assert plan.expected_cost == pytest.approx(5 * 3.06)
+
+    ok = zone_stats([_const_trace("us-west-2b", 12, 12)])  # 50% available
+    tight = plan_stage(StageRequest(work_hours=10, deadline_hours=11), ok, None,
+                       PriceBook.default())
+    assert tight.meets_deadline is True
+    assert tight.latest_switch_hour == pytest.approx(11 - 10 - (1 / 60 + 0.1 + 0.25))
+    assert tight.expected_cost > 0.918 * 10  # part of it on on-demand
+    with pytest.raises(ValueError, match="deadline"):
+        StageRequest(work_hours=10, deadline_hours=9)
+
+
+def test_planner_uses_forecast_on_real_traces(shared_data):
+    traces = load_trace_dir(shared_data / AVAIL)
+    stats = zone_stats(traces)
+    fc = forecast_zones(traces, None, 12.0, n_samples=300)
+    plan = plan_stage(StageRequest(work_hours=24, deadline_hours=36), stats, fc,
+                      PriceBook.default())
+    assert plan.failover_order[0].startswith("us-west-2")
+    assert plan.failover_order[-1] in ("us-east-1a", "us-east-1c")
+    assert 0 < plan.savings_fraction < 0.75
+    assert math.isfinite(plan.expected_completion_hours)
