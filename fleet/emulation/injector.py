@@ -238,6 +238,7 @@ class InjectedNode:
     notice_at: float | None = None
     kill_at: float | None = None
     state: Literal["open", "running", "noticed", "killed", "closed"] = "open"
+    loss_pending: bool = False  # the zone lost capacity while this node ran
 
     @property
     def notice_sources(self) -> str:
@@ -250,7 +251,9 @@ class PreemptionInjector:
     ``min_uptime_seconds`` (wall) keeps a node alive at least that long after it
     reported ready before a capacity loss is delivered to it, so every emulated session
     does some work (with strong time compression a relaunch can otherwise land just
-    before its new zone's outage). Callbacks ``on_notice(node_id, deadline_unix)`` and
+    before its new zone's outage). A loss seen during that time is not forgotten: it is
+    delivered as soon as the minimum uptime has passed (the cloud still wants the
+    capacity back). Callbacks ``on_notice(node_id, deadline_unix)`` and
     ``on_kill(node_id)`` run on the injector thread.
     """
 
@@ -399,9 +402,12 @@ class PreemptionInjector:
             for node in list(self.nodes.values()):
                 if node.state == "running" and node.spot:
                     if node.zone in self.schedule.traces and not self.schedule.is_up(node.zone, t):
-                        ready = node.ready_at
-                        if ready is not None and now - ready >= self.min_uptime_seconds:
-                            self._notice(node, self.grace_seconds)
+                        node.loss_pending = True
+                    if node.loss_pending and (
+                            self.min_uptime_seconds <= 0 or (
+                                node.ready_at is not None
+                                and now - node.ready_at >= self.min_uptime_seconds)):
+                        self._notice(node, self.grace_seconds)
                 elif node.state == "noticed" and node.kill_at is not None and now >= node.kill_at:
                     self._kill(node)
 

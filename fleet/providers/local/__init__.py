@@ -1,6 +1,5 @@
 """The ``local`` provider: real processes in emulated spot zones with injected preemptions."""
 
-from fleet.providers.local.pricing import FlatPrices, PriceBookPrices, PriceSource
 from fleet.providers.local.provider import LocalFleetConfig, LocalFleetProvider
 from fleet.providers.local.provider_events import (
     PROVIDER_EVENT_KINDS,
@@ -13,12 +12,9 @@ from fleet.providers.local.relaunch import Launch, RelaunchContext, RelaunchPoli
 __all__ = [
     "PROVIDER_EVENT_KINDS",
     "EventTail",
-    "FlatPrices",
     "Launch",
     "LocalFleetConfig",
     "LocalFleetProvider",
-    "PriceBookPrices",
-    "PriceSource",
     "RelaunchContext",
     "RelaunchPolicy",
     "is_provider_event",

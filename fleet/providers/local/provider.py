@@ -34,8 +34,8 @@ from typing import Any
 from checkpointing import runtime_env as rt
 from checkpointing.events import Event
 from fleet.emulation.injector import CapacitySchedule, PreemptionInjector, TimeScale
+from fleet.market.prices import PriceBook
 from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
-from fleet.providers.local.pricing import FlatPrices, PriceSource
 from fleet.providers.local.provider_events import EventTail, provider_event
 from fleet.providers.local.relaunch import Launch, RelaunchContext, RelaunchPolicy
 
@@ -53,12 +53,13 @@ class LocalFleetConfig:
     delivery: tuple[str, ...] | None = None  # default: the cloud's (see injector)
     grace_seconds: float | None = None  # default: cloud window x grace_scale
     grace_scale: float = 0.05  # AWS 120 s -> 6 s, GCP/Azure 30 s -> 1.5 s
-    min_uptime_seconds: float = 0.0
+    min_uptime_seconds: float = 0.0  # see PreemptionInjector
+    notice_poll_seconds: float | None = 0.2  # SPOTFLEET_NOTICE_POLL_SECONDS for endpoint pollers
     allocation_seconds: float = 0.2  # emulated VM allocation before the process starts
     preparation_seconds: float = 0.3  # emulated setup (image, data) before the process
     policy: Any = field(default_factory=RelaunchPolicy)  # anything with choose(ctx)
-    prices: PriceSource = field(default_factory=FlatPrices)
-    instance_type: str = "p3.2xlarge"
+    prices: PriceBook = field(default_factory=PriceBook.default)  # spot per zone, OD per region
+    instance_type: str = "p3.2xlarge"  # used when StageSpec.instance_type is None
     workdir: Path | None = None  # logs, events, stats; default: a temporary directory
     max_capacity_wait_seconds: float = 120.0  # no capacity anywhere this long -> AttemptFailed
     max_failures: int = 0  # non-preemption crashes tolerated per attempt
@@ -358,12 +359,16 @@ class _StageRun:
             "SPOTFLEET_NUM_NODES": str(self.spec.num_nodes),
             "PYTHONUNBUFFERED": "1",
         })
+        if self.cfg.notice_poll_seconds is not None:
+            env["SPOTFLEET_NOTICE_POLL_SECONDS"] = f"{self.cfg.notice_poll_seconds:g}"
         return env
 
     def _run_group(self, launch: Launch, group_index: int, relaunches: int,
                    schedule: CapacitySchedule, workdir: Path, stats_path: Path) -> str:
         region = schedule.region_of(launch.zone) if launch.zone in schedule.traces else launch.zone
-        price = self.cfg.prices.price_per_hour(launch.zone, region, launch.spot)
+        itype = self.spec.instance_type or self.cfg.instance_type
+        price = (self.cfg.prices.spot_price(itype, launch.zone) if launch.spot
+                 else self.cfg.prices.on_demand_price(itype, region))
         group: list[_Node] = []
         now = time.time()
         for rank in range(self.spec.num_nodes):
@@ -495,7 +500,9 @@ class _StageRun:
                 self.injector.close_node(node.node_id)
         if cancelled:
             outcome = "cancelled"
-        elif all(n.exit_code == 0 for n in group):
+        elif all(n.exit_code == 0 or (n.exit_event is not None
+                                      and n.exit_event.data.get("reason") == "completed")
+                 for n in group):  # a node killed while tearing down after its last step
             outcome = "completed"
         elif any(n.notice_at is not None for n in group):
             outcome = "preempted"

@@ -1,0 +1,111 @@
+"""Human-readable lines for fleet events and a summary of a stage's node sessions.
+
+Used by ``spotfleet local-fleet run`` to show the path notice -> emergency save ->
+relaunch in another zone -> exact resume as it happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from checkpointing.events import Event
+from fleet.providers.base import NodeSession
+from fleet.providers.local.provider_events import is_provider_event
+
+
+def _short(node_id: str | None) -> str:
+    if not node_id:
+        return "-"
+    parts = node_id.rsplit("-", 2)
+    return "-".join(parts[-2:]) if len(parts) == 3 else node_id
+
+
+class Narrator:
+    """Turns events into one-line messages; remembers each node's zone and last save."""
+
+    def __init__(self, t0: float, progress: bool = True):
+        self.t0 = t0
+        self.progress = progress
+        self.zone_of: dict[str, str] = {}
+        self.last_emergency: int | None = None
+
+    def line(self, e: Event) -> str | None:
+        d = e.data
+        node = e.node_id or ""
+        zone = d.get("zone") or self.zone_of.get(node, "")
+        if e.kind == "launch" and node:
+            self.zone_of[node] = d.get("zone", "")
+            zone = self.zone_of[node]
+        head = f"[{e.time - self.t0:7.1f}s] {zone:<12} {_short(node):<7}"
+        msg = self._message(e, d) if is_provider_event(e) else self._training(e, d)
+        return None if msg is None else f"{head} {msg}"
+
+    def _message(self, e: Event, d: dict) -> str | None:
+        if e.kind == "launch":
+            kind = "spot" if d.get("spot") else "ON-DEMAND"
+            return (f"launch ({kind}, {d.get('price_per_hour', 0):.3f} $/h) - {d.get('reason')}")
+        if e.kind == "notice_sent":
+            src = ",".join(s.split(":")[0] for s in str(d.get("sources") or "").split(","))
+            return (f"PREEMPTION NOTICE: zone lost capacity; delivered via {src}, "
+                    f"kill in {d.get('grace_seconds', 0):.1f} s")
+        if e.kind == "preempted":
+            return (f"node gone (exit {d.get('exit_code')}); last step {d.get('last_step')}, "
+                    f"last checkpoint step {d.get('last_checkpoint_step')}")
+        if e.kind == "relaunch":
+            kind = "spot" if d.get("spot") else "on-demand"
+            return f"RELAUNCH {d.get('from_zone')} -> {d.get('to_zone')} ({kind}): {d.get('reason')}"
+        if e.kind == "waiting":
+            return f"waiting for spot capacity (up: {d.get('up')}, blocked: {d.get('blocked')})"
+        if e.kind == "completed":
+            return f"stage COMPLETED at step {d.get('final_step')} after {d.get('preemptions')} preemptions"
+        if e.kind == "failed":
+            return f"node FAILED with exit code {d.get('exit_code')}"
+        if e.kind == "cancelled":
+            return "stage cancelled"
+        return None
+
+    def _training(self, e: Event, d: dict) -> str | None:
+        if e.kind == "start":
+            r = d.get("resumed_from_step")
+            if r is None:
+                return "training started at step 0"
+            exact = (" = the emergency save: exact resume" if r == self.last_emergency
+                     else "")
+            return f"training RESUMED at step {r}{exact}"
+        if e.kind == "notice":
+            return f"process got the notice from {d.get('source')}"
+        if e.kind == "save_committed":
+            kind = d.get("kind")
+            if kind == "emergency":
+                self.last_emergency = d.get("step")
+                return (f"EMERGENCY SAVE committed at step {d.get('step')} "
+                        f"({d.get('bytes', 0) / 1e6:.2f} MB, {d.get('persist_seconds', 0):.2f} s)")
+            return f"{kind} checkpoint at step {d.get('step')}"
+        if e.kind == "save_failed":
+            return f"save FAILED at step {d.get('step')}: {d.get('reason')}"
+        if e.kind == "restore":
+            fb = " (fell back)" if d.get("fell_back") else ""
+            return f"restored checkpoint of step {d.get('step')}{fb}"
+        if e.kind == "progress" and self.progress:
+            loss = d.get("loss")
+            ls = f" loss {loss:.4f}" if isinstance(loss, (int, float)) else ""
+            return f"step {d.get('step')}/{d.get('total_steps')}{ls}"
+        if e.kind == "exit":
+            sha = d.get("state_sha256")
+            return (f"process exit: {d.get('reason')} at step {d.get('step')}"
+                    + (f", state_sha256={sha[:16]}..." if sha else ""))
+        return None
+
+
+def sessions_table(sessions: Sequence[NodeSession], time_factor: float = 1.0) -> str:
+    """A text table of node sessions; cost in $ of emulated time (wall x ``time_factor``)."""
+    head = (f"{'node':<8} {'zone':<12} {'kind':<9} {'$/h':>6} {'wall s':>7} {'steps':>11} "
+            f"{'end':<10} {'cost $':>8}")
+    rows = [head, "-" * len(head)]
+    for s in sessions:
+        wall = (s.ended_at or s.launched_at) - s.launched_at
+        cost = s.price_per_hour * wall * time_factor / 3600.0
+        steps = f"{s.first_step if s.first_step is not None else '?'}->{s.last_step if s.last_step is not None else '?'}"
+        rows.append(f"{_short(s.node_id):<8} {s.zone:<12} {'spot' if s.spot else 'on-demand':<9} "
+                    f"{s.price_per_hour:>6.3f} {wall:>7.1f} {steps:>11} {s.end_reason:<10} {cost:>8.3f}")
+    return "\n".join(rows)

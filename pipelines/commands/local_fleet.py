@@ -1,0 +1,186 @@
+"""``spotfleet local-fleet run``: the example training job on the local emulated fleet.
+
+Nodes are real local processes in emulated zones; a preemption injector replays the
+market (synthetic by default, or real traces) with time compression, sends each
+cloud's notice, kills after the grace window; the provider relaunches in another zone
+and the job resumes exactly. The log shows notice -> emergency save -> relaunch ->
+exact resume; the summary lists sessions, preemptions and cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO_ROOT / "examples" / "train_example.py"
+
+
+def _positive(flag: str, allow_zero: bool = False):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"{flag} must be {'>= 0' if allow_zero else '> 0'}, "
+                                             f"got {text!r}")
+        return value
+
+    return parse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "local-fleet", help="run the example training job on the local emulated spot fleet",
+        description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="local_fleet_command", metavar="SUBCOMMAND")
+    r = sub.add_parser(
+        "run", help="train through injected preemptions to completion",
+        description=("Runs examples/train_example.py on local processes in emulated zones "
+                     "with injected preemptions (notice, grace, kill) and relaunches in other "
+                     "zones until the job completes; prints the path notice -> emergency "
+                     "save -> relaunch -> exact resume and a summary."),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    r.add_argument("--zones", type=int, default=3, help="number of emulated zones")
+    r.add_argument("--steps", type=int, default=300, help="training steps")
+    r.add_argument("--seed", type=int, default=0, help="seed of the market and the training")
+    r.add_argument("--time-scale", type=_positive("--time-scale"), default=2.0, metavar="SECONDS",
+                   help="wall seconds per emulated (trace) hour")
+    r.add_argument("--market", choices=["synthetic", "rotating", "traces"], default="synthetic",
+                   help="synthetic: the calibrated synthetic market; rotating: zones fail one "
+                        "after another (a drill); traces: real traces from --traces-dir")
+    r.add_argument("--traces-dir", type=Path, help="directory of spot-trace JSON files "
+                   "(with --market traces), e.g. ../shared/data/spot-traces/availability/"
+                   "1-node/aws-02-15-2023")
+    r.add_argument("--start-hour", type=_positive("--start-hour", True), default=0.0,
+                   help="where in the trace the replay starts (hours)")
+    r.add_argument("--cloud", choices=["aws", "gcp", "azure", "signal"], default="aws",
+                   help="whose notice protocol the nodes hear")
+    r.add_argument("--grace-scale", type=_positive("--grace-scale"), default=0.05,
+                   help="grace window = the cloud's (AWS 120 s, GCP/Azure 30 s) x this")
+    r.add_argument("--min-uptime", type=_positive("--min-uptime", True), default=2.0,
+                   metavar="SECONDS", help="useful seconds a node gets before a notice")
+    r.add_argument("--step-sleep", type=_positive("--step-sleep", True), default=0.03,
+                   metavar="SECONDS", help="extra seconds per training step (a slower GPU)")
+    r.add_argument("--periodic-every", type=int, default=100, help="periodic checkpoint every N steps")
+    r.add_argument("--model", choices=["mlp", "transformer"], default="mlp")
+    r.add_argument("--deadline", type=_positive("--deadline"), metavar="SECONDS",
+                   help="wall-clock deadline; the fleet falls back to on-demand to meet it")
+    r.add_argument("--max-relaunches", type=int, default=20)
+    r.add_argument("--workdir", type=Path, help="checkpoints, events and logs (default: temp dir)")
+    r.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="skip the uninterrupted reference run that checks the exact resume")
+    r.add_argument("--quiet-progress", action="store_true", help="hide training progress lines")
+    r.set_defaults(handler=run_handler)
+    p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
+
+
+def _schedule(args):
+    from fleet.emulation.injector import CapacitySchedule
+    from fleet.market.traces import load_trace_dir
+
+    if args.zones < 1:
+        raise ValueError(f"--zones {args.zones}: need at least 1 zone")
+    if args.market == "rotating":
+        names = ["us-east-1a", "us-east-1b", "us-west-2a", "us-west-2b", "us-east-2a",
+                 "us-east-2b", "us-east-1c", "us-west-2c", "us-east-2c"]
+        if args.zones > len(names):
+            raise ValueError(f"--zones {args.zones}: the rotating drill has at most {len(names)}")
+        return CapacitySchedule.rotating(names[: args.zones])
+    if args.market == "traces":
+        if args.traces_dir is None:
+            raise ValueError("--market traces needs --traces-dir DIR (a folder of "
+                             "<zone>_<accelerator>_<count>.json spot traces)")
+        traces = load_trace_dir(args.traces_dir)[: args.zones]
+        return CapacitySchedule(traces, offset_seconds=args.start_hour * 3600.0)
+    from fleet.market.synthetic import default_market_config, generate_market
+
+    hours = max(48.0, args.start_hour + 48.0)
+    traces = generate_market(default_market_config(n_zones=args.zones), hours, args.seed)
+    return CapacitySchedule(traces, offset_seconds=args.start_hour * 3600.0)
+
+
+def _reference_sha(cmd_tail: list[str], workdir: Path) -> str | None:
+    """Run the example uninterrupted (no step sleep) and return its state_sha256."""
+    import os
+    import subprocess
+
+    from checkpointing.events import read_events
+
+    ref_dir = workdir / "reference"
+    ev = ref_dir / "events.jsonl"
+    ref_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, SPOTFLEET_EVENTS_FILE=str(ev), SPOTFLEET_NODE_ID="reference",
+               SPOTFLEET_NOTICE_SOURCES="signal:SIGTERM")
+    env.pop("SPOTFLEET_STATS_FILE", None)
+    cmd = [sys.executable, str(EXAMPLE), *cmd_tail, "--step-sleep", "0",
+           "--checkpoint-uri", str(ref_dir / "ckpt")]
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    exits = [e for e in read_events(ev) if e.kind == "exit"]
+    return exits[-1].data.get("state_sha256") if exits else None
+
+
+def run_handler(args) -> int:
+    from fleet.emulation.injector import TimeScale
+    from fleet.providers.base import AttemptFailed, StageSpec
+    from fleet.providers.local import LocalFleetConfig, LocalFleetProvider
+    from fleet.providers.local.narrate import Narrator, sessions_table
+
+    if args.steps < 1:
+        raise ValueError(f"--steps {args.steps}: must be >= 1")
+    if not EXAMPLE.exists():
+        raise FileNotFoundError(f"{EXAMPLE} is missing; run from a spotfleet checkout")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spotfleet-local-fleet-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    schedule = _schedule(args)
+    ts = TimeScale(args.time_scale)
+    cfg = LocalFleetConfig(schedule=schedule, time_scale=ts, cloud=args.cloud,
+                           grace_scale=args.grace_scale, min_uptime_seconds=args.min_uptime,
+                           workdir=workdir / "fleet", seed=args.seed)
+    tail = ["--steps", str(args.steps), "--seed", str(args.seed), "--model", args.model,
+            "--size", "tiny", "--periodic-every", str(args.periodic_every)]
+    spec = StageSpec(name="example", command=[sys.executable, str(EXAMPLE), *tail,
+                                              "--step-sleep", str(args.step_sleep)],
+                     checkpoint_uri=str(workdir / "checkpoints"),
+                     zones=tuple(schedule.zones), deadline_seconds=args.deadline,
+                     max_relaunches=args.max_relaunches)
+    print(f"local fleet: {len(schedule.zones)} zones {schedule.zones}, market {args.market}, "
+          f"1 emulated hour = {ts.wall_seconds_per_trace_hour:g} s wall, notices as {args.cloud} "
+          f"(grace {cfg.grace_scale:g} x the cloud's window), workdir {workdir}", flush=True)
+    t0 = time.time()
+    narrator = Narrator(t0, progress=not args.quiet_progress)
+
+    def show(event) -> None:
+        line = narrator.line(event)
+        if line:
+            print(line, flush=True)
+
+    provider = LocalFleetProvider(cfg)
+    try:
+        result = provider.run_stage(spec, attempt=1, on_event=show)
+    except AttemptFailed as exc:
+        print(f"\nthe attempt failed: {exc}\nRe-run the same command: it resumes from the latest "
+              f"checkpoint in {workdir / 'checkpoints'}.", file=sys.stderr)
+        return 1
+    info = result.info
+    od = cfg.prices.on_demand_price(cfg.instance_type, schedule.region_of(schedule.zones[0]))
+    emulated_h = (time.time() - t0) * ts.factor / 3600.0
+    print("\nnode sessions (cost in emulated hours):")
+    print(sessions_table(result.sessions, ts.factor))
+    print(f"\n{len(result.sessions)} sessions, {info['preemptions']} preemptions, zones "
+          f"{' -> '.join(info['zones'])}")
+    print(f"cost: {info['cost_usd_emulated']:.2f} $ over {emulated_h:.1f} emulated hours "
+          f"(on-demand for the same time: {od * emulated_h:.2f} $)")
+    code = 0
+    if args.verify:
+        ref = _reference_sha(tail, workdir)
+        same = ref is not None and ref == info.get("state_sha256")
+        print(f"exact resume: final state_sha256 {str(info.get('state_sha256'))[:16]}... "
+              f"{'==' if same else '!='} uninterrupted run {str(ref)[:16]}...")
+        code = 0 if same else 1
+    return code
