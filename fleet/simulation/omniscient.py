@@ -1,0 +1,272 @@
+"""Exact offline lower bound: the cheapest schedule for a job that knows the future.
+
+Dynamic programming over ticks x progress x location, for the same model the simulator
+runs (:mod:`fleet.simulation.engine`), with one extra freedom: the offline schedule may
+checkpoint whenever it likes, so it never checkpoints periodically and saves right before
+it loses an instance (in the last ``checkpoint_hours`` of compute before a preemption, or
+billed on the old instance when it moves voluntarily, exactly as the simulator does).
+Any online run is therefore a feasible offline schedule, and the DP optimum is a lower
+bound on every online policy, with or without notice.
+
+Exactness: time is measured in a quantum ``q`` = gcd(gap, restart, checkpoint) in whole
+seconds (15 s for 195 s / 6 min / 1 min), so every transition moves progress by an
+integer number of quanta and the DP has no rounding. Progress is "effective": a launch
+subtracts the restart overhead at once and each held tick adds a gap, which is the same
+arithmetic as paying the overhead first. Moves the optimum never makes (leaving during a
+restart, a segment that computes less than one checkpoint) are modelled pessimistically,
+so they cannot lower the bound. Work and deadline are rounded to the quantum (work up,
+deadline down), which can only raise the bound.
+
+State value: minimum $ spent so far. Locations: 0 = idle, 1 = on-demand, 2 + z = spot z.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleet.policies.base import IDLE, ON_DEMAND, JobSpec
+from fleet.simulation.market import Market
+
+try:  # numba compiles the DP; without it the same code runs (slowly) in Python
+    from numba import njit
+except ImportError:  # pragma: no cover - numba is a declared dependency of spotfleet[fleet]
+    def njit(*args, **kwargs):  # type: ignore[no-redef]
+        if args and callable(args[0]):
+            return args[0]
+        return lambda f: f
+
+_INF = 1e300
+_MAX_CELLS = 400_000_000  # ticks x locations x progress band: refuse larger DPs
+
+
+@dataclass(frozen=True)
+class OmniscientResult:
+    """Optimal offline cost ($) and, when asked, the per-tick plan (location ints)."""
+
+    cost: float
+    completion_hours: float
+    plan: tuple[int, ...] | None = None
+    quantum_seconds: int = 0
+
+
+def quantum_seconds(gap_seconds: float, restart_hours: float, checkpoint_hours: float) -> int:
+    """The DP's time quantum: gcd of gap, restart and checkpoint time in whole seconds."""
+    vals = {"gap_seconds": gap_seconds, "restart_hours*3600": restart_hours * 3600.0,
+            "checkpoint_hours*3600": checkpoint_hours * 3600.0}
+    ints = []
+    for name, v in vals.items():
+        iv = round(v)
+        if abs(v - iv) > 1e-6:
+            raise ValueError(
+                f"omniscient bound needs whole seconds: {name} = {v!r}; round the restart "
+                "and checkpoint times to whole seconds")
+        ints.append(int(iv))
+    q = 0
+    for iv in ints:
+        q = math.gcd(q, iv)
+    return max(q, 1)
+
+
+@njit(cache=True)
+def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pragma: no cover
+    """Core DP (compiled). ``unit_cost[L]``: $ per quantum held at location L.
+
+    Returns (best cost, completion quanta, end tick, end location, end p, end mode).
+    """
+    n_z, n_t = avail.shape
+    n_l = n_z + 2
+    off = r_u + 2 * c_u + 2 * g_u
+    size = w_u + off + 1
+    v = np.full((n_l, size), _INF)
+    v2 = np.full((n_l, size), _INF)
+    leave = np.full(size, _INF)
+    v[0, off] = 0.0
+    best = _INF
+    best_t = -1
+    best_j = -1
+    best_l = -1
+    best_p = 0
+    best_mode = 0
+    for j in range(n_t):
+        t0 = j * g_u
+        if t0 >= d_u:
+            break
+        lo = max(-off + c_u, w_u - (d_u - t0))
+        hi = min(j * g_u, w_u - 1)
+        if lo > hi:
+            break
+        lo2 = max(-off + c_u, w_u - (d_u - t0 - g_u))
+        hi2 = min((j + 1) * g_u, w_u - 1)
+        # 1. leave vector: best value of being free (idle or about to launch) at tick j
+        for p in range(lo - c_u, hi + 1):
+            leave[p + off] = _INF
+        for p in range(lo, hi + 1):
+            leave[p + off] = v[0, p + off]
+            if want_plan:
+                lsrc[j, p + off] = 0
+        for loc in range(1, n_l):
+            ride = loc >= 2 and not avail[loc - 2, j]
+            cs = c_u * unit_cost[loc]
+            for p in range(lo, hi + 1):
+                x = v[loc, p + off]
+                if x >= _INF:
+                    continue
+                if ride:  # preempted at this boundary: saved in the last C of tick j-1
+                    q = p - c_u
+                    if x < leave[q + off]:
+                        leave[q + off] = x
+                        if want_plan:
+                            lsrc[j, q + off] = loc
+                else:  # voluntary move: save billed on the old instance
+                    y = x + cs
+                    if y < leave[p + off]:
+                        leave[p + off] = y
+                        if want_plan:
+                            lsrc[j, p + off] = loc
+        # 2. next tick
+        for loc in range(n_l):
+            for p in range(lo2, hi2 + 1):
+                v2[loc, p + off] = _INF
+        for p in range(max(lo - c_u, lo2), min(hi, hi2) + 1):
+            x = leave[p + off]
+            if x < v2[0, p + off]:
+                v2[0, p + off] = x
+                if want_plan:
+                    par[j, 0, p + off] = -2
+        for loc in range(1, n_l):
+            if loc >= 2 and not avail[loc - 2, j]:
+                continue
+            uc = unit_cost[loc]
+            tick_cost = g_u * uc
+            for p in range(lo, hi + 1):  # stay
+                x = v[loc, p + off]
+                if x >= _INF:
+                    continue
+                q = p + g_u
+                if q >= w_u:
+                    need = w_u - p
+                    if t0 + need <= d_u:
+                        y = x + need * uc
+                        if y < best:
+                            best, best_t, best_j, best_l, best_p, best_mode = (
+                                y, t0 + need, j, loc, p, 0)
+                elif q >= lo2:
+                    y = x + tick_cost
+                    if y < v2[loc, q + off]:
+                        v2[loc, q + off] = y
+                        if want_plan:
+                            par[j, loc, q + off] = -1
+            for p in range(lo - c_u, hi + 1):  # launch here this tick
+                x = leave[p + off]
+                if x >= _INF:
+                    continue
+                q = p - r_u + g_u
+                if q >= w_u:
+                    need = w_u - p + r_u
+                    if t0 + need <= d_u:
+                        y = x + need * uc
+                        if y < best:
+                            best, best_t, best_j, best_l, best_p, best_mode = (
+                                y, t0 + need, j, loc, p, 1)
+                elif q >= lo2:
+                    y = x + tick_cost
+                    if y < v2[loc, q + off]:
+                        v2[loc, q + off] = y
+                        if want_plan:
+                            par[j, loc, q + off] = -3
+        v, v2 = v2, v
+    return best, best_t, best_j, best_l, best_p, best_mode
+
+
+def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
+                     want_plan: bool = False) -> OmniscientResult:
+    """Cheapest offline schedule for ``spec`` starting at ``start_tick`` ($, hours).
+
+    ``want_plan`` also returns the location of every tick up to completion (memory grows
+    with ticks x zones x work; meant for small checks and plots).
+    """
+    q = quantum_seconds(market.gap_seconds, spec.restart_hours, spec.checkpoint_hours)
+    qh = q / 3600.0
+    g_u = int(round(market.gap_seconds / q))
+    r_u = int(round(spec.restart_hours / qh))
+    c_u = int(round(spec.checkpoint_hours / qh))
+    w_u = int(math.ceil(spec.work_hours / qh - 1e-9))
+    d_u = int(math.floor(spec.deadline_hours / qh + 1e-9))
+    n_t = int(math.ceil(d_u / g_u))
+    if start_tick < 0 or start_tick + n_t > market.n_ticks:
+        raise ValueError(f"start_tick={start_tick}: the deadline window needs {n_t} ticks; "
+                         f"the market has {market.n_ticks}")
+    avail = np.ascontiguousarray(market.available[:, start_tick:start_tick + n_t])
+    n_l = market.n_zones + 2
+    band = max(1, min(d_u - w_u, w_u) + 2 * (r_u + c_u + g_u))
+    if n_t * n_l * band > _MAX_CELLS:
+        raise ValueError(
+            f"omniscient DP too large ({n_t} ticks x {n_l} locations x {band} progress "
+            f"quanta of {q} s); use restart/checkpoint times that share a larger divisor "
+            "with the trace gap")
+    unit = np.empty(n_l)
+    unit[0] = 0.0
+    unit[1] = spec.on_demand_price * qh
+    unit[2:] = spec.spot_price * qh
+    off = r_u + 2 * c_u + 2 * g_u
+    size = w_u + off + 1
+    if want_plan:
+        par = np.zeros((n_t, n_l, size), dtype=np.int8)
+        lsrc = np.zeros((n_t, size), dtype=np.int8)
+    else:
+        par = np.zeros((1, 1, 1), dtype=np.int8)
+        lsrc = np.zeros((1, 1), dtype=np.int8)
+    best, best_t, j, loc, p, mode = _dp(avail, g_u, r_u, c_u, w_u, d_u, unit, want_plan,
+                                        par, lsrc)
+    if best >= _INF:
+        raise ValueError("no offline schedule meets the deadline (deadline < work + restart?)")
+    plan = None
+    if want_plan:
+        plan = _reconstruct(par, lsrc, avail, g_u, r_u, c_u, off, j, loc, p, mode)
+    return OmniscientResult(cost=float(best), completion_hours=best_t * qh, plan=plan,
+                            quantum_seconds=q)
+
+
+def _to_loc(code: int) -> int:
+    return IDLE if code == 0 else (ON_DEMAND if code == 1 else code - 2)
+
+
+def _reconstruct(par, lsrc, avail, g_u, r_u, c_u, off, j, loc, p, mode) -> tuple[int, ...]:
+    """Walk the parent pointers back from the completing tick; returns locations per tick."""
+    plan = [_to_loc(loc)]
+    # state at start of tick j: (loc, p) held during j-1 (stay) or free via leave (launch)
+    if mode == 0:
+        cur_loc, cur_p, free = loc, p, False
+    else:
+        cur_loc, cur_p, free = -1, p, True
+    jj = j
+    while jj > 0:
+        if free:
+            # leave[cur_p] at tick jj came from lsrc
+            src = int(lsrc[jj, cur_p + off])
+            if src == 0:
+                cur_loc, free = 0, False
+            else:
+                ride = src >= 2 and not avail[src - 2, jj]
+                cur_loc = src
+                if ride:
+                    cur_p = cur_p + c_u
+                free = False
+        # now (cur_loc, cur_p) is the state at the start of tick jj = after tick jj-1
+        how = int(par[jj - 1, cur_loc, cur_p + off])
+        plan.append(_to_loc(cur_loc))
+        if how == -1:  # stayed at cur_loc during jj-1
+            cur_p -= g_u
+        elif how == -3:  # launched at cur_loc in tick jj-1 from leave[cur_p - g_u + r_u]
+            cur_p = cur_p - g_u + r_u
+            free = True
+        elif how == -2:  # idle during jj-1: came from leave[cur_p]
+            free = True
+        else:
+            raise AssertionError(f"broken parent pointer at tick {jj - 1}")
+        jj -= 1
+    plan.reverse()
+    return tuple(plan)

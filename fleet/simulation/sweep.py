@@ -1,0 +1,158 @@
+"""Run fleet policies over many start times and summarise them against the bounds."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleet.policies.base import JobSpec, Policy
+from fleet.simulation.engine import RunResult, horizon_ticks, simulate
+from fleet.simulation.market import Market
+from fleet.simulation.omniscient import omniscient_bound
+
+OMNISCIENT = "omniscient"
+
+
+def policy_registry() -> dict[str, Callable[[], Policy]]:
+    """Name -> factory of every online policy, in table order."""
+    from fleet.policies.baselines import Failover, OnDemandOnly, SingleZoneGreedy, UniformProgress
+    from fleet.policies.spotfleet import SpotfleetPolicy
+
+    return {
+        "on_demand": OnDemandOnly,
+        "greedy_1zone": SingleZoneGreedy,
+        "uniform_progress_1zone": lambda: UniformProgress(multi_zone=False),
+        "failover": Failover,
+        "uniform_progress_multi": lambda: UniformProgress(multi_zone=True),
+        "spotfleet": SpotfleetPolicy,
+    }
+
+
+def make_policies(names: Sequence[str] | None = None) -> list[Policy]:
+    """Instantiate policies by name (``None`` = all); unknown names raise a clear error."""
+    reg = policy_registry()
+    names = list(reg) if not names else list(names)
+    unknown = [n for n in names if n not in reg]
+    if unknown:
+        raise ValueError(f"unknown policies {unknown}; choose from {list(reg)}")
+    return [reg[n]() for n in names]
+
+
+def start_ticks(market: Market, spec: JobSpec, n: int, warmup_hours: float = 168.0,
+                offset: float = 0.0) -> list[int]:
+    """``n`` start ticks evenly spaced after ``warmup_hours`` of history.
+
+    ``offset`` in [0, 1) shifts every start by that fraction of the spacing (0.5 gives a
+    disjoint set, used for tuning). Raises when the traces are too short.
+    """
+    g = market.gap_hours
+    first = int(math.ceil(warmup_hours / g))
+    last = market.n_ticks - horizon_ticks(spec, g) - 1
+    if n <= 0:
+        raise ValueError(f"starts must be >= 1, got {n}")
+    if last <= first:
+        raise ValueError(
+            f"traces too short: {market.duration_hours:.0f} h cannot hold {warmup_hours:.0f} h "
+            f"of history plus a {spec.deadline_hours:.0f} h job; lower the warm-up or deadline")
+    span = last - first
+    step = span / n
+    return [int(first + (k + offset) * step) for k in range(n)]
+
+
+@dataclass
+class SweepResult:
+    """Every run of every policy, plus the omniscient bound per start."""
+
+    spec: JobSpec
+    starts: list[int]
+    runs: dict[str, list[RunResult]] = field(default_factory=dict)
+    omniscient: list[float] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class PolicySummary:
+    """Means over the starts ($, hours)."""
+
+    policy: str
+    mean_cost: float
+    cost_vs_on_demand: float
+    cost_vs_omniscient: float
+    deadline_met_rate: float
+    mean_completion_hours: float
+    mean_preemptions: float
+    mean_wasted_hours: float
+    p90_cost: float
+
+
+def run_sweep(market: Market, spec: JobSpec, policies: Sequence[Policy], starts: Sequence[int],
+              with_omniscient: bool = True,
+              progress: Callable[[str], None] | None = None) -> SweepResult:
+    """Simulate every policy at every start; ``progress`` receives one line per policy."""
+    t0 = time.perf_counter()
+    res = SweepResult(spec=spec, starts=list(starts))
+    if with_omniscient:
+        tp = time.perf_counter()
+        res.omniscient = [omniscient_bound(market, spec, s).cost for s in starts]
+        if progress:
+            progress(f"  {OMNISCIENT:<24} {len(starts)} starts  mean ${np.mean(res.omniscient):8.2f}"
+                     f"  ({time.perf_counter() - tp:.1f} s)")
+    for pol in policies:
+        tp = time.perf_counter()
+        runs = [simulate(pol, market, spec, s) for s in starts]
+        res.runs[pol.name] = runs
+        if progress:
+            met = np.mean([r.deadline_met for r in runs])
+            progress(f"  {pol.name:<24} {len(starts)} starts  mean ${np.mean([r.cost for r in runs]):8.2f}"
+                     f"  deadlines met {met:6.1%}  ({time.perf_counter() - tp:.1f} s)")
+    res.wall_seconds = time.perf_counter() - t0
+    return res
+
+
+def summarize(res: SweepResult) -> list[PolicySummary]:
+    """One row per policy (and the omniscient bound, when computed)."""
+    od = res.spec.on_demand_cost
+    omni = np.asarray(res.omniscient, dtype=float)
+    rows = []
+    for name, runs in res.runs.items():
+        cost = np.array([r.cost for r in runs])
+        comp = np.array([r.completion_hours for r in runs])
+        rows.append(PolicySummary(
+            policy=name, mean_cost=float(cost.mean()), cost_vs_on_demand=float(cost.mean() / od),
+            cost_vs_omniscient=float(np.mean(cost / omni)) if omni.size else math.nan,
+            deadline_met_rate=float(np.mean([r.deadline_met for r in runs])),
+            mean_completion_hours=float(comp.mean()),
+            mean_preemptions=float(np.mean([r.preemptions for r in runs])),
+            mean_wasted_hours=float(np.mean([r.lost_work_hours for r in runs])),
+            p90_cost=float(np.quantile(cost, 0.9))))
+    if omni.size:
+        rows.append(PolicySummary(
+            policy=OMNISCIENT, mean_cost=float(omni.mean()), cost_vs_on_demand=float(omni.mean() / od),
+            cost_vs_omniscient=1.0, deadline_met_rate=1.0, mean_completion_hours=math.nan,
+            mean_preemptions=math.nan, mean_wasted_hours=0.0,
+            p90_cost=float(np.quantile(omni, 0.9))))
+    return rows
+
+
+def format_table(rows: Sequence[PolicySummary], markdown: bool = True) -> str:
+    """The summary as a Markdown (or plain) table."""
+    head = ["policy", "mean $", "p90 $", "$/on-demand", "$/omniscient", "deadlines met",
+            "completion h", "preemptions", "wasted work h"]
+    lines = []
+    for r in rows:
+        lines.append([r.policy, f"{r.mean_cost:.2f}", f"{r.p90_cost:.2f}", f"{r.cost_vs_on_demand:.3f}",
+                      f"{r.cost_vs_omniscient:.3f}", f"{r.deadline_met_rate:.0%}",
+                      "-" if math.isnan(r.mean_completion_hours) else f"{r.mean_completion_hours:.1f}",
+                      "-" if math.isnan(r.mean_preemptions) else f"{r.mean_preemptions:.2f}",
+                      f"{r.mean_wasted_hours:.2f}"])
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        out += ["| " + " | ".join(row) + " |" for row in lines]
+        return "\n".join(out)
+    widths = [max(len(h), *(len(row[i]) for row in lines)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:>{w}}}" if i else f"{{:<{w}}}" for i, w in enumerate(widths))
+    return "\n".join([fmt.format(*head)] + [fmt.format(*row) for row in lines])
