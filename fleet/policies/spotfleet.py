@@ -47,13 +47,13 @@ class SpotfleetParams:
 
     lookback_hours: float = 24.0 * 14  # history window of the run-length model
     refit_hours: float = 6.0  # refit the model at most this often
-    min_expected_run_hours: float = 0.5  # launch spot only if it is expected to run this long
-    od_exit_margin_hours: float = 1.0  # spare slack needed to leave on-demand for spot
-    od_exit_min_run_hours: float = 3.0  # ... and a zone expected to run at least this long
+    min_expected_run_hours: float = 1.0  # launch spot only if it is expected to run this long
+    od_exit_margin_hours: float = 0.1  # spare slack needed to leave on-demand for spot
+    od_exit_min_run_hours: float = 1.0  # ... and a zone expected to run at least this long
     eviction_weight_hours: float = 1.0  # score = E[remaining] / (1 + w * weighted rate)
     notice_failure_prob: float = 0.05  # share of notices assumed lost (insurance saves)
     recheck_hours: float = 0.5  # how often to reconsider while idle / on on-demand
-    risk_fraction: float = 0.3  # at most this share of the spare slack at risk (no notice)
+    risk_fraction: float = 0.4  # at most this share of the spare slack at risk (no notice)
 
 
 def expected_residual_hours(up_runs: np.ndarray, age_hours: float) -> float:

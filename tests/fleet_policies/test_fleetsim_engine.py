@@ -1,0 +1,101 @@
+"""The simulator's cost and progress arithmetic on hand-made markets."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fleet.policies.base import IDLE, ON_DEMAND, JobSpec
+from fleet.policies.baselines import OnDemandOnly, SingleZoneGreedy
+from fleet.policies.scripted import ScriptedPolicy
+from fleet.simulation.engine import PolicyError, simulate
+from fleet.simulation.market import Market
+
+GAP = 360.0  # s: 0.1 h ticks keep the arithmetic readable
+
+
+def market(rows: list[list[int]], pad: int = 400) -> Market:
+    a = np.array(rows, dtype=bool)
+    a = np.concatenate([a, np.repeat(a[:, -1:], pad, axis=1)], axis=1)
+    return Market(zones=tuple(f"z{i}" for i in range(a.shape[0])), gap_seconds=GAP, available=a)
+
+
+def test_on_demand_only_costs_work_plus_one_restart():
+    spec = JobSpec(work_hours=2.0, deadline_hours=3.0, restart_hours=0.1,
+                   checkpoint_hours=0.05)
+    r = simulate(OnDemandOnly(), market([[0] * 10]), spec, 0)
+    assert r.deadline_met and r.preemptions == 0
+    assert r.completion_hours == pytest.approx(2.1)
+    assert r.cost == pytest.approx(3.06 * 2.1)
+    assert r.cost == pytest.approx(spec.on_demand_cost)
+
+
+def test_spot_with_periodic_checkpoints_bills_every_held_second():
+    spec = JobSpec(work_hours=1.0, deadline_hours=3.0, restart_hours=0.1, checkpoint_hours=0.05)
+    pol = SingleZoneGreedy(zone=0)
+    r = simulate(pol, market([[1] * 10]), spec, 0)
+    # interval = Young sqrt(2 C M) with the 4 h prior: checkpoints at every T of compute
+    t = math.sqrt(2 * 0.05 * 4.0)
+    n_ckpt = math.floor(1.0 / t - 1e-9)
+    assert r.checkpoint_hours == pytest.approx(n_ckpt * 0.05)
+    assert r.completion_hours == pytest.approx(0.1 + 1.0 + n_ckpt * 0.05)
+    assert r.cost == pytest.approx(0.918 * r.completion_hours)
+    assert r.on_demand_hours == 0.0
+
+
+@pytest.mark.parametrize("notice,lost", [(0.0, 0.5), (180.0, 0.05)])
+def test_preemption_loses_uncommitted_work_or_only_the_save(notice, lost):
+    # spot for 6 ticks (0.6 h), then gone; then on-demand to finish
+    spec = JobSpec(work_hours=1.0, deadline_hours=5.0, restart_hours=0.1, checkpoint_hours=0.05,
+                   notice_seconds=notice)
+    m = market([[1] * 6 + [0] * 4])
+    plan = [0] * 6 + [ON_DEMAND] * 30
+    r = simulate(ScriptedPolicy(plan, 0), m, spec, 0)
+    assert r.preemptions == 1
+    assert r.lost_work_hours == pytest.approx(lost)
+    done_on_spot = 0.5 - lost
+    assert r.on_demand_hours == pytest.approx(0.1 + 1.0 - done_on_spot)
+    assert r.spot_hours == pytest.approx(0.6)
+    assert r.cost == pytest.approx(0.918 * 0.6 + 3.06 * r.on_demand_hours)
+
+
+def test_voluntary_move_saves_on_the_old_instance():
+    spec = JobSpec(work_hours=1.0, deadline_hours=5.0, restart_hours=0.1, checkpoint_hours=0.05)
+    m = market([[1] * 10, [1] * 10])
+    r = simulate(ScriptedPolicy([0] * 4 + [1] * 30, 0), m, spec, 0)
+    assert r.lost_work_hours == 0.0 and r.preemptions == 0 and r.launches == 2
+    # 0.4 h held in z0 (+0.05 h save billed there), then 0.1 restart + 0.7 h in z1
+    assert r.spot_hours == pytest.approx(0.4 + 0.05 + 0.1 + 0.7)
+    assert r.completion_hours == pytest.approx(0.4 + 0.1 + 0.7)
+
+
+def test_idle_costs_nothing_and_missed_deadline_is_reported():
+    spec = JobSpec(work_hours=1.0, deadline_hours=1.5, restart_hours=0.1, checkpoint_hours=0.05)
+    r = simulate(ScriptedPolicy([IDLE] * 8 + [ON_DEMAND] * 30, 0), market([[0] * 10]), spec, 0)
+    assert not r.deadline_met
+    assert r.completion_hours == pytest.approx(0.8 + 1.1)
+    assert r.cost == pytest.approx(3.06 * 1.1)
+
+
+def test_policy_choosing_a_zone_without_capacity_is_an_error():
+    spec = JobSpec(work_hours=1.0, deadline_hours=2.0)
+    with pytest.raises(PolicyError, match="z0.*no capacity"):
+        simulate(ScriptedPolicy([0], 0), market([[0] * 10]), spec, 0)
+
+
+@pytest.mark.parametrize("field,kwargs", [
+    ("deadline_hours", {"work_hours": 5.0, "deadline_hours": 4.0}),
+    ("work_hours", {"work_hours": -1.0, "deadline_hours": 4.0}),
+    ("restart_hours", {"work_hours": 1.0, "deadline_hours": 4.0, "restart_hours": -0.1}),
+])
+def test_bad_job_spec_names_the_field(field, kwargs):
+    with pytest.raises(ValueError, match=f"JobSpec.{field}"):
+        JobSpec(**kwargs)
+
+
+def test_start_too_late_for_the_trace_is_a_clear_error():
+    spec = JobSpec(work_hours=10.0, deadline_hours=20.0)
+    with pytest.raises(ValueError, match="pick an earlier start"):
+        simulate(OnDemandOnly(), market([[1] * 10], pad=10), spec, 0)
