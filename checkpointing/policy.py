@@ -225,10 +225,13 @@ class AdaptivePolicy:
         self._needs_schedule = False
 
     def _reschedule(self, anchor: int | None = None) -> None:
+        # The schedule is frozen now, with the current T_step (thesis: i_ins is computed
+        # when the save completes); if T_step is still unknown it is computed lazily.
         if anchor is not None:
             self._anchor = anchor
         self._needs_schedule = True
         self._next_ins = None
+        self._ensure_schedule()
 
     # ------------------------------------------------------------------ inputs
     def record_step(self, step: int, seconds: float) -> None:
