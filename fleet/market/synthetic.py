@@ -15,6 +15,8 @@ Model (per zone, per instance slot; one tick = ``gap_seconds``)::
   an event hits each zone of the region with probability ``region_reclaim_prob`` and
   takes every slot of a hit zone down, with one shared standard-normal draw for the
   down-times (zones recover together, scaled to their own mean).
+* Market-wide events (``global_reclaim_rate``, hit probability ``global_reclaim_prob``
+  per zone) correlate zones of different regions the same way.
 * Several nodes per zone (``nodes_per_zone``): slots preempt independently, except a
   fraction ``zone_wide_fraction`` of zone-local preemptions takes the whole zone down.
 
@@ -78,6 +80,10 @@ class SyntheticMarketConfig(BaseModel):
         default_factory=dict, description="region -> correlated reclaim events per hour")
     region_reclaim_prob: float = Field(default=0.6, ge=0, le=1,
                                        description="probability a region event hits a given zone")
+    global_reclaim_rate: float = Field(
+        default=0.0, ge=0, description="market-wide reclaim events per hour (all regions)")
+    global_reclaim_prob: float = Field(default=0.3, ge=0, le=1,
+                                       description="probability a market-wide event hits a given zone")
     nodes_per_zone: int = Field(default=1, ge=1, description="instance slots per zone")
     zone_wide_fraction: float = Field(default=0.5, ge=0, le=1,
                                       description="share of zone-local preemptions that hit every slot")
@@ -105,41 +111,44 @@ class SyntheticMarketConfig(BaseModel):
         return sorted({z.region for z in self.zones})
 
 
-# Calibrated on aws-02-15-2023 (p3.2xlarge, 45 days, 195 s ticks) with
-# ``calibrate_from_traces``; regional reclaim events account for part of each zone's
-# observed rate, so base hazards are the observed rate minus the regional share.
-# Order: the first three span two regions (the embedded 3-zone default).
+# Calibrated on aws-02-15-2023 (p3.2xlarge, 45 days, 195 s ticks):
+# ``calibrate_from_traces(traces, 0.3, 0.85, 0.1, 0.4)`` with per-region event rates
+# below, then ``refine_calibration(..., hours=1092, iterations=5, n_seeds=2)``. Regional
+# and market-wide events account for part of each zone's observed rate, so base hazards
+# are lower than the observed rates. Order: the first three span two regions.
 _CALIBRATED: tuple[dict, ...] = (
-    dict(zone='us-east-1f', base_hazard_per_hour=0.0953, uptime_sigma=1.39,
-         regain_mean_hours=1.113, regain_sigma=1.279,
+    dict(zone='us-east-1f', base_hazard_per_hour=0.1026, uptime_sigma=1.39,
+         regain_mean_hours=1.346, regain_sigma=1.279,
          hour_profile=[0.54, 0.38, 0.44, 0.34, 0.35, 0.32, 0.44, 0.63, 0.67, 0.70, 0.76, 0.80, 0.97, 1.01, 1.27, 1.15, 1.61, 1.63, 1.94, 1.79, 1.95, 1.92, 1.47, 0.92]),
-    dict(zone='us-east-1c', base_hazard_per_hour=0.3224, uptime_sigma=1.203,
-         regain_mean_hours=1.5, regain_sigma=1.268,
+    dict(zone='us-east-1c', base_hazard_per_hour=0.3506, uptime_sigma=1.203,
+         regain_mean_hours=1.425, regain_sigma=1.268,
          hour_profile=[0.77, 0.70, 0.68, 0.66, 0.73, 0.73, 0.62, 0.55, 0.72, 0.77, 1.03, 1.17, 1.48, 1.53, 1.43, 1.29, 1.02, 1.22, 1.09, 1.32, 1.23, 1.32, 1.12, 0.81]),
-    dict(zone='us-west-2b', base_hazard_per_hour=0.0008, uptime_sigma=1.904,
-         regain_mean_hours=1.063, regain_sigma=1.061,
+    dict(zone='us-west-2b', base_hazard_per_hour=0.0004, uptime_sigma=1.904,
+         regain_mean_hours=0.908, regain_sigma=1.061,
          hour_profile=[1.63, 1.67, 1.78, 1.18, 1.22, 1.17, 0.98, 1.04, 1.05, 1.49, 1.36, 1.37, 1.18, 0.83, 0.58, 0.26, 0.44, 0.36, 0.46, 0.54, 0.69, 0.84, 0.91, 1.00]),
-    dict(zone='us-west-2a', base_hazard_per_hour=0.0184, uptime_sigma=1.664,
-         regain_mean_hours=0.794, regain_sigma=0.89,
+    dict(zone='us-west-2a', base_hazard_per_hour=0.013, uptime_sigma=1.664,
+         regain_mean_hours=0.71, regain_sigma=0.89,
          hour_profile=[1.36, 1.78, 2.13, 1.83, 1.60, 1.07, 0.91, 0.75, 0.93, 0.98, 0.93, 0.52, 0.61, 0.51, 0.47, 0.39, 0.44, 0.49, 0.60, 0.77, 1.22, 1.32, 1.21, 1.15]),
-    dict(zone='us-east-2a', base_hazard_per_hour=0.0249, uptime_sigma=1.667,
-         regain_mean_hours=2.064, regain_sigma=1.321,
+    dict(zone='us-east-2a', base_hazard_per_hour=0.0157, uptime_sigma=1.667,
+         regain_mean_hours=1.574, regain_sigma=1.321,
          hour_profile=[0.81, 0.96, 1.07, 0.99, 0.84, 0.99, 1.12, 1.29, 1.18, 1.33, 1.31, 1.18, 1.08, 0.91, 0.70, 0.48, 0.60, 1.29, 1.53, 1.35, 0.71, 0.65, 0.74, 0.88]),
-    dict(zone='us-east-1d', base_hazard_per_hour=0.263, uptime_sigma=1.226,
-         regain_mean_hours=1.641, regain_sigma=1.268,
+    dict(zone='us-east-1d', base_hazard_per_hour=0.2917, uptime_sigma=1.226,
+         regain_mean_hours=1.561, regain_sigma=1.268,
          hour_profile=[0.46, 0.55, 0.66, 0.80, 0.81, 0.64, 0.53, 0.41, 0.41, 0.45, 0.63, 0.99, 1.17, 1.27, 1.39, 1.60, 1.73, 1.51, 1.29, 1.24, 1.40, 1.70, 1.35, 1.01]),
-    dict(zone='us-west-2c', base_hazard_per_hour=0.0101, uptime_sigma=1.704,
-         regain_mean_hours=0.794, regain_sigma=0.957,
+    dict(zone='us-west-2c', base_hazard_per_hour=0.0053, uptime_sigma=1.704,
+         regain_mean_hours=0.672, regain_sigma=0.957,
          hour_profile=[1.26, 1.40, 1.67, 1.71, 1.58, 0.97, 0.75, 0.63, 0.97, 0.92, 1.23, 1.09, 1.28, 0.92, 0.83, 0.54, 0.38, 0.33, 0.33, 0.83, 1.09, 1.21, 1.04, 1.04]),
-    dict(zone='us-east-2b', base_hazard_per_hour=0.0562, uptime_sigma=1.573,
-         regain_mean_hours=2.13, regain_sigma=1.315,
+    dict(zone='us-east-2b', base_hazard_per_hour=0.0474, uptime_sigma=1.573,
+         regain_mean_hours=1.765, regain_sigma=1.315,
          hour_profile=[0.52, 0.59, 0.78, 0.75, 0.63, 0.68, 0.62, 0.68, 0.66, 1.26, 1.66, 1.52, 1.19, 0.95, 1.22, 1.23, 1.19, 1.30, 1.20, 1.28, 1.13, 1.24, 1.02, 0.71]),
-    dict(zone='us-east-1a', base_hazard_per_hour=1.1934, uptime_sigma=0.925,
-         regain_mean_hours=3.506, regain_sigma=1.587,
+    dict(zone='us-east-1a', base_hazard_per_hour=1.2507, uptime_sigma=0.925,
+         regain_mean_hours=2.443, regain_sigma=1.587,
          hour_profile=[0.70, 0.74, 0.71, 0.73, 0.70, 0.65, 0.64, 0.90, 1.08, 1.19, 1.15, 1.02, 1.04, 0.84, 0.97, 1.10, 1.50, 1.39, 1.22, 0.91, 1.26, 1.39, 1.26, 0.93]),
 )
-_REGION_RATES: dict[str, float] = {"us-east-1": 0.35, "us-east-2": 0.15, "us-west-2": 0.15}
+_REGION_RATES: dict[str, float] = {"us-east-1": 0.3, "us-east-2": 0.12, "us-west-2": 0.12}
 _REGION_PROB = 0.85
+_GLOBAL_RATE = 0.1
+_GLOBAL_PROB = 0.4
 
 
 def _lognormal(rng: np.random.Generator, mean: np.ndarray | float, sigma: np.ndarray | float,
@@ -171,6 +180,7 @@ def generate_market(config: SyntheticMarketConfig, hours: float, seed: int) -> l
     zone_in_region = np.array([[region_of[i] == r for i in range(nz)] for r in regions])
     p_region = np.array([1.0 - math.exp(-config.region_reclaim_rate.get(r, 0.0) * gap_h)
                          for r in regions])
+    p_global = 1.0 - math.exp(-config.global_reclaim_rate * gap_h)
 
     def draw_up(shape_idx: np.ndarray) -> np.ndarray:
         m = 1.0 / hazard[shape_idx]
@@ -211,6 +221,10 @@ def generate_market(config: SyntheticMarketConfig, hours: float, seed: int) -> l
                 hit = zone_in_region[ri] & (rng.random(nz) < config.region_reclaim_prob)
                 if hit.any():
                     take_down(np.repeat(hit[:, None], ns, axis=1), float(rng.standard_normal()))
+        if p_global > 0 and rng.random() < p_global:
+            hit = rng.random(nz) < config.global_reclaim_prob
+            if hit.any():
+                take_down(np.repeat(hit[:, None], ns, axis=1), float(rng.standard_normal()))
         # 2. zone-local preemptions of held slots
         op_left = np.where(up, op_left - profile[:, h][:, None] * gap_h, op_left)
         pre = up & (op_left <= 0)
@@ -266,16 +280,28 @@ def calibrate_zone(trace: Trace, regional_share_per_hour: float = 0.0,
     )
 
 
-def calibrate_from_traces(traces: Sequence[Trace], region_reclaim_rate: float = 0.03,
-                          region_reclaim_prob: float = 0.6) -> SyntheticMarketConfig:
-    """Fit a market to real 1-node traces (one zone per trace, same gap)."""
-    share = region_reclaim_rate * region_reclaim_prob
+def calibrate_from_traces(traces: Sequence[Trace], region_reclaim_rate: float = 0.3,
+                          region_reclaim_prob: float = 0.85, global_reclaim_rate: float = 0.0,
+                          global_reclaim_prob: float = 0.4, refine: bool = False,
+                          hours: float | None = None) -> SyntheticMarketConfig:
+    """Fit a market to real 1-node traces (one zone per trace, same gap).
+
+    The event shares ``region_reclaim_rate * region_reclaim_prob`` and
+    ``global_reclaim_rate * global_reclaim_prob`` are removed from each zone's observed
+    rate; ``refine=True`` then runs ``refine_calibration`` over ``hours`` (default: the
+    traces' length).
+    """
+    share = region_reclaim_rate * region_reclaim_prob + global_reclaim_rate * global_reclaim_prob
     zones = [calibrate_zone(t, share) for t in traces]
     regions = sorted({z.region for z in zones})
-    return SyntheticMarketConfig(
+    cfg = SyntheticMarketConfig(
         zones=zones, region_reclaim_rate={r: region_reclaim_rate for r in regions},
-        region_reclaim_prob=region_reclaim_prob, gap_seconds=traces[0].gap_seconds,
+        region_reclaim_prob=region_reclaim_prob, global_reclaim_rate=global_reclaim_rate,
+        global_reclaim_prob=global_reclaim_prob, gap_seconds=traces[0].gap_seconds,
         accelerator=traces[0].accelerator, cloud=traces[0].cloud)
+    if refine:
+        cfg = refine_calibration(cfg, traces, hours or traces[0].duration_hours)
+    return cfg
 
 
 def default_market_config(n_zones: int = 3, nodes_per_zone: int = 1,
@@ -290,31 +316,44 @@ def default_market_config(n_zones: int = 3, nodes_per_zone: int = 1,
     regions = sorted({z.region for z in zones})
     return SyntheticMarketConfig(
         zones=zones, region_reclaim_rate={r: _REGION_RATES.get(r, 0.15) for r in regions},
-        region_reclaim_prob=_REGION_PROB, nodes_per_zone=nodes_per_zone, gap_seconds=gap_seconds)
+        region_reclaim_prob=_REGION_PROB, global_reclaim_rate=_GLOBAL_RATE,
+        global_reclaim_prob=_GLOBAL_PROB, nodes_per_zone=nodes_per_zone, gap_seconds=gap_seconds)
 
 
 def refine_calibration(config: SyntheticMarketConfig, targets: Sequence[Trace],
-                       hours: float = 1000.0, iterations: int = 4,
-                       seed: int = 0) -> SyntheticMarketConfig:
+                       hours: float = 1000.0, iterations: int = 4, seed: int = 0,
+                       n_seeds: int = 3) -> SyntheticMarketConfig:
     """Simulation-based method of moments: rescale each zone's base hazard and mean time
-    to regain so that a generated market reproduces the targets' preemption rate and
-    mean time to regain (regional events and heavy tails bias the one-shot fit)."""
+    to regain so that generated markets (``n_seeds`` per iteration, pooled) reproduce the
+    targets' preemption rate and mean time to regain (regional events and heavy tails
+    bias the one-shot fit)."""
     from fleet.stats.preemption import trace_stats
 
     want = {t.zone: trace_stats(t) for t in targets}
     cfg = config
     for it in range(iterations):
-        got = {t.zone: trace_stats(t) for t in generate_market(cfg, hours, seed + it)}
+        pre: dict[str, float] = {}
+        held: dict[str, float] = {}
+        reg_sum: dict[str, float] = {}
+        reg_n: dict[str, int] = {}
+        for k in range(n_seeds):
+            for t in generate_market(cfg, hours, seed + it * n_seeds + k):
+                st = trace_stats(t)
+                pre[t.zone] = pre.get(t.zone, 0.0) + st.preemptions
+                held[t.zone] = held.get(t.zone, 0.0) + st.held_hours
+                if st.regain_mean_hours is not None:
+                    reg_sum[t.zone] = reg_sum.get(t.zone, 0.0) + st.regain_mean_hours * st.regain_samples
+                    reg_n[t.zone] = reg_n.get(t.zone, 0) + st.regain_samples
         zones = []
         for z in cfg.zones:
-            w, g = want.get(z.zone), got[z.zone]
-            if w is None or g.preemptions == 0:
+            w = want.get(z.zone)
+            if w is None or not pre.get(z.zone) or not held.get(z.zone):
                 zones.append(z)
                 continue
-            f_rate = min(max(w.rate_per_hour / g.rate_per_hour, 0.3), 3.0)
+            f_rate = min(max(w.rate_per_hour / (pre[z.zone] / held[z.zone]), 0.3), 3.0)
             f_reg = 1.0
-            if w.regain_mean_hours and g.regain_mean_hours:
-                f_reg = min(max(w.regain_mean_hours / g.regain_mean_hours, 0.3), 3.0)
+            if w.regain_mean_hours and reg_n.get(z.zone):
+                f_reg = min(max(w.regain_mean_hours / (reg_sum[z.zone] / reg_n[z.zone]), 0.3), 3.0)
             zones.append(z.model_copy(update={
                 "base_hazard_per_hour": round(z.base_hazard_per_hour * f_rate, 4),
                 "regain_mean_hours": round(z.regain_mean_hours * f_reg, 3)}))

@@ -26,6 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     prices.add_argument("--catalog", help="a SkyPilot catalogs/v8 folder to read offline")
     prices.add_argument("--json", action="store_true")
     prices.set_defaults(handler=_market_prices)
+    cmp = msub.add_parser("compare", help="real traces vs the calibrated synthetic market")
+    cmp.add_argument("trace_dir")
+    cmp.add_argument("--seed", type=int, default=7)
+    cmp.add_argument("--plot", help="write a PNG figure here")
+    cmp.set_defaults(handler=_market_compare)
     market.set_defaults(handler=lambda a: (market.print_help(), 2)[1])
 
     stats = sub.add_parser("stats", help="preemption statistics per zone of a trace directory")
@@ -94,6 +99,40 @@ def _market_load(args: argparse.Namespace) -> int:
         print(f"{t.zone:<14}{t.accelerator:<6}x{t.count:<3} {t.n_ticks:>7} ticks x {t.gap_seconds:g} s"
               f" = {t.duration_hours:7.1f} h   up {100 * t.up().mean():5.1f}%")
     print(f"{len(traces)} valid trace(s) in {args.trace_dir}")
+    return 0
+
+
+def _market_compare(args: argparse.Namespace) -> int:
+    from fleet.market.compare import compare_markets, correlation_summary, plot_comparison
+    from fleet.market.synthetic import (
+        SyntheticMarketConfig,
+        default_market_config,
+        generate_market,
+    )
+
+    real = _load(args.trace_dir)
+    full = default_market_config(9)
+    names = {t.zone for t in real}
+    zones = [z for z in full.zones if z.zone in names]
+    if not zones:
+        raise ValueError(f"{args.trace_dir}: none of its zones is in the calibrated market "
+                         f"({', '.join(z.zone for z in full.zones)})")
+    regions = {z.region for z in zones}
+    cfg = SyntheticMarketConfig(**{**full.model_dump(), "zones": [z.model_dump() for z in zones],
+                                   "region_reclaim_rate": {r: v for r, v in
+                                                           full.region_reclaim_rate.items()
+                                                           if r in regions},
+                                   "gap_seconds": real[0].gap_seconds})
+    print(f"generating {real[0].duration_hours:.0f} h of the synthetic market (seed {args.seed})...",
+          file=sys.stderr)
+    syn = generate_market(cfg, real[0].duration_hours, seed=args.seed)
+    print(compare_markets(real, syn).round(2).to_string())
+    cr, cs = correlation_summary(real), correlation_summary(syn)
+    print(f"correlation of unavailability: same region {cr['same_region']:.2f} real / "
+          f"{cs['same_region']:.2f} synthetic; cross region {cr['cross_region']:.2f} / "
+          f"{cs['cross_region']:.2f}")
+    if args.plot:
+        print(f"wrote {plot_comparison(real, syn, args.plot)}")
     return 0
 
 
