@@ -45,12 +45,12 @@ from fleet.stats.preemption import weighted_eviction_rate
 class SpotfleetParams:
     """Tunables (hours unless noted). Defaults tuned on the tuning start times only."""
 
-    lookback_hours: float = 24.0 * 14  # history window of the run-length model
+    lookback_hours: float = 24.0 * 30  # history window of the run-length model
     refit_hours: float = 6.0  # refit the model at most this often
     min_expected_run_hours: float = 1.0  # launch spot only if it is expected to run this long
     od_exit_margin_hours: float = 0.1  # spare slack needed to leave on-demand for spot
     od_exit_min_run_hours: float = 1.0  # ... and a zone expected to run at least this long
-    eviction_weight_hours: float = 1.0  # score = E[remaining] / (1 + w * weighted rate)
+    eviction_weight_hours: float = 0.5  # score = E[remaining] / (1 + w * weighted rate)
     notice_failure_prob: float = 0.05  # share of notices assumed lost (insurance saves)
     recheck_hours: float = 0.5  # how often to reconsider while idle / on on-demand
     risk_fraction: float = 0.4  # at most this share of the spare slack at risk (no notice)

@@ -1,0 +1,43 @@
+"""Plots of a policy sweep: cost distribution per policy and cost vs deadline-met rate."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from fleet.simulation.sweep import OMNISCIENT, SweepResult, summarize
+
+
+def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path) -> Path:
+    """One panel per sweep (title, result): the distribution of cost / on-demand-only cost
+    per policy over the start times (box: quartiles, whiskers: p5-p95, triangle: mean),
+    each policy labelled with its deadline-met rate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(sweeps)
+    fig, axes = plt.subplots(1, n, figsize=(4.8 * n, 3.9), squeeze=False)
+    for col, (title, res) in enumerate(sweeps):
+        od = res.spec.on_demand_cost
+        met = {r.policy: r.deadline_met_rate for r in summarize(res)}
+        names = list(res.runs)
+        data = [[r.cost / od for r in res.runs[k]] for k in names]
+        if res.omniscient:
+            names.append(OMNISCIENT)
+            data.append([c / od for c in res.omniscient])
+        labels = [f"{k} ({met[k]:.0%})" for k in names]
+        ax = axes[0][col]
+        ax.boxplot(data, vert=False, whis=(5, 95), showmeans=True, flierprops={"markersize": 2})
+        ax.set_yticks(range(1, len(names) + 1), labels, fontsize=8)
+        ax.set_xlabel("cost / on-demand-only cost (deadlines met)")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlim(0.2, 1.1)
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
