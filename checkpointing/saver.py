@@ -173,7 +173,7 @@ class AsyncSaver:
         current = self._job
         if current is not None and not current.done.is_set():
             if kind == "insurance":
-                log.info("insurance save at step %d skipped: save of step %d still in flight",
+                log.debug("insurance save at step %d skipped: save of step %d still in flight",
                          step, current.step)
                 return None
             if kind == "emergency":

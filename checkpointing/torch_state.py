@@ -19,6 +19,10 @@ import numpy as np
 import torch
 
 
+class CheckpointMismatch(ValueError):
+    """The checkpoint was written for different objects (another model or script)."""
+
+
 class Stateful(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -89,19 +93,24 @@ class TrainingState:
                                            ("scheduler", self.scheduler))
                    if obj is not None and name not in state]
         if missing:
-            raise ValueError(f"checkpoint has no {', '.join(missing)} state; it was saved by a "
+            raise CheckpointMismatch(f"checkpoint has no {', '.join(missing)} state; it was saved by a "
                              "different training script (pass the same objects you saved with)")
-        if self.model is not None:
-            self.model.load_state_dict(state["model"])
-        if self.optimizer is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
+        targets: list[tuple[str, Any, Any]] = [
+            (name, obj, state[name]) for name, obj in (("model", self.model), ("optimizer", self.optimizer),
+                                                       ("scheduler", self.scheduler)) if obj is not None]
+        saved = state.get("stateful", {})
         for name, obj in self.stateful.items():
-            saved = state.get("stateful", {})
             if name not in saved:
-                raise ValueError(f"checkpoint has no state for {name!r}; saved: {sorted(saved)}")
-            obj.load_state_dict(saved[name])
+                raise CheckpointMismatch(f"checkpoint has no state for {name!r}; saved: {sorted(saved)}")
+            targets.append((name, obj, saved[name]))
+        for name, obj, sd in targets:
+            try:
+                obj.load_state_dict(sd)
+            except (RuntimeError, ValueError, KeyError) as exc:
+                raise CheckpointMismatch(
+                    f"the checkpoint's {name} state does not fit this {type(obj).__name__}: {exc}. "
+                    "It was saved by a different model/configuration: point the run at a fresh "
+                    "checkpoint location, or restore with the same configuration") from exc
         if self.rng and "rng" in state:
             restore_rng(state["rng"])
         self.step = int(state["step"])

@@ -1,0 +1,452 @@
+"""The few-lines training-loop API (in the spirit of the thesis' Listing 5.1).
+
+    session = TrainingSession.from_env(model=model, optimizer=opt, scheduler=sched,
+                                       periodic_every=100)
+    start = session.restore()            # 0 when nothing was saved; restores RNG + data position
+    for step in range(start, total):
+        with session.step() as st:       # times the step; afterwards asks the policy and
+            loss = train_one_step(step)  # takes periodic / insurance / emergency saves
+            st.loss = float(loss)
+        if session.should_stop():        # a notice came and the emergency save is done
+            break                        # (or impossible)
+    sys.exit(session.finish())           # 0 when complete, 75 (EXIT_PREEMPTED) after a notice
+
+Explicit control: pass ``auto_save=False`` and call ``if session.should_save():
+session.save(session.should_save())`` yourself after each step.
+
+The session wires together the ``PreemptionGuard`` (notices), the ``AdaptivePolicy``
+(thesis Algorithm 1: when to save), the ``AsyncSaver`` (snapshot + background persist)
+and a ``TrainingState`` (which objects to save). MTTP and restart cost R come from the
+arguments, the environment (``SPOTFLEET_MTTP_SECONDS``, ``SPOTFLEET_RESTART_SECONDS``)
+or ``SPOTFLEET_STATS_FILE`` (re-read when its mtime changes). All times are seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from checkpointing.events import EventLog
+from checkpointing.guard import PreemptionGuard
+from checkpointing.manifest import CheckpointInfo, list_checkpoints
+from checkpointing.policy import AdaptivePolicy, Decision, SaveKind
+from checkpointing.runtime_env import (
+    ENV_CHECKPOINT_URI,
+    ENV_GRACE_SECONDS,
+    ENV_MTTP_SECONDS,
+    ENV_RESTART_SECONDS,
+    ENV_STATS_FILE,
+    ENV_ZONE,
+    EXIT_COMPLETED,
+    EXIT_PREEMPTED,
+    env_float,
+)
+from checkpointing.saver import (
+    DEFAULT_SHARD_BYTES,
+    AsyncSaver,
+    SaveResult,
+    emit_event,
+    restore_state,
+)
+from checkpointing.stores.base import CheckpointStore, open_store
+from checkpointing.torch_state import Stateful, TrainingState
+
+log = logging.getLogger("checkpointing.session")
+
+#: how often (seconds) the statistics file's mtime is checked
+STATS_POLL_SECONDS = 1.0
+
+
+@dataclass
+class StepHandle:
+    """Yielded by ``session.step()``; set ``loss`` to have it reported in progress events."""
+
+    step: int
+    loss: float | None = None
+
+
+def read_stats_file(path: str | os.PathLike[str]) -> tuple[float | None, float | None]:
+    """(mttp_seconds, restart_seconds) from a statistics JSON file; ValueError naming the fix."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{ENV_STATS_FILE}={path}: not valid JSON ({exc}); expected "
+                         '{"mttp_seconds": 3600, "restart_seconds": 120}') from exc
+    if not isinstance(raw, dict):
+        raise ValueError(f"{ENV_STATS_FILE}={path}: expected a JSON object with mttp_seconds/restart_seconds")
+    out: list[float | None] = []
+    for key in ("mttp_seconds", "restart_seconds"):
+        value = raw.get(key)
+        if value is None:
+            out.append(None)
+            continue
+        if not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{ENV_STATS_FILE}={path}: {key}={value!r} must be a number of seconds >= 0")
+        out.append(float(value))
+    return out[0], out[1]
+
+
+class TrainingSession:
+    """Preemption-tolerant training loop helper. See the module docstring for usage.
+
+    store: a ``CheckpointStore`` or a URI (``/dir``, ``file:///dir``, ``s3://b/p``).
+    model / optimizer / scheduler / stateful: the objects saved and restored.
+    periodic_every: user periodic save every N steps (None: none).
+    total_steps: reported in progress events.
+    keep_periodic / keep_insurance: retention (see ``checkpointing.manifest``).
+    grace_seconds, mttp_seconds, restart_seconds: policy inputs in seconds.
+    stats_file: JSON file with mttp_seconds/restart_seconds, re-read on change.
+    guard: a ``PreemptionGuard`` (started here if not armed), or None for no notices.
+    progress_every: emit a ``progress`` event every N steps.
+    auto_save: take the policy's saves automatically after each step (default True).
+    """
+
+    def __init__(self, *, store: CheckpointStore | str, model: torch.nn.Module | None = None,
+                 optimizer: torch.optim.Optimizer | None = None, scheduler: Any | None = None,
+                 stateful: dict[str, Stateful] | None = None, periodic_every: int | None = None,
+                 total_steps: int | None = None, keep_periodic: int = 3, keep_insurance: int = 2,
+                 grace_seconds: float = 30.0, mttp_seconds: float | None = None,
+                 restart_seconds: float = 0.0, stats_file: str | os.PathLike[str] | None = None,
+                 insurance: str = "auto", guard: PreemptionGuard | None = None,
+                 events: EventLog | None = None, progress_every: int = 50,
+                 auto_save: bool = True, policy: AdaptivePolicy | None = None,
+                 shard_bytes: int = DEFAULT_SHARD_BYTES, rng: bool = True,
+                 save_on_finish: bool = True):
+        if periodic_every is not None and periodic_every < 1:
+            raise ValueError(f"periodic_every must be >= 1 steps (or None), got {periodic_every}")
+        if progress_every < 1:
+            raise ValueError(f"progress_every must be >= 1 steps, got {progress_every}")
+        self.store = open_store(store) if isinstance(store, str) else store
+        self.events = events or EventLog()
+        self.state = TrainingState(model=model, optimizer=optimizer, scheduler=scheduler,
+                                   stateful=dict(stateful or {}), rng=rng)
+        self.total_steps = total_steps
+        self.progress_every = progress_every
+        self.auto_save = auto_save
+        self.save_on_finish = save_on_finish
+        self.mttp_seconds = mttp_seconds
+        self.restart_seconds = restart_seconds
+        self.policy = policy or AdaptivePolicy(periodic_every=periodic_every, grace_seconds=grace_seconds,
+                                               mttp_seconds=mttp_seconds, restart_seconds=restart_seconds,
+                                               insurance=insurance)
+        self.saver = AsyncSaver(self.store, events=self.events, keep_periodic=keep_periodic,
+                                keep_insurance=keep_insurance, shard_bytes=shard_bytes)
+        self.guard = guard
+        if guard is not None and not guard.armed:
+            guard.start()
+        self.stats_file = Path(stats_file) if stats_file else None
+        self._stats_mtime: float | None = None
+        self._stats_checked = 0.0
+        self._started = False
+        self._notice_reported = False
+        self._stop = False
+        self._pending: SaveKind | None = None
+        self._last_decision: Decision | None = None
+        self._step_times: deque[float] = deque(maxlen=max(progress_every, 10))
+        self._last_loss: float | None = None
+        self._last_tau: float | None = None
+        self._delta: float | None = None
+        self._finished = False
+        self.exit_code: int | None = None
+        self._refresh_stats(force=True)
+
+    # -- construction from the fleet's environment -------------------------------------
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> TrainingSession:
+        """Fill store, events, guard, grace, MTTP, R and stats file from ``SPOTFLEET_*``.
+
+        Explicit keyword arguments win over the environment.
+        """
+        if "store" not in kwargs:
+            uri = os.environ.get(ENV_CHECKPOINT_URI)
+            if not uri:
+                raise ValueError(f"{ENV_CHECKPOINT_URI} is not set; set it to a directory or "
+                                 "s3://bucket/prefix, or pass store=... explicitly")
+            kwargs["store"] = uri
+        kwargs.setdefault("events", EventLog.from_env())
+        grace = env_float(ENV_GRACE_SECONDS)
+        if grace is not None:
+            kwargs.setdefault("grace_seconds", grace)
+        mttp = env_float(ENV_MTTP_SECONDS)
+        if mttp is not None:
+            kwargs.setdefault("mttp_seconds", mttp)
+        restart = env_float(ENV_RESTART_SECONDS)
+        if restart is not None:
+            kwargs.setdefault("restart_seconds", restart)
+        stats = os.environ.get(ENV_STATS_FILE)
+        if stats:
+            kwargs.setdefault("stats_file", stats)
+        if "guard" not in kwargs:
+            kwargs["guard"] = PreemptionGuard.from_env()
+        return cls(**kwargs)
+
+    # -- what the loop reads -------------------------------------------------------------
+    @property
+    def step_count(self) -> int:
+        """Completed steps (the next step to run)."""
+        return self.state.step
+
+    @property
+    def extras(self) -> dict[str, Any]:
+        """Small user values saved with every checkpoint and restored by ``restore``."""
+        return self.state.extras
+
+    @property
+    def data_position(self) -> Any:
+        """What locates the next batch; defaults to the step when never set."""
+        return self.state.step if self.state.data_position is None else self.state.data_position
+
+    @data_position.setter
+    def data_position(self, value: Any) -> None:
+        self.state.data_position = value
+
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """Committed checkpoints in the store, oldest first."""
+        return list_checkpoints(self.store)
+
+    # -- restore -------------------------------------------------------------------------
+    def restore(self) -> int:
+        """Load the latest complete checkpoint (falling back on corruption); return its step.
+
+        Returns 0 (and leaves every object untouched) when nothing was saved yet.
+        """
+        outcome = restore_state(self.store)
+        resumed: int | None = None
+        if outcome is not None:
+            step = self.state.apply(outcome.value)
+            resumed = step
+            self.policy.on_restore(step)
+            self.saver.last_committed = outcome.info
+            self.events.emit("restore", step=step, location=outcome.info.location,
+                             fell_back=outcome.fell_back, reason=outcome.reason)
+            if outcome.fell_back:
+                log.warning("restored step %d from %s after falling back: %s", step,
+                            outcome.info.location, outcome.reason)
+            else:
+                log.info("restored step %d from %s", step, outcome.info.location)
+        self._emit_start(resumed)
+        return self.state.step
+
+    def _emit_start(self, resumed: int | None) -> None:
+        if self._started:
+            return
+        self._started = True
+        self.events.emit("start", node_id=self.events.node_id, zone=os.environ.get(ENV_ZONE),
+                         resumed_from_step=resumed)
+        self._emit_interval_if_changed()
+
+    # -- the step -----------------------------------------------------------------------
+    @contextmanager
+    def step(self) -> Iterator[StepHandle]:
+        """Wrap one training step: time it; afterwards run the policy (and saves)."""
+        if not self._started:
+            self._emit_start(None)
+        handle = StepHandle(step=self.state.step)
+        t0 = time.perf_counter()
+        yield handle
+        seconds = time.perf_counter() - t0
+        self.end_step(seconds, loss=handle.loss)
+
+    def end_step(self, seconds: float, loss: float | None = None) -> Decision:
+        """After-step work for loops that cannot use ``with session.step()``.
+
+        ``seconds`` is the step's duration. Returns the policy's decision.
+        """
+        self.state.step += 1
+        step = self.state.step
+        self.policy.record_step(step, seconds)
+        self._step_times.append(seconds)
+        if loss is not None:
+            self._last_loss = float(loss)
+        self._refresh_stats()
+        self._drain_results()
+        notice = self.guard.notice if self.guard is not None else None
+        seconds_left = self.guard.seconds_left() if notice is not None else None
+        if notice is not None and not self._notice_reported:
+            self._notice_reported = True
+            self.events.emit("notice", source=notice.source, deadline_unix=self.guard.deadline,
+                             step=step)
+            log.warning("preemption notice from %s at step %d: %.1f s left", notice.source, step,
+                        seconds_left if seconds_left is not None else float("nan"))
+        decision = self.policy.decide(step, notice is not None, seconds_left)
+        self._last_decision = decision
+        self._pending = decision.kind
+        if notice is not None:
+            self._handle_notice(decision, seconds_left)
+        elif decision.kind is not None and self.auto_save:
+            self.save(decision.kind)
+        if step % self.progress_every == 0:
+            self._emit_progress()
+        return decision
+
+    def _handle_notice(self, decision: Decision, seconds_left: float | None) -> None:
+        if decision.kind is not None:
+            # EMERGENCY, or (emergency infeasible) the periodic/insurance save Algorithm 1
+            # still schedules at this step: either way wait for it up to the deadline.
+            if self.auto_save or decision.kind != SaveKind.EMERGENCY:
+                self.save(decision.kind, _notice=True)
+        else:
+            left = f"{seconds_left:.1f} s left" if seconds_left is not None else "no deadline"
+            reason = (f"no emergency save at step {self.state.step}: {decision.reason} ({left}); "
+                      "the latest committed checkpoint will be used on restart")
+            log.error(reason)
+            emit_event(self.events, "save_failed", step=self.state.step, kind="emergency", reason=reason)
+            if self.saver.in_flight is not None:
+                timeout = None
+                if self.guard is not None and self.guard.seconds_left() is not None:
+                    timeout = max(0.0, self.guard.seconds_left() - 0.5)
+                self.saver.wait(timeout=timeout)
+        self._stop = True
+
+    def should_save(self) -> SaveKind | None:
+        """The save the policy asked for after the last step and that was not taken yet."""
+        return self._pending
+
+    def should_stop(self) -> bool:
+        """True once a notice arrived and its emergency save is done (or impossible)."""
+        return self._stop and self._pending != SaveKind.EMERGENCY
+
+    def save(self, kind: SaveKind | str = SaveKind.PERIODIC, *, block: bool = False,
+             _notice: bool = False) -> SaveResult | None:
+        """Checkpoint now (``kind``: periodic, insurance or emergency).
+
+        Emergency saves wait until committed or until just before the notice deadline.
+        A save of a step that is already committed is skipped.
+        """
+        kind = SaveKind(getattr(kind, "value", kind))
+        self._pending = None
+        step = self.state.step
+        in_flight = self.saver.in_flight
+        if in_flight is not None and in_flight[0] == step:
+            log.debug("step %d is already being saved; %s save not repeated", step, kind.value)
+            urgent = kind == SaveKind.EMERGENCY or _notice
+            if block or urgent:
+                deadline = self.guard.deadline if urgent and self.guard is not None else None
+                timeout = None if deadline is None else max(0.0, deadline - time.time() - 0.5)
+                return self.saver.wait(timeout)
+            return None
+        last = self.saver.last_committed
+        if in_flight is None and last is not None and last.step == step:
+            log.debug("step %d is already committed; %s save skipped", step, kind.value)
+            return None
+        urgent = kind == SaveKind.EMERGENCY or _notice
+        deadline = self.guard.deadline if urgent and self.guard is not None else None
+        result = self.saver.save(self.state.capture, step, kind.value,
+                                 block=block or urgent, deadline=deadline)
+        if result is not None:
+            self._drain_results()
+            if urgent and result.ok and self.guard is not None:
+                self.guard.acknowledge()
+        return result
+
+    # -- estimates, results, events -------------------------------------------------------
+    def _refresh_stats(self, force: bool = False) -> None:
+        if self.stats_file is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._stats_checked < STATS_POLL_SECONDS:
+            return
+        self._stats_checked = now
+        try:
+            mtime = self.stats_file.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if mtime == self._stats_mtime:
+            return
+        self._stats_mtime = mtime
+        try:
+            mttp, restart = read_stats_file(self.stats_file)
+        except (ValueError, OSError) as exc:
+            log.warning("ignoring statistics file: %s", exc)
+            return
+        if mttp is not None:
+            self.mttp_seconds = mttp
+        if restart is not None:
+            self.restart_seconds = restart
+        if self.policy.update_estimates(mttp_seconds=mttp, restart_seconds=restart):
+            self._emit_interval_if_changed()
+
+    def _drain_results(self) -> None:
+        changed = False
+        for result in self.saver.poll_results():
+            if not result.ok:
+                continue
+            self._delta = result.stall_seconds
+            self.policy.record_save(SaveKind(result.kind), result.step, result.stall_seconds,
+                                    result.persist_seconds)
+            changed = True
+        if changed:
+            self._emit_interval_if_changed()
+
+    def mean_step_seconds(self) -> float | None:
+        return sum(self._step_times) / len(self._step_times) if self._step_times else None
+
+    def _emit_interval_if_changed(self) -> None:
+        tau = self.policy.tau_seconds
+        if tau is None or tau == self._last_tau:
+            return
+        self._last_tau = tau
+        mean = self.mean_step_seconds()
+        tau_steps = max(1, round(tau / mean)) if mean else None
+        self.events.emit("interval", tau_seconds=tau, tau_steps=tau_steps,
+                         mttp_seconds=self.mttp_seconds, restart_seconds=self.restart_seconds,
+                         delta_seconds=self._delta)
+
+    def _emit_progress(self) -> None:
+        self.events.emit("progress", step=self.state.step, total_steps=self.total_steps,
+                         mean_step_seconds=self.mean_step_seconds(), loss=self._last_loss)
+
+    # -- the end ---------------------------------------------------------------------------
+    def finish(self, **exit_data: Any) -> int:
+        """Wait for the in-flight save, save the final state (when completed), emit ``exit``.
+
+        Returns the process exit code: 0 when complete, ``EXIT_PREEMPTED`` (75) after a
+        notice. Extra keyword arguments go into the ``exit`` event's data.
+        """
+        if self._finished:
+            return self.exit_code if self.exit_code is not None else EXIT_COMPLETED
+        self._finished = True
+        preempted = self._stop
+        if not preempted and self.save_on_finish:
+            self.save(SaveKind.PERIODIC, block=True)
+        elif not preempted:
+            self.saver.wait()
+        self._drain_results()
+        self.saver.close(wait=not preempted)
+        self.exit_code = EXIT_PREEMPTED if preempted else EXIT_COMPLETED
+        self.events.emit("exit", reason="preempted" if preempted else "completed",
+                         step=self.state.step, **exit_data)
+        if self.guard is not None:
+            self.guard.stop()
+        return self.exit_code
+
+    def fail(self, error: BaseException) -> None:
+        """Report an exception that ends training (``exit`` with reason ``error``)."""
+        if self._finished:
+            return
+        self._finished = True
+        self.exit_code = 1
+        self.saver.close(wait=True)
+        self.events.emit("exit", reason="error", step=self.state.step,
+                         error=f"{type(error).__name__}: {error}")
+        if self.guard is not None:
+            self.guard.stop()
+
+    def __enter__(self) -> TrainingSession:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is not None and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            self.fail(exc)
+        elif not self._finished:
+            self.finish()
