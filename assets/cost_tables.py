@@ -153,7 +153,8 @@ def markdown_report(pipeline: str, table: pd.DataFrame, tot: dict[str, float], b
     return "\n".join(lines)
 
 
-def write_plot(table: pd.DataFrame, tot: dict[str, float], path: Path, title: str) -> Path:
+def write_plot(table: pd.DataFrame, tot: dict[str, float], path: Path, title: str,
+               stage_order: list[str] | None = None) -> Path:
     """Stacked bar per stage (useful + taxes) next to the on-demand equivalent; PNG."""
     import matplotlib
 
@@ -163,6 +164,8 @@ def write_plot(table: pd.DataFrame, tot: dict[str, float], path: Path, title: st
     path.parent.mkdir(parents=True, exist_ok=True)
     by_stage = table.groupby("stage")[[f"{c}_usd" for c in CATEGORIES] + ["on_demand_usd"]].sum() \
         if not table.empty else pd.DataFrame(columns=[f"{c}_usd" for c in CATEGORIES] + ["on_demand_usd"])
+    if stage_order:
+        by_stage = by_stage.reindex([s for s in stage_order if s in by_stage.index])
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     colors = {"useful": "#2a9d8f", "checkpoint": "#e9c46a", "redo": "#f4a261", "restart": "#e76f51", "idle": "#adb5bd"}
     x = range(len(by_stage))
@@ -175,9 +178,11 @@ def write_plot(table: pd.DataFrame, tot: dict[str, float], path: Path, title: st
            label="on-demand, same useful work", color="#264653")
     ax.set_xticks(list(x), list(by_stage.index))
     ax.set_ylabel("$")
-    ax.set_title(f"{title}: spend ${tot['spend_usd']:.3f} vs on-demand ${tot['on_demand_usd']:.3f} "
-                 f"({tot['savings_pct']:.0f}% saved)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(f"{title}: spot spend \\${tot['spend_usd']:.2f} vs on-demand \\${tot['on_demand_usd']:.2f} "
+                 f"for the same useful work ({tot['savings_pct']:.0f}% saved)", fontsize=9)
+    top = max([*bottom, *(list(by_stage["on_demand_usd"]) if len(by_stage) else [])], default=1.0)
+    ax.set_ylim(0, top * 1.45 if top > 0 else 1.0)
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -36,8 +36,8 @@ def build_provider(kind: str, options: dict[str, Any]) -> FleetProvider:
     ``extra_env``.
     """
     if kind == "local":
+
         from fleet.emulation.injector import CapacitySchedule, TimeScale
-        from fleet.providers.local.pricing import FlatPrices
         from fleet.providers.local.provider import LocalFleetConfig, LocalFleetProvider
         from fleet.providers.local.relaunch import RelaunchPolicy
 
@@ -49,8 +49,7 @@ def build_provider(kind: str, options: dict[str, Any]) -> FleetProvider:
             grace_seconds=m.get("grace_seconds"),
             policy=RelaunchPolicy(on_demand_fallback=bool(options.get("on_demand_fallback", True)),
                                   block_seconds=float(options.get("block_seconds", 5.0))),
-            prices=FlatPrices(spot=float(m.get("spot_price_per_hour", DEFAULT_SPOT)),
-                              on_demand=float(m.get("on_demand_price_per_hour", DEFAULT_ON_DEMAND))),
+            prices=price_book(m),
             workdir=Path(options["workdir"]) if options.get("workdir") else None,
             extra_env=dict(options.get("extra_env") or {}),
         )
@@ -84,94 +83,62 @@ def on_demand_price(market: dict[str, Any]) -> float:
     return float(market.get("on_demand_price_per_hour", DEFAULT_ON_DEMAND))
 
 
-def plan_for_stage(stage: dict[str, Any], stats: list[Any], forecasts: list[Any],
-                   market: dict[str, Any], deadline_hours: float, on_demand_fallback: bool) -> dict[str, Any]:
-    """The fleet plan of one stage as a JSON-able dict.
+def price_book(market: dict[str, Any]):
+    """The pipeline's prices: the fleet's PriceBook with the config's spot/on-demand $/h."""
+    from fleet.market.prices import PriceBook
 
-    Calls ``fleet.planning.plan_stage`` when the planner is available; otherwise (the
-    smallest stand-in) orders the candidate zones by forecast preemptions, keeps spot
-    when the forecast rate is below the playbook break-even rate, and records why.
-    Keys: zones, use_spot, on_demand_fallback, expected_cost_usd, expected_hours, reason, planner.
-    """
-    try:
-        from fleet import planning
-
-        plan_stage = getattr(planning, "plan_stage", None)
-    except ImportError:  # pragma: no cover
-        plan_stage = None
-    if plan_stage is not None:
-        try:
-            plan = _call_planner(plan_stage, stage, stats, forecasts, market, deadline_hours, on_demand_fallback)
-            if plan is not None:
-                return plan
-        except (TypeError, ValueError) as exc:  # planner signature moved: fall back, say so
-            fallback_note = f"fleet.planning.plan_stage failed ({exc}); used the zone-ranking stand-in"
-        else:
-            fallback_note = "fleet.planning.plan_stage returned nothing; used the zone-ranking stand-in"
-    else:
-        fallback_note = "fleet.planning.plan_stage not available; used the zone-ranking stand-in"
-    from checkpointing import costmodel
-
-    candidates = list(stage.get("zones") or [f.zone for f in forecasts])
-    by_zone = {f.zone: f for f in forecasts}
-    ranked = sorted(candidates, key=lambda z: (getattr(by_zone.get(z), "rate_per_held_hour", math.inf)
-                                               if z in by_zone else math.inf, candidates.index(z)))
     sp = float(market.get("spot_price_per_hour", DEFAULT_SPOT))
     od = float(market.get("on_demand_price_per_hour", DEFAULT_ON_DEMAND))
-    be = costmodel.break_even_rate_per_hour(on_demand_price=od, spot_price=sp, ckpt_hours=1 / 60,
-                                            restart_hours=0.1, interval="optimal", step_per_hour=None)
-    best = by_zone.get(ranked[0]) if ranked else None
-    rate = float(getattr(best, "rate_per_held_hour", 0.0) or 0.0)
-    use_spot = bool(stage.get("spot", True)) and rate < be
-    work = float(stage.get("work_hours", 1.0))
-    if use_spot and rate > 0 and rate * 0.1 < 1:
-        t = costmodel.optimal_interval_hours(1 / 60, rate, 0.1)
-        c_eff = costmodel.effective_cost_per_useful_hour(sp, 1 / 60, t, rate, 0.1)
-    else:
-        c_eff = sp if use_spot else od
-    return {
-        "zones": ranked, "use_spot": use_spot, "on_demand_fallback": on_demand_fallback,
-        "expected_cost_usd": c_eff * work * int(stage.get("nodes", 1)),
-        "expected_hours": work * (c_eff / sp if use_spot else 1.0),
-        "forecast_rate_per_hour": rate, "break_even_rate_per_hour": be,
-        "reason": (f"zones ordered by forecast preemptions; best {ranked[0] if ranked else '-'} at "
-                   f"{rate:.3f}/h vs break-even {be:.3f}/h -> {'spot' if use_spot else 'on-demand'}; "
-                   f"on-demand fallback {'on' if on_demand_fallback else 'off'} if the "
-                   f"{deadline_hours:g} h deadline needs it. ({fallback_note})"),
-        "planner": "assets.fleet_adapter stand-in",
-    }
+    return PriceBook.default(overrides={"spot": {"p3.2xlarge": {"*": sp}},
+                                        "on_demand": {"p3.2xlarge": {"*": od}}})
 
 
-def _call_planner(plan_stage, stage, stats, forecasts, market, deadline_hours, on_demand_fallback):
+def zone_stats_from_frame(df) -> list[Any]:
+    """``ZoneStats`` objects back from the preemption_stats table (trace rows only)."""
     import dataclasses
-    import inspect
 
-    params = inspect.signature(plan_stage).parameters
-    kwargs: dict[str, Any] = {}
-    candidates = {
-        "stats": stats, "zone_stats": stats, "forecasts": forecasts, "forecast": forecasts,
-        "work_hours": float(stage.get("work_hours", 1.0)), "deadline_hours": deadline_hours,
-        "nodes": int(stage.get("nodes", 1)), "num_nodes": int(stage.get("nodes", 1)),
-        "zones": list(stage.get("zones") or []), "candidate_zones": list(stage.get("zones") or []),
-        "allow_spot": bool(stage.get("spot", True)), "use_spot": bool(stage.get("spot", True)),
-        "on_demand_price": float(market.get("on_demand_price_per_hour", DEFAULT_ON_DEMAND)),
-        "spot_price": float(market.get("spot_price_per_hour", DEFAULT_SPOT)),
-        "accelerator": stage.get("accelerator", "V100"),
-        "on_demand_fallback": on_demand_fallback,
-    }
-    for name, p in params.items():
-        if name in candidates:
-            kwargs[name] = candidates[name]
-        elif p.default is inspect.Parameter.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-            return None  # a required argument we cannot supply
-    plan = plan_stage(**kwargs)
-    d = plan.to_dict() if hasattr(plan, "to_dict") else (
-        dataclasses.asdict(plan) if dataclasses.is_dataclass(plan) else dict(plan))
-    d = json_safe(d)
-    d.setdefault("zones", list(stage.get("zones") or []))
-    d.setdefault("use_spot", bool(stage.get("spot", True)))
-    d.setdefault("on_demand_fallback", on_demand_fallback)
-    d["planner"] = "fleet.planning.plan_stage"
+    from fleet.stats.preemption import ZoneStats
+
+    names = {f.name for f in dataclasses.fields(ZoneStats)}
+    out = []
+    for row in df[df["source"] == "trace"].to_dict("records"):
+        kw = {k: v for k, v in row.items() if k in names}
+        for k, v in list(kw.items()):
+            if isinstance(v, list):
+                kw[k] = tuple(math.inf if x is None else x for x in v)
+            elif v is None and k in ("mttp_hours", "rate_per_hour"):
+                kw[k] = math.inf
+        out.append(ZoneStats(**kw))
+    return out
+
+
+def plan_for_stage(stage: dict[str, Any], stats: list[Any], forecasts: list[Any],
+                   market: dict[str, Any], deadline_hours: float | None,
+                   on_demand_fallback: bool) -> dict[str, Any]:
+    """The fleet plan of one stage (``fleet.planning.planner.plan_stage``) as a JSON-able dict.
+
+    Adds the keys the train asset reads: ``zones`` (failover order), ``use_spot``,
+    ``on_demand_fallback``, ``reason`` (one line).
+    """
+    from fleet.planning.planner import StageRequest, plan_stage
+
+    req = StageRequest(
+        work_hours=float(stage.get("work_hours", 1.0)), deadline_hours=deadline_hours,
+        name=stage["name"], accelerator=str(stage.get("accelerator", "V100")),
+        accelerator_count=int(stage.get("count", 1)), num_nodes=int(stage.get("nodes", 1)),
+        candidate_zones=tuple(stage.get("zones") or ()), allow_on_demand=on_demand_fallback)
+    plan = plan_stage(req, stats, forecasts, price_book(market))
+    d = json_safe(plan.to_dict())
+    order = list(plan.failover_order) or list(stage.get("zones") or [])
+    d["zones"] = order
+    d["use_spot"] = bool(stage.get("spot", True)) and plan.spot_nodes > 0
+    d["on_demand_fallback"] = on_demand_fallback
+    d["explain"] = plan.explain()
+    d["reason"] = (f"{plan.spot_nodes} spot + {plan.on_demand_nodes} on-demand, failover "
+                   f"{' -> '.join(order) or '-'}; expected ${plan.expected_cost:.2f} vs on-demand "
+                   f"${plan.on_demand_cost:.2f}" + (f"; switch to on-demand when slack < "
+                                                    f"{plan.fallback_slack_hours:.2f} h"
+                                                    if plan.fallback_slack_hours is not None else ""))
     return d
 
 

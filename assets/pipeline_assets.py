@@ -49,6 +49,7 @@ from pipelines.config import PipelineConfig, StageConfig
 from pipelines.resources import FleetResource, StatsDB
 
 GROUP_STATS = "statistics"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TRAIN_RETRY = RetryPolicy(max_retries=3, delay=2.0, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS)
 
 
@@ -166,18 +167,25 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
     @asset(key=[p, "fleet_plan"], group_name=f"{p}_training", kinds={"python"},
            ins={"preemption_stats": AssetIn(key=[p, "preemption_stats"]),
                 "preemption_forecast": AssetIn(key=[p, "preemption_forecast"])},
-           description="Per stage: zones in order, spot or on-demand, on-demand fallback, expected "
-                       "cost and completion, and why (fleet.planning).")
+           description="Per stage: zones in failover order, spot / on-demand mix, on-demand fallback "
+                       "threshold, expected cost and completion, and why (fleet.planning).")
     def fleet_plan(context: AssetExecutionContext, preemption_stats, preemption_forecast) -> Output:
+        stats = fleet_adapter.zone_stats_from_frame(preemption_stats)
+        total_work = sum(s.work_hours for s in cfg.stages)
         plans = {}
         for s in cfg.stages:
-            plans[s.name] = fleet_adapter.plan_for_stage(
-                _stage_dict(s), preemption_stats.to_dict("records") if hasattr(preemption_stats, "to_dict") else [],
-                preemption_forecast, market, cfg.deadline_hours, cfg.on_demand_fallback)
-            context.log.info(f"plan for {s.name}: {plans[s.name].get('reason')}")
-        md = "\n".join(f"- **{k}**: zones {v.get('zones')}, {'spot' if v.get('use_spot') else 'on-demand'}; "
-                       f"{v.get('reason')}" for k, v in plans.items())
-        return Output(plans, metadata={"plan": MetadataValue.md(md)})
+            share = cfg.deadline_hours * s.work_hours / total_work
+            try:
+                plans[s.name] = fleet_adapter.plan_for_stage(
+                    _stage_dict(s), stats, preemption_forecast, market, share, cfg.on_demand_fallback)
+            except ValueError as exc:
+                raise Failure(description=f"cannot plan stage {s.name}: {exc}", allow_retries=False) from exc
+            context.log.info(plans[s.name]["explain"])
+        md = "\n\n".join(f"**{k}**\n\n```\n{v['explain']}\n```" for k, v in plans.items())
+        meta = {"plan": MetadataValue.md(md)}
+        for k, v in plans.items():
+            meta[f"{k}_expected_cost_usd"] = MetadataValue.float(float(v.get("expected_cost") or 0.0))
+        return Output(plans, metadata=meta)
 
     train_assets = []
     for idx, stage in enumerate(cfg.stages):
@@ -201,7 +209,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         be = break_even(observed_rates(sessions, lines, ckpts)) if not sessions.empty else None
         md = markdown_report(p, table, tot, be)
         out_dir = fleet.var_path() / "reports" / p
-        png = write_plot(table, tot, out_dir / "cost_report.png", p)
+        png = write_plot(table, tot, out_dir / "cost_report.png", p, [s.name for s in cfg.stages])
         html = write_html(md, table, png, out_dir / "cost_report.html")
         table.to_csv(out_dir / "cost_report.csv", index=False)
         (out_dir / "cost_report.md").write_text(md + "\n", encoding="utf-8")
@@ -235,11 +243,12 @@ def _resolve_command(stage: StageConfig, python: str, cwd: str) -> list[str]:
     if stage.script is not None:
         script = Path(stage.script)
         if not script.is_absolute():
-            cand = Path(cwd) / script
-            if not cand.exists():
+            roots = [Path(cwd), PROJECT_ROOT]
+            cand = next((r / script for r in roots if (r / script).exists()), None)
+            if cand is None:
                 raise Failure(description=f"stage {stage.name}: script {stage.script!r} not found under "
-                                          f"{cwd}; give a path relative to the project or an absolute one",
-                              allow_retries=False)
+                                          f"{cwd} or {PROJECT_ROOT}; give a path relative to one of them "
+                                          "or an absolute one", allow_retries=False)
             argv[1] = str(cand.resolve())
     return argv
 
@@ -272,7 +281,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     attempt = context.retry_number + 1
     root_run = context.run.root_run_id or context.run_id
     cwd = fleet.cwd()
-    ckpt_uri = cfg.stage_checkpoint_uri(stage, Path(cwd)).rstrip("/") + f"/{root_run}"
+    ckpt_uri = cfg.stage_checkpoint_uri(stage, fleet.var_path()).rstrip("/") + f"/{root_run}"
     workdir = fleet.work_path() / p_safe(cfg.name) / root_run
     zones = list(plan.get("zones") or stage.resources.zones)
     use_spot = bool(plan.get("use_spot", stage.resources.spot))

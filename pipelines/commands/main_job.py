@@ -1,0 +1,130 @@
+"""``spotfleet main`` (the whole graph of the example pipeline, in-process) and ``spotfleet db``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "main", help="materialize the whole Dagster graph of the example pipeline on the local fleet",
+        description="Materialize market -> statistics -> forecast -> plan -> training stages -> cost "
+                    "report in-process, on the local emulated fleet with a synthetic market that "
+                    "preempts it (SQLite + local checkpoints under --var-dir). Prints where the cost "
+                    "report and plots are.")
+    p.add_argument("--pipelines", default=None, help="pipelines YAML (default: pipelines/examples/two_stage.yaml)")
+    p.add_argument("--pipeline", default=None, help="which pipeline of the file (default: the first)")
+    p.add_argument("--var-dir", default=None, help="state folder (default: $SPOTFLEET_VAR_DIR or ./var)")
+    p.add_argument("--db-url", default=None, help="statistics DB URL (default: $SPOTFLEET_DB_URL or SQLite in var)")
+    p.add_argument("--verbose", action="store_true", help="show Dagster's DEBUG events too")
+    p.set_defaults(handler=run_main)
+
+    db = sub.add_parser("db", help="statistics database: schema migrations",
+                        description="Apply or show the statistics DB schema revision (alembic).")
+    db.add_argument("action", choices=["upgrade", "current"])
+    db.add_argument("--url", default=None, help="DB URL (default: $SPOTFLEET_DB_URL or ./var/spotfleet.db)")
+    db.set_defaults(handler=run_db)
+
+
+def run_db(args) -> int:
+    from infra.db.session import current_revision, db_url, head_revision, upgrade
+
+    url = db_url(args.url)
+    shown = url.split("@")[-1] if "@" in url else url
+    if args.action == "upgrade":
+        rev = upgrade(url)
+        print(f"statistics DB {shown} is at revision {rev} (head {head_revision()})")
+    else:
+        rev = current_revision(url)
+        head = head_revision()
+        state = "up to date" if rev == head else "behind: run `spotfleet db upgrade`"
+        print(f"statistics DB {shown}: revision {rev or '(none)'}; code head {head} ({state})")
+    return 0
+
+
+def run_main(args) -> int:
+    t0 = time.perf_counter()
+    from pipelines.home import prepare_dagster_home, var_dir
+
+    var = var_dir(args.var_dir)
+    home = prepare_dagster_home(var)
+    os.environ["DAGSTER_HOME"] = str(home)
+    os.environ.setdefault("SPOTFLEET_VAR_DIR", str(var))
+    if args.pipelines:
+        os.environ["SPOTFLEET_PIPELINES"] = str(Path(args.pipelines).resolve())
+    print(f"[spotfleet main] state in {var} (DAGSTER_HOME={home})", flush=True)
+
+    from dagster import DagsterInstance
+
+    from pipelines.config import load_default_pipelines
+    from pipelines.definitions import build_definitions, pipeline_job_name
+    from pipelines.resources import FleetResource, StatsDB
+
+    configs = load_default_pipelines()
+    cfg = next((c for c in configs if c.name == args.pipeline), None) if args.pipeline else configs[0]
+    if cfg is None:
+        raise ValueError(f"--pipeline {args.pipeline!r} is not in the file; choose from {[c.name for c in configs]}")
+    stats_db = StatsDB(url=args.db_url or "", var_dir=str(var))
+    stats_db.engine()  # migrate before the run
+    defs = build_definitions(configs, resources={"stats_db": stats_db,
+                                                 "fleet": FleetResource(var_dir=str(var))})
+    job = defs.resolve_job_def(pipeline_job_name(cfg.name))
+    print(f"[spotfleet main] pipeline {cfg.name}: stages {' -> '.join(s.name for s in cfg.stages)} on the "
+          f"{cfg.provider} fleet; market {cfg.market.kind} (seed {cfg.market.seed}), one market hour = "
+          f"{cfg.market.wall_seconds_per_market_hour:g} wall s", flush=True)
+    level = "DEBUG" if args.verbose else "INFO"
+    t_start = time.perf_counter()
+    with DagsterInstance.get() as instance:
+        result = job.execute_in_process(
+            instance=instance, raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": level}}}})
+        t_run = time.perf_counter() - t_start
+        checks = [e.event_specific_data for e in result.all_events
+                  if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    print("", flush=True)
+    _summary(cfg, stats_db, result.run_id, var)
+    failed_checks = [c for c in checks if not c.passed]
+    for c in checks:
+        print(f"  check {c.asset_key.to_user_string()}:{c.check_name}: {'passed' if c.passed else 'FAILED'}")
+    total = time.perf_counter() - t0
+    print(f"\n[spotfleet main] run {result.run_id} {'succeeded' if result.success else 'FAILED'} in "
+          f"{t_run:.0f} s ({total:.0f} s with setup)")
+    reports = var / "reports" / cfg.name
+    print(f"  cost report: {reports / 'cost_report.html'}")
+    print(f"               {reports / 'cost_report.md'} | {reports / 'cost_report.csv'}")
+    print(f"  plot:        {reports / 'cost_report.png'}")
+    print(f"  statistics DB: {stats_db.resolved_url()}")
+    print(f"  UI:          DAGSTER_HOME={home} dagster dev -m pipelines.definitions")
+    if not result.success:
+        print("  the run failed: read the step errors above; fix the config or the cause and rerun "
+              "(stages resume from their checkpoints only within a run and its retries)", file=sys.stderr)
+        return 1
+    return 1 if any(c.severity.value == "ERROR" for c in failed_checks) else 0
+
+
+def _summary(cfg, stats_db, run_id: str, var: Path) -> None:
+    from infra.db.models import NodeSessionRecord, StageAttempt
+    from infra.db.recorder import read_table
+
+    eng = stats_db.engine()
+    attempts = read_table(eng, StageAttempt, cfg.name)
+    attempts = attempts[attempts["run_id"] == run_id]
+    sessions = read_table(eng, NodeSessionRecord, cfg.name)
+    sessions = sessions[sessions["attempt_id"].isin(attempts["id"])]
+    print("[spotfleet main] stages:")
+    for stage in cfg.stages:
+        a = attempts[attempts["stage"] == stage.name].sort_values("attempt")
+        s = sessions[sessions["stage"] == stage.name].sort_values("launched_at")
+        if a.empty:
+            print(f"  {stage.name}: not run")
+            continue
+        resumes = [int(x) for x in s["first_step"].dropna() if x > 0]
+        cost = ((s["ended_at"] - s["launched_at"]) * s["time_scale"] / 3600.0 * s["price_per_hour"]).sum()
+        print(f"  {stage.name}: {len(a)} attempt(s) ({', '.join(a['status'])}), {len(s)} node session(s), "
+              f"{int((s['end_reason'] == 'preempted').sum())} preemption(s), resumed from steps "
+              f"{resumes or 'none'}, final step {a['final_step'].dropna().max()}, zones "
+              f"{' -> '.join(s['zone'])}, ${cost:.2f}")
