@@ -10,6 +10,8 @@ For every candidate zone the planner computes, with the playbook cost model in
 * lambda: preemptions per held hour. With a forecast it blends the forecast rate with
   the history (``forecast_weight``), otherwise the history alone;
 * a: the availability (forecast mean when given);
+* R: the restart latency measured in that zone (``ZoneStats.restart_latency_s`` from
+  node sessions) when known, else the request's ``restart_hours``;
 * ``T_opt`` (optimal checkpoint interval, R included) and
   ``c_eff = c_sp (1 + C/T) / (1 - lambda (T/2 + R))``, the $ per useful node-hour;
 * whether spot beats on-demand there: ``lambda < break-even rate``.
@@ -42,7 +44,7 @@ from checkpointing.costmodel import (
 )
 from fleet.market.prices import PriceBook
 from fleet.stats.forecast import ZoneForecast
-from fleet.stats.preemption import ZoneStats
+from fleet.stats.preemption import ZoneStats, merge_session_latency
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class ZoneChoice:
     interval_hours: float
     c_eff: float
     break_even_rate: float
+    restart_hours: float = 0.0
     nodes: int = 0
     rank: int = 0
 
@@ -205,17 +208,18 @@ def _score_zone(st: ZoneStats, fc: ZoneForecast | None, req: StageRequest, price
     if avail <= 0 or not math.isfinite(lam):
         return "never available in the data"
     lam = max(lam, 1e-6)
+    # restart latency measured in this zone (sessions) beats the request's assumption
+    r = st.restart_latency_s / 3600.0 if st.restart_latency_s is not None else req.restart_hours
     try:
-        t = optimal_interval_hours(req.ckpt_hours, lam, req.restart_hours)
+        t = optimal_interval_hours(req.ckpt_hours, lam, r)
     except ValueError as exc:
         return str(exc)
-    ceff = effective_cost_per_useful_hour(sp, req.ckpt_hours, t, lam, req.restart_hours)
+    ceff = effective_cost_per_useful_hour(sp, req.ckpt_hours, t, lam, r)
     be = break_even_rate_per_hour(on_demand_price=od, spot_price=sp, ckpt_hours=req.ckpt_hours,
-                                  restart_hours=req.restart_hours, interval="optimal",
-                                  step_per_hour=None)
+                                  restart_hours=r, interval="optimal", step_per_hour=None)
     return ZoneChoice(zone=st.zone, region=st.region, instance_type=itype, spot_price=sp,
                       on_demand_price=od, rate_per_hour=lam, availability=avail,
-                      interval_hours=t, c_eff=ceff, break_even_rate=be)
+                      interval_hours=t, c_eff=ceff, break_even_rate=be, restart_hours=r)
 
 
 def _nodes_lost(alloc: Sequence[tuple[int, float]]) -> tuple[float, float]:
@@ -236,6 +240,7 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
                prices: PriceBook, correlation=None) -> FleetPlan:
     """Choose zones, instance type and the spot / on-demand mix for one stage."""
     req = request
+    stats = merge_session_latency(stats)
     fmap: dict[str, ZoneForecast] = {}
     if isinstance(forecasts, Mapping):
         fmap = dict(forecasts)

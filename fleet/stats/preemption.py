@@ -253,6 +253,27 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
     return out
 
 
+def merge_session_latency(stats: Sequence[ZoneStats]) -> list[ZoneStats]:
+    """One ``ZoneStats`` per key: trace rows win, with ``restart_latency_s`` filled in
+    from the session rows of the same (cloud, region, zone, instance type).
+
+    Session rows without a trace row are kept as they are.
+    """
+    from dataclasses import replace
+
+    by_key: dict[tuple[str, str, str, str], dict[str, ZoneStats]] = defaultdict(dict)
+    for st in stats:
+        by_key[st.key].setdefault(st.source, st)
+    out = []
+    for rows in by_key.values():
+        tr, se = rows.get("trace"), rows.get("sessions")
+        if tr is not None and se is not None and tr.restart_latency_s is None:
+            out.append(replace(tr, restart_latency_s=se.restart_latency_s))
+        else:
+            out.append(tr or se or next(iter(rows.values())))
+    return out
+
+
 # --------------------------------------------------------------------------- correlation
 
 

@@ -1,0 +1,88 @@
+"""`spotfleet market | stats | forecast | plan` end to end, and session-measured R in plans."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fleet.market.prices import PriceBook
+from fleet.market.traces import Trace
+from fleet.planning.planner import StageRequest, plan_stage
+from fleet.providers.base import NodeSession
+from fleet.stats.preemption import merge_session_latency, session_stats, zone_stats
+from pipelines.cli import main
+
+PREEMPT = "spot-traces/preemption/1-node/aws-04-22-2023"
+
+
+def test_cli_synth_load_stats_forecast_plan(tmp_path, capsys):
+    out = tmp_path / "market"
+    assert main(["market", "synth", "--zones", "3", "--hours", "72", "--seed", "2",
+                 "--out", str(out)]) == 0
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["us-east-1c_V100_1.json", "us-east-1f_V100_1.json", "us-west-2b_V100_1.json"]
+    assert main(["market", "load", str(out)]) == 0
+    assert "3 valid trace(s)" in capsys.readouterr().out
+
+    assert main(["stats", str(out), "--json", "--correlation"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert {z["zone"] for z in st["zones"]} == {"us-east-1c", "us-east-1f", "us-west-2b"}
+    assert set(st["correlation"]) == {"us-east-1c", "us-east-1f", "us-west-2b"}
+
+    assert main(["forecast", str(out), "--horizon", "3", "--samples", "200", "--json"]) == 0
+    fc = json.loads(capsys.readouterr().out)
+    assert len(fc) == 3 and all(0 <= f["availability_mean"] <= 1 for f in fc)
+
+    assert main(["plan", str(out), "--work", "8", "--deadline", "12", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["stage"] == "stage" and plan["num_nodes"] == 1
+    assert plan["expected_cost"] <= plan["on_demand_cost"]
+    assert plan["reasons"]
+
+
+def test_cli_errors_are_clear(tmp_path, capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "us-east-1a_v100_1.json").write_text('{"data": [1, 0]}')
+    assert main(["stats", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "gap_seconds" in err and "us-east-1a_v100_1.json" in err
+    assert main(["plan", "--work", "10", "--deadline", "5"]) == 2
+    assert "extend the deadline" in capsys.readouterr().err
+
+
+def test_cli_compare_and_forecast_evaluate(shared_data, tmp_path, capsys):
+    d = shared_data / PREEMPT
+    png = tmp_path / "cmp.png"
+    assert main(["market", "compare", str(d), "--plot", str(png)]) == 0
+    text = capsys.readouterr().out
+    assert "availability_real" in text and "same region" in text
+    assert png.stat().st_size > 10_000
+    assert main(["forecast", str(d), "--evaluate", "--horizon", "6"]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[2].split()[0] == "semi_markov"  # best CRPS first
+
+
+def test_session_latency_flows_into_the_plan():
+    up = np.resize(np.r_[np.ones(60), np.zeros(6)], 3000).astype(np.int32)
+    tr = zone_stats([Trace("us-west-2b", "V100", 1, 600.0, up)])
+
+    def sess(i, ready_after_s):
+        return NodeSession(node_id=f"n{i}", stage="s", attempt=1, provider="local", cloud="aws",
+                           region="us-west-2", zone="us-west-2b", instance_type="p3.2xlarge",
+                           spot=True, price_per_hour=0.918, launched_at=1000.0 * i,
+                           ready_at=1000.0 * i + ready_after_s, ended_at=1000.0 * i + 900,
+                           end_reason="preempted")
+
+    ss = session_stats([sess(1, 1800.0), sess(2, 1800.0)])
+    merged = merge_session_latency(tr + ss)
+    assert len(merged) == 1 and merged[0].source == "trace"
+    assert merged[0].restart_latency_s == pytest.approx(1800.0)
+    req = StageRequest(work_hours=10, restart_hours=0.05)
+    fast = plan_stage(req, tr, None, PriceBook.default())
+    slow = plan_stage(req, tr + ss, None, PriceBook.default())
+    assert slow.zones[0].restart_hours == pytest.approx(0.5)
+    assert fast.zones[0].restart_hours == pytest.approx(0.05)
+    assert slow.zones[0].c_eff > fast.zones[0].c_eff
