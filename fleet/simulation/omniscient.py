@@ -83,7 +83,11 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
     v = np.full((n_l, size), _INF)
     v2 = np.full((n_l, size), _INF)
     leave = np.full(size, _INF)
+    alive = np.zeros(n_l, dtype=np.bool_)  # rows of v with a finite entry
+    alive2 = np.zeros(n_l, dtype=np.bool_)
+    dirty2 = np.ones(n_l, dtype=np.bool_)  # rows of v2 that may hold stale values
     v[0, off] = 0.0
+    alive[0] = True
     best = _INF
     best_t = -1
     best_j = -1
@@ -108,6 +112,8 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
             if want_plan:
                 lsrc[j, p + off] = 0
         for loc in range(1, n_l):
+            if not alive[loc]:
+                continue
             ride = loc >= 2 and not avail[loc - 2, j]
             cs = c_u * unit_cost[loc]
             for p in range(lo, hi + 1):
@@ -128,12 +134,16 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
                             lsrc[j, p + off] = loc
         # 2. next tick
         for loc in range(n_l):
-            for p in range(lo2, hi2 + 1):
-                v2[loc, p + off] = _INF
+            alive2[loc] = False
+            if dirty2[loc]:
+                for p in range(lo2, hi2 + 1):
+                    v2[loc, p + off] = _INF
+                dirty2[loc] = False
         for p in range(max(lo - c_u, lo2), min(hi, hi2) + 1):
             x = leave[p + off]
             if x < v2[0, p + off]:
                 v2[0, p + off] = x
+                alive2[0] = True
                 if want_plan:
                     par[j, 0, p + off] = -2
         for loc in range(1, n_l):
@@ -141,7 +151,7 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
                 continue
             uc = unit_cost[loc]
             tick_cost = g_u * uc
-            for p in range(lo, hi + 1):  # stay
+            for p in range(lo, hi + 1 if alive[loc] else lo):  # stay
                 x = v[loc, p + off]
                 if x >= _INF:
                     continue
@@ -157,6 +167,7 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
                     y = x + tick_cost
                     if y < v2[loc, q + off]:
                         v2[loc, q + off] = y
+                        alive2[loc] = True
                         if want_plan:
                             par[j, loc, q + off] = -1
             for p in range(lo - c_u, hi + 1):  # launch here this tick
@@ -175,9 +186,14 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
                     y = x + tick_cost
                     if y < v2[loc, q + off]:
                         v2[loc, q + off] = y
+                        alive2[loc] = True
                         if want_plan:
                             par[j, loc, q + off] = -3
+        # rows written this tick become v; the old v rows are stale in the new v2
+        for loc in range(n_l):
+            dirty2[loc] = alive[loc]
         v, v2 = v2, v
+        alive, alive2 = alive2, alive
     return best, best_t, best_j, best_l, best_p, best_mode
 
 

@@ -29,7 +29,7 @@ def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path) -> 
             data.append([c / od for c in res.omniscient])
         labels = [f"{k} ({met[k]:.0%})" for k in names]
         ax = axes[0][col]
-        ax.boxplot(data, vert=False, whis=(5, 95), showmeans=True, flierprops={"markersize": 2})
+        ax.boxplot(data, orientation="horizontal", whis=(5, 95), showmeans=True, flierprops={"markersize": 2})
         ax.set_yticks(range(1, len(names) + 1), labels, fontsize=8)
         ax.set_xlabel("cost / on-demand-only cost (deadlines met)")
         ax.set_title(title, fontsize=10)
