@@ -67,6 +67,7 @@ class StageRequest:
     forecast_weight: float = 0.5
     safety_hours: float = 0.25
     elastic: bool = True  # survivors keep training when a zone is reclaimed (playbook 18.4)
+    proxy_stats: bool = True  # no stats for the wanted type: use the zone's other stats
 
     def __post_init__(self) -> None:
         if not self.work_hours > 0:
@@ -249,31 +250,44 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
     types = prices.instance_types_for(req.accelerator, req.accelerator_count)
     reasons: list[str] = []
     rejected: list[dict] = []
-    cands: list[ZoneChoice] = []
+    matching = [st for st in stats if not types or st.instance_type in types]
+    proxy = bool(types) and not matching and req.proxy_stats
+    if proxy:
+        seen = sorted({st.instance_type for st in stats})
+        reasons.append(f"no statistics for {req.accelerator}:{req.accelerator_count} "
+                       f"({', '.join(types)}): each zone's {', '.join(seen)} statistics stand "
+                       "in for its availability and preemption rate")
+    by_zone: dict[str, ZoneChoice] = {}
     for st in stats:
         if req.candidate_zones and st.zone not in req.candidate_zones:
             continue
-        itype = st.instance_type if st.instance_type in types or not types else types[0]
-        if types and st.instance_type not in types:
+        if types and st.instance_type not in types and not proxy:
             rejected.append({"zone": st.zone, "reason": f"statistics are for {st.instance_type}, "
                              f"not a {req.accelerator}:{req.accelerator_count} type {types}"})
             continue
-        r = _score_zone(st, fmap.get(st.zone), req, prices, itype)
-        if isinstance(r, str):
-            rejected.append({"zone": st.zone, "reason": r})
+        options = types if proxy else [st.instance_type]
+        scored = [_score_zone(st, fmap.get(st.zone), req, prices, t) for t in options]
+        good = [r for r in scored if not isinstance(r, str)]
+        if not good:
+            rejected.append({"zone": st.zone, "reason": str(scored[0])})
             continue
+        r = min(good, key=lambda c: c.c_eff)
         if r.rate_per_hour >= r.break_even_rate:
             rejected.append({"zone": st.zone, "reason": f"spot loses here: {r.rate_per_hour:.3f} "
                              f"preemptions/h >= break-even {r.break_even_rate:.3f}/h "
                              f"(c_eff {r.c_eff:.3f} vs on-demand {r.on_demand_price:.3f} $/h)"})
             continue
-        cands.append(r)
+        if st.zone not in by_zone or r.c_eff < by_zone[st.zone].c_eff:
+            by_zone[st.zone] = r  # several instance types in one zone: the cheapest per useful h
+    cands = list(by_zone.values())
     cands.sort(key=lambda c: (c.c_eff, -c.availability))
     itype = cands[0].instance_type if cands else (types[0] if types else req.accelerator)
-    try:
-        od_prices = {st.region: prices.on_demand_price(itype, st.region) for st in stats}
-    except KeyError:
-        od_prices = {}
+    od_prices = {}
+    for st in stats:
+        try:
+            od_prices[st.region] = prices.on_demand_price(itype, st.region)
+        except KeyError:
+            continue
     od_region = min(od_prices, key=od_prices.get) if od_prices else None
     od_price = od_prices.get(od_region, math.inf) if od_region else math.inf
     n_spot_wanted = req.num_nodes - req.on_demand_core

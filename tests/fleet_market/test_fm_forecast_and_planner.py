@@ -120,3 +120,33 @@ def test_planner_uses_forecast_on_real_traces(shared_data):
     assert plan.failover_order[-1] in ("us-east-1a", "us-east-1c")
     assert 0 < plan.savings_fraction < 0.75
     assert math.isfinite(plan.expected_completion_hours)
+
+
+def test_variance_by_zone_count_is_the_playbook_exercise():
+    """Equal zones: Var(nodes lost/h) = K^2 p (1-p) / z, as checkpointing.costmodel says."""
+    from checkpointing.costmodel import zone_loss_stats
+
+    zones = ["us-east-1a", "us-east-1b", "us-west-2a", "us-west-2b"]
+    stats = zone_stats([_const_trace(z, 60, 6) for z in zones])
+    plan = plan_stage(StageRequest(work_hours=10, num_nodes=4, diversify_tolerance=0.01),
+                      stats, None, PriceBook.default())
+    p = 1 - math.exp(-stats[0].rate_per_hour)
+    for z in (1, 2, 4):
+        assert plan.variance_by_zone_count[z] == pytest.approx(
+            zone_loss_stats(4, z, p).variance_lost_per_hour)
+    assert [z.nodes for z in plan.zones] == [1, 1, 1, 1]
+    assert plan.mean_nodes_lost_per_hour == pytest.approx(zone_loss_stats(4, 4, p).mean_lost_per_hour)
+
+
+def test_planner_prices_from_skypilot_with_proxy_stats(shared_data, tmp_path):
+    """A10G has no traces: zone statistics of the V100 stand in, prices come from SkyPilot."""
+    book = PriceBook.from_skypilot(shared_data / "skypilot-catalog-v8", home_dir=tmp_path)
+    zones = ["us-east-1a", "us-east-2b", "us-west-2a"]
+    stats = zone_stats([_const_trace(z, 60, 6) for z in zones])  # identical markets
+    plan = plan_stage(StageRequest(work_hours=10, accelerator="A10G"), stats, None, book)
+    assert plan.instance_type == "g5.4xlarge"
+    # same reliability everywhere: the cheapest spot quote (us-west-2a 0.5516 $/h) wins
+    assert plan.failover_order == ["us-west-2a", "us-east-2b", "us-east-1a"]
+    assert plan.zones[0].spot_price == pytest.approx(0.5516)
+    assert plan.on_demand_price == pytest.approx(1.624)
+    assert any("stand in" in r for r in plan.reasons)
