@@ -12,19 +12,21 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 PIP=".venv/bin/python -m pip"
-$PIP install -q --upgrade pip >/dev/null
+# This machine's pip config lists local wheel folders that may be absent: hide that noise.
+quiet() { "$@" 2> >(grep -v "^WARNING: Location" >&2); }
+quiet $PIP install -q --upgrade pip >/dev/null
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "[bootstrap] installing torch==2.13.0 (CPU wheel)"
-  $PIP install -q torch==2.13.0
+  quiet $PIP install -q torch==2.13.0
 fi
 if [ "$profile" = "dev" ]; then
   echo "[bootstrap] installing spotfleet[dev]"
-  $PIP install -q -e '.[dev]'
+  quiet $PIP install -q -e '.[dev]'
   if [ -x scripts/install_test_services.sh ]; then
     bash scripts/install_test_services.sh
   fi
 else
   echo "[bootstrap] installing spotfleet[orchestration]"
-  $PIP install -q -e '.[orchestration]'
+  quiet $PIP install -q -e '.[orchestration]'
 fi
 echo "[bootstrap] done: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')"
