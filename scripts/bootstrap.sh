@@ -22,7 +22,7 @@ fi
 if [ "$profile" = "dev" ]; then
   echo "[bootstrap] installing spotfleet[dev]"
   quiet $PIP install -q -e '.[dev]'
-  if [ -x scripts/install_test_services.sh ]; then
+  if [ -f scripts/install_test_services.sh ]; then
     bash scripts/install_test_services.sh
   fi
 else
