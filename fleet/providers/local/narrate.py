@@ -49,7 +49,9 @@ class Narrator:
             return (f"PREEMPTION NOTICE: zone lost capacity; delivered via {src}, "
                     f"kill in {d.get('grace_seconds', 0):.1f} s")
         if e.kind == "preempted":
-            return (f"node gone (exit {d.get('exit_code')}); last step {d.get('last_step')}, "
+            how = (f"exit code {d['exit_code']}" if d.get("exit_code") is not None
+                   else f"process reported {d.get('exit_reason')}")
+            return (f"node released ({how}); last step {d.get('last_step')}, "
                     f"last checkpoint step {d.get('last_checkpoint_step')}")
         if e.kind == "relaunch":
             kind = "spot" if d.get("spot") else "on-demand"

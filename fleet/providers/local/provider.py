@@ -410,8 +410,13 @@ class _StageRun:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.proc.wait(timeout=5)
 
-    def _kill_all(self) -> None:
+    def _kill_all(self, linger_seconds: float = 1.0) -> None:
+        """Stop every process of the attempt; ones still tearing down get ``linger_seconds``."""
+        end = time.time() + linger_seconds
         for node in self._nodes:
+            if node.proc is not None and node.proc.poll() is None and node.exit_event is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    node.proc.wait(timeout=max(0.0, end - time.time()))
             self._kill(node)
 
     def _drain_injector(self, group: list[_Node]) -> None:
@@ -460,6 +465,9 @@ class _StageRun:
                 self._emit(ev)
 
     def _watch(self, group: list[_Node]) -> str:
+        """Wait until every node of the group is done: its process ended, or it reported
+        its ``exit`` event (then the node is released; the process' interpreter teardown
+        may linger, and a preempted one is still SIGKILLed at its deadline)."""
         lost = False
         while True:
             self._pump(group)
@@ -468,23 +476,27 @@ class _StageRun:
                     self._kill(node)
                 self._finish(group, cancelled=True)
                 return "cancelled"
-            alive = 0
+            pending = 0
             for node in group:
-                if node.proc is None:
+                if node.proc is None or node.ended_at is not None:
                     continue
                 rc = node.proc.poll()
-                if rc is None:
-                    alive += 1
-                elif node.exit_code is None:
+                if rc is not None:
                     node.exit_code = rc
                     node.ended_at = time.time()
                     self.injector.close_node(node.node_id)
                     if rc != 0 and node.notice_at is None:
                         lost = True
+                elif node.exit_event is not None:
+                    node.ended_at = node.exit_event.time
+                    if node.exit_event.data.get("reason") == "error":
+                        lost = True
+                else:
+                    pending += 1
             if lost:  # a node crashed: the group cannot go on
                 for node in group:
                     self._kill(node)
-            if alive == 0 or lost:
+            if pending == 0 or lost:
                 time.sleep(self.cfg.poll_seconds)
                 self._pump(group)
                 return self._finish(group)
@@ -516,9 +528,13 @@ class _StageRun:
             self._record(node, reason)
             if outcome == "preempted":
                 self._emit(provider_event("preempted", node_id=node.node_id, zone=node.zone,
-                                          exit_code=node.exit_code, last_step=node.last_step,
+                                          exit_code=node.exit_code,
+                                          exit_reason=(node.exit_event.data.get("reason")
+                                                       if node.exit_event else None),
+                                          last_step=node.last_step,
                                           last_checkpoint_step=node.last_checkpoint_step))
-            elif outcome == "failed" and node.exit_code not in (0, None):
+            elif outcome == "failed" and (node.exit_code not in (0, None) or (
+                    node.exit_event is not None and node.exit_event.data.get("reason") == "error")):
                 self._emit(provider_event("failed", node_id=node.node_id, zone=node.zone,
                                           exit_code=node.exit_code))
         return outcome
