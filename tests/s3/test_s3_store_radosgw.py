@@ -112,3 +112,18 @@ def test_wrong_secret_is_a_clear_error(bucket: str, monkeypatch: pytest.MonkeyPa
         store.put_bytes("k", b"v")
     message = str(info.value)
     assert "access denied" in message and bucket in message and os.environ["AWS_ENDPOINT_URL"] in message
+
+
+def test_torch_state_round_trip_bit_identical(bucket: str) -> None:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1024, 1536)  # ~6.3 MB of float32: crosses the 5 MiB part size
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    store = S3Store.from_uri(f"s3://{bucket}/torch", part_size_bytes=PART, max_concurrency=3)
+    buf.seek(0)
+    store.put_file("model.pt", buf)
+    with store.open_read("model.pt") as stream:
+        loaded = torch.load(stream, weights_only=True)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded[name], tensor) and loaded[name].dtype == tensor.dtype
