@@ -50,7 +50,7 @@ def main() -> int:
     log = _Log(os.environ.get("SPOTFLEET_EVENTS_FILE"), os.environ.get("SPOTFLEET_NODE_ID"))
     ckpt = Path(os.environ.get("SPOTFLEET_CHECKPOINT_URI", "").removeprefix("file://") or ".")
     ckpt.mkdir(parents=True, exist_ok=True)
-    state_file = ckpt / "standin_state.json"
+    state_file = ckpt / f"standin_state_rank{os.environ.get('SPOTFLEET_NODE_RANK', '0')}.json"
     notice = threading.Event()
     seen: list = []
 

@@ -1,0 +1,173 @@
+"""Local fleet provider behaviour with a fast torch-free stand-in trainer."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from checkpointing.events import Event
+from fleet.emulation.injector import CapacitySchedule, TimeScale
+from fleet.providers.base import AttemptFailed, StageSpec
+from fleet.providers.local import (
+    EventTail,
+    LocalFleetConfig,
+    LocalFleetProvider,
+    RelaunchContext,
+    RelaunchPolicy,
+    is_provider_event,
+)
+
+STANDIN = str(Path(__file__).parent / "standin_trainer.py")
+ZONES = ["us-east-1a", "us-east-1b", "us-west-2a"]
+
+
+def _cfg(tmp_path: Path, **kw) -> LocalFleetConfig:
+    base = dict(schedule=CapacitySchedule.rotating(ZONES), time_scale=TimeScale(1.0),
+                cloud="signal", grace_seconds=1.0, min_uptime_seconds=0.5,
+                allocation_seconds=0.05, preparation_seconds=0.05, workdir=tmp_path / "w")
+    base.update(kw)
+    return LocalFleetConfig(**base)
+
+
+def _spec(tmp_path: Path, steps: int = 100, sleep: float = 0.02, **kw) -> StageSpec:
+    return StageSpec(name=kw.pop("name", "st"),
+                     command=[sys.executable, STANDIN, "--steps", str(steps), "--step-sleep",
+                              str(sleep)], checkpoint_uri=str(tmp_path / "ckpt"), **kw)
+
+
+# --------------------------------------------------------------------------- policy (pure)
+
+def _ctx(**kw) -> RelaunchContext:
+    base = dict(zones=ZONES, up_zones=list(ZONES), now=100.0, started_at=0.0)
+    base.update(kw)
+    return RelaunchContext(**base)
+
+
+def test_policy_rotates_past_the_preempted_zone_and_respects_blocks():
+    pol = RelaunchPolicy(block_seconds=60)
+    assert pol.choose(_ctx()).zone == "us-east-1a"
+    assert pol.choose(_ctx(previous_zone="us-east-1a", blocked_until={"us-east-1a": 160})).zone \
+        == "us-east-1b"
+    # previous zone down, next one blocked: the third
+    got = pol.choose(_ctx(previous_zone="us-east-1b", up_zones=["us-east-1a", "us-west-2a"],
+                          blocked_until={"us-west-2a": 150.0}))
+    assert got.zone == "us-east-1a" and got.spot
+    # nothing usable: wait
+    assert pol.choose(_ctx(up_zones=["us-east-1a"], blocked_until={"us-east-1a": 101})) is None
+
+
+def test_policy_falls_back_to_on_demand_when_the_deadline_needs_it():
+    pol = RelaunchPolicy()
+    tight = _ctx(deadline_seconds=200, remaining_work_seconds=80, restart_seconds=15)
+    got = pol.choose(tight)  # 100 s left < 80 + 2 x 15
+    assert got is not None and not got.spot and "deadline" in got.reason
+    loose = _ctx(deadline_seconds=300, remaining_work_seconds=80, restart_seconds=15)
+    assert pol.choose(loose).spot
+    assert RelaunchPolicy(on_demand_fallback=False).choose(tight).spot
+    waited = _ctx(up_zones=[], waiting_since=10.0)
+    assert not RelaunchPolicy(on_demand_after_wait_seconds=60).choose(waited).spot
+    assert RelaunchPolicy().choose(waited) is None
+
+
+def test_event_tail_reads_only_complete_lines(tmp_path):
+    f = tmp_path / "e.jsonl"
+    tail = EventTail(f)
+    assert tail.poll() == []
+    e1 = Event(kind="progress", time=1.0, node_id="n", data={"step": 1})
+    line = e1.to_json() + "\n"
+    f.write_text(line + line[:10])
+    assert [e.data["step"] for e in tail.poll()] == [1]
+    with f.open("a") as fh:
+        fh.write(line[10:] + "not json\n")
+    assert [e.data["step"] for e in tail.poll()] == [1]
+
+
+# --------------------------------------------------------------------------- provider runs
+
+def test_preempted_stage_resumes_in_other_zones_and_completes(tmp_path):
+    prov = LocalFleetProvider(_cfg(tmp_path))
+    res = prov.run_stage(_spec(tmp_path, steps=250), attempt=2)
+    assert res.completed and res.final_step == 250 and res.attempt == 2
+    pre = [s for s in res.sessions if s.end_reason == "preempted"]
+    assert pre, "the rotating market preempts every ~1 s of work"
+    for a, b in zip(res.sessions, res.sessions[1:], strict=False):
+        assert a.zone != b.zone and b.first_step == a.last_checkpoint_step
+    assert [s.node_id for s in prov.sessions()] == [s.node_id for s in res.sessions]
+    stats = (tmp_path / "w" / "st" / "attempt-2" / "stats.json").read_text()
+    assert "restart_seconds" in stats and "mttp_seconds" in stats
+
+
+def test_deadline_pressure_switches_to_on_demand(tmp_path):
+    cfg = _cfg(tmp_path, min_uptime_seconds=0.8)
+    # 300 steps x 20 ms = 6 s of work, deadline 7 s: after the first preemption the
+    # slack no longer covers two more restarts, so the rest runs on-demand
+    res = LocalFleetProvider(cfg).run_stage(_spec(tmp_path, steps=300, deadline_seconds=7.0))
+    assert res.completed
+    last = res.sessions[-1]
+    assert not last.spot and last.end_reason == "completed"
+    assert last.price_per_hour == pytest.approx(3.06)  # p3.2xlarge on-demand
+    assert any(s.spot and s.end_reason == "preempted" for s in res.sessions)
+    od = [e for e in res.events if is_provider_event(e) and e.kind == "relaunch"
+          and not e.data["spot"]]
+    assert od and "deadline" in od[0].data["reason"]
+
+
+def test_use_spot_false_runs_on_demand_without_preemptions(tmp_path):
+    res = LocalFleetProvider(_cfg(tmp_path)).run_stage(_spec(tmp_path, steps=60, use_spot=False))
+    assert res.completed and [s.spot for s in res.sessions] == [False]
+    assert res.sessions[0].end_reason == "completed"
+
+
+def test_crash_without_notice_raises_attempt_failed_with_log_tail(tmp_path):
+    spec = StageSpec(name="boom", command=[sys.executable, "-c",
+                                           "import sys; print('kaboom: bad config'); sys.exit(3)"],
+                     checkpoint_uri=str(tmp_path / "ckpt"))
+    prov = LocalFleetProvider(_cfg(tmp_path))
+    with pytest.raises(AttemptFailed, match=r"(?s)exited with code 3.*kaboom: bad config"):
+        prov.run_stage(spec)
+    assert [s.end_reason for s in prov.sessions()] == ["failed"]
+
+
+def test_too_many_preemptions_raise_attempt_failed(tmp_path):
+    prov = LocalFleetProvider(_cfg(tmp_path))
+    with pytest.raises(AttemptFailed, match="max_relaunches=1"):
+        prov.run_stage(_spec(tmp_path, steps=100000, max_relaunches=1))
+    assert [s.end_reason for s in prov.sessions()] == ["preempted", "preempted"]
+
+
+def test_cancel_stops_the_stage(tmp_path):
+    prov = LocalFleetProvider(_cfg(tmp_path, schedule=CapacitySchedule.rotating(ZONES, up_hours=100)))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            prov.run_stage(_spec(tmp_path, steps=100000, name="long"))
+        except AttemptFailed as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(1.5)
+    prov.cancel("long")
+    t.join(timeout=20)
+    assert not t.is_alive()
+    assert errors and "cancelled" in str(errors[0])
+    assert [s.end_reason for s in prov.sessions()] == ["cancelled"]
+
+
+def test_two_node_group_moves_together(tmp_path):
+    res = LocalFleetProvider(_cfg(tmp_path)).run_stage(_spec(tmp_path, steps=150, num_nodes=2))
+    assert res.completed and len(res.sessions) % 2 == 0 and len(res.sessions) >= 4
+    for i in range(0, len(res.sessions), 2):
+        a, b = res.sessions[i], res.sessions[i + 1]
+        assert a.zone == b.zone and a.end_reason == b.end_reason
+    assert res.sessions[0].zone != res.sessions[2].zone
+
+
+def test_unknown_zone_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="StageSpec.zones"):
+        LocalFleetProvider(_cfg(tmp_path)).run_stage(_spec(tmp_path, zones=("eu-west-1a",)))
