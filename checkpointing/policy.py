@@ -298,6 +298,10 @@ class AdaptivePolicy:
     def decide(self, step: int, notice: bool, seconds_left: float | None = None) -> Decision:
         """Decide at the END of step ``step`` (completed steps) whether to save.
 
+        A PERIODIC or INSURANCE answer reschedules the next insurance step from ``step``
+        right away (``record_save`` reschedules again when the save's times are known);
+        an EMERGENCY answer is given once per notice.
+
         Args:
             step: completed training steps so far.
             notice: a preemption notice is pending.
@@ -310,6 +314,7 @@ class AdaptivePolicy:
                 return Decision(None, "notice: emergency save already taken", static_ok)
             d, b = self.ckpt_seconds, self.persist_seconds
             if d is None or b is None:
+                self._emergency_taken = True
                 return Decision(
                     SaveKind.EMERGENCY,
                     "emergency (best effort): no save measured yet, feasibility unknown",
@@ -324,6 +329,7 @@ class AdaptivePolicy:
                 need += self.step_seconds or 0.0
                 window = f"grace {self.grace_seconds:g}s"
             if ok:
+                self._emergency_taken = True
                 return Decision(SaveKind.EMERGENCY, f"emergency: needs {need:.1f}s, {window}", True)
             notice_reason = f"notice: emergency infeasible (needs {need:.1f}s, {window}); "
         else:
@@ -332,6 +338,7 @@ class AdaptivePolicy:
             ok = static_ok
 
         if self.periodic_every is not None and step > 0 and step % self.periodic_every == 0:
+            self._reschedule(anchor=step)  # Algorithm 1 (3): next i_ins counts from here
             return Decision(
                 SaveKind.PERIODIC, f"{notice_reason}periodic: every {self.periodic_every} steps", ok
             )
@@ -344,5 +351,8 @@ class AdaptivePolicy:
                     f"insurance: tau={self._tau:.0f}s -> every "
                     f"{self.insurance_interval_steps()} steps"
                 )
+            # Algorithm 1 (5): reschedule now, so an asynchronous saver whose result
+            # (record_save) arrives a few steps later is not asked again meanwhile.
+            self._reschedule(anchor=step)
             return Decision(SaveKind.INSURANCE, notice_reason + why, ok)
         return Decision(None, notice_reason + _NO_SAVE if notice_reason else _NO_SAVE, ok)

@@ -30,10 +30,12 @@ def test_heavy_job_bootstraps_then_saves_every_tau() -> None:
     assert p.tau_seconds == pytest.approx(tau)  # 662.8 s
     assert not p.emergency_feasible  # 19.75 + 19.5 + 121 >= 30
     assert p.next_insurance_step == 10 + 33  # floor(662.8 / 19.75) = 33
-    saves = _run_steps(p, 11, 43, 19.75)
-    assert saves == [(43, SaveKind.INSURANCE)]
+    assert _run_steps(p, 11, 42, 19.75) == []
+    p.record_step(43, 19.75)
     d = p.decide(43, notice=False)
-    assert "tau=663s -> every 33 steps" in d.reason
+    assert d.kind is SaveKind.INSURANCE and "tau=663s -> every 33 steps" in d.reason
+    assert p.decide(43, notice=False).kind is None  # asked once; rescheduled to 76
+    assert p.next_insurance_step == 76
     # A notice that cannot be honoured leaves the insurance schedule in charge.
     p.record_save(SaveKind.INSURANCE, 43, 19.5, 121.0)
     n = p.decide(50, notice=True)
@@ -116,3 +118,22 @@ def test_notice_before_any_measurement_is_best_effort() -> None:
 def test_bad_config_names_the_field(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         AdaptivePolicy(**kwargs)
+
+
+def test_async_saver_result_arriving_later_is_not_asked_twice() -> None:
+    # The session records a save when the async saver reports it, a few steps later.
+    p = AdaptivePolicy(
+        mttp_seconds=10_800, restart_seconds=465, ckpt_seconds=19.5, persist_seconds=121.0
+    )
+    kinds = []
+    for step in range(1, 80):
+        p.record_step(step, 19.75)
+        d = p.decide(step, notice=False)
+        if d.kind is not None:
+            kinds.append(step)
+        if step == 40:  # the step-33 save's result drains now
+            p.record_save(SaveKind.INSURANCE, 33, 19.5, 121.0)
+    assert kinds == [33, 66]
+    # one emergency answer per notice even before the save is recorded
+    assert p.decide(80, notice=True, seconds_left=1000).kind is SaveKind.EMERGENCY
+    assert p.decide(81, notice=True, seconds_left=980).kind is None
