@@ -197,6 +197,87 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
     return best, best_t, best_j, best_l, best_p, best_mode
 
 
+@njit(cache=True)
+def _dp_cost(avail, g_u, r_u, c_u, w_u, d_u, unit_cost):  # pragma: no cover
+    """Same recursion as :func:`_dp`, cost only, written branch-free so it vectorizes.
+
+    Returns (best cost, completion quanta).
+    """
+    n_z, n_t = avail.shape
+    n_l = n_z + 2
+    off = r_u + 2 * c_u + 2 * g_u
+    size = w_u + off + 1
+    v = np.full((n_l, size), _INF)
+    v2 = np.full((n_l, size), _INF)
+    leave = np.full(size, _INF)
+    alive = np.zeros(n_l, dtype=np.bool_)
+    alive2 = np.zeros(n_l, dtype=np.bool_)
+    v[0, off] = 0.0
+    alive[0] = True
+    best = _INF
+    best_t = -1
+    for j in range(n_t):
+        t0 = j * g_u
+        if t0 >= d_u:
+            break
+        lo = max(-off + c_u, w_u - (d_u - t0))
+        hi = min(j * g_u, w_u - 1)
+        if lo > hi:
+            break
+        lo2 = max(-off + c_u, w_u - (d_u - t0 - g_u))
+        hi2 = min((j + 1) * g_u, w_u - 1)
+        # 1. leave vector
+        leave[lo - c_u + off:lo + off] = _INF
+        leave[lo + off:hi + 1 + off] = v[0, lo + off:hi + 1 + off]
+        for loc in range(1, n_l):
+            if not alive[loc]:
+                continue
+            row = v[loc]
+            if loc >= 2 and not avail[loc - 2, j]:
+                for p in range(lo + off, hi + 1 + off):
+                    leave[p - c_u] = min(leave[p - c_u], row[p])
+            else:
+                cs = c_u * unit_cost[loc]
+                for p in range(lo + off, hi + 1 + off):
+                    leave[p] = min(leave[p], row[p] + cs)
+        # 2. next tick: v2 rows are fully rewritten over the new band
+        for loc in range(n_l):
+            v2[loc, lo2 + off:hi2 + 1 + off] = _INF
+            alive2[loc] = False
+        pa = max(lo - c_u, lo2)
+        pb = min(hi, hi2)
+        if pa <= pb:
+            v2[0, pa + off:pb + 1 + off] = leave[pa + off:pb + 1 + off]
+            alive2[0] = True
+        for loc in range(1, n_l):
+            if loc >= 2 and not avail[loc - 2, j]:
+                continue
+            alive2[loc] = True
+            uc = unit_cost[loc]
+            tc = g_u * uc
+            dst = v2[loc]
+            if alive[loc]:
+                src = v[loc]
+                for p in range(max(lo, lo2 - g_u), min(hi, w_u - 1 - g_u) + 1):
+                    dst[p + g_u + off] = src[p + off] + tc
+                for p in range(max(lo, w_u - g_u), hi + 1):
+                    need = w_u - p
+                    if t0 + need <= d_u and src[p + off] + need * uc < best:
+                        best = src[p + off] + need * uc
+                        best_t = t0 + need
+            for p in range(max(lo - c_u, lo2 + r_u - g_u), min(hi, w_u - 1 + r_u - g_u) + 1):
+                q = p - r_u + g_u + off
+                dst[q] = min(dst[q], leave[p + off] + tc)
+            for p in range(max(lo - c_u, w_u + r_u - g_u), hi + 1):
+                need = w_u - p + r_u
+                if t0 + need <= d_u and leave[p + off] + need * uc < best:
+                    best = leave[p + off] + need * uc
+                    best_t = t0 + need
+        v, v2 = v2, v
+        alive, alive2 = alive2, alive
+    return best, best_t
+
+
 def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
                      want_plan: bool = False) -> OmniscientResult:
     """Cheapest offline schedule for ``spec`` starting at ``start_tick`` ($, hours).
@@ -235,8 +316,11 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
     else:
         par = np.zeros((1, 1, 1), dtype=np.int8)
         lsrc = np.zeros((1, 1), dtype=np.int8)
-    best, best_t, j, loc, p, mode = _dp(avail, g_u, r_u, c_u, w_u, d_u, unit, want_plan,
-                                        par, lsrc)
+    if want_plan:
+        best, best_t, j, loc, p, mode = _dp(avail, g_u, r_u, c_u, w_u, d_u, unit, True,
+                                            par, lsrc)
+    else:
+        best, best_t = _dp_cost(avail, g_u, r_u, c_u, w_u, d_u, unit)
     if best >= _INF:
         raise ValueError("no offline schedule meets the deadline (deadline < work + restart?)")
     plan = None

@@ -64,6 +64,7 @@ def test_dp_plan_replays_to_the_same_cost_on_a_real_trace(real_market):
     spec = JobSpec(12.0, 14.0, restart_hours=0.1, checkpoint_hours=1 / 60, notice_seconds=120)
     start = start_ticks(real_market, spec, 7)[3]
     res = omniscient_bound(real_market, spec, start, want_plan=True)
+    assert omniscient_bound(real_market, spec, start).cost == pytest.approx(res.cost, rel=1e-12)
     run = simulate(ScriptedPolicy(res.plan, start), real_market, spec, start)
     assert run.deadline_met
     assert run.cost == pytest.approx(res.cost, rel=1e-9)
