@@ -65,3 +65,52 @@ def test_bad_flags_are_named(
         main(argv)
     assert exc.value.code == 2
     assert flag in capsys.readouterr().err
+
+
+def test_simulate_training_custom_job(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(
+        [
+            "simulate-training",
+            "--steps",
+            "2000",
+            "--step-seconds",
+            "1,1.2",
+            "--ckpt-seconds",
+            "5",
+            "--backup-seconds",
+            "10,12",
+            "--alloc-seconds",
+            "60,90",
+            "--prep-seconds",
+            "30",
+            "--mttp-hours",
+            "0.5,2",
+            "--seeds",
+            "3",
+            "--policies",
+            "adaptive,adaptive:always,static:50,on-demand:500",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert out.count("MTTP ") == 2
+    for name in ("Adaptive", "Adaptive (always)", "Per-50", "On-demand (Per-500)", "Overhead"):
+        assert name in out
+
+
+def test_simulate_training_thesis_preset_prints_published_overheads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rc = main(["simulate-training", "--thesis-table", "6.2", "--seeds", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "Per-51" in out and "published overheads: Adaptive +2.86%" in out
+
+
+def test_simulate_training_errors_name_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate-training", "--thesis-table", "6.2", "--step-seconds", "3,1"])
+    assert "--step-seconds" in capsys.readouterr().err
+    assert main(["simulate-training", "--step-seconds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--steps" in err and "--ckpt-seconds" in err
