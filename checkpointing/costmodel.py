@@ -22,7 +22,7 @@ Closed forms used below (derivations in docs/cost-model.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -331,21 +331,3 @@ def zone_loss_stats(workers: int, zones: int, p_per_hour: float) -> ZoneLossStat
         prob_lose_all_per_hour=p**zones,
         variance_poisson=per_zone**2 * zones * p,
     )
-
-
-def parse_rates(text: str | Sequence[float]) -> list[float]:
-    """Parse ``"0.1,0.5,2"`` into floats (helper for CLIs); errors name the bad item."""
-    if not isinstance(text, str):
-        return [float(x) for x in text]
-    out = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            out.append(float(item))
-        except ValueError as exc:
-            raise ValueError(f"rate {item!r} is not a number (use e.g. 0.1,0.5,2)") from exc
-    if not out:
-        raise ValueError("no rates given (use e.g. 0.1,0.5,2)")
-    return out

@@ -89,6 +89,7 @@ def simulate_run(
     seed: int,
     exhaustive: bool = False,
     lifetimes_seconds: Sequence[float] | None = None,
+    max_preemptions: int = 200_000,
 ) -> RunBreakdown:
     """Simulate one training run; ``mttp_seconds=None`` (or on-demand) means no preemption.
 
@@ -96,7 +97,8 @@ def simulate_run(
     latencies in the same order (common random numbers), so policies compare fairly.
     ``lifetimes_seconds`` replaces the exponential draws with a fixed list (a preemption
     trace, like the thesis's injector input); VMs after the list's end are never
-    preempted. ``mttp_seconds`` is then only the policy's estimate.
+    preempted. ``mttp_seconds`` is then only the policy's estimate. A run that needs
+    more than ``max_preemptions`` preemptions raises ValueError (the job thrashes).
     """
     on_demand = policy.kind == "on-demand"
     preemptible = not on_demand and mttp_seconds is not None and math.isfinite(mttp_seconds)
@@ -155,6 +157,11 @@ def simulate_run(
             prep_t += kill - t
             t = kill
             preemptions += 1
+            if preemptions > max_preemptions:
+                raise ValueError(
+                    f"the job thrashes: {preemptions} VMs lost while preparing; MTTP "
+                    f"{mttp_seconds} s is too short for preparation {config.prep_seconds} s"
+                )
         notice_at = kill - grace
         notice_seen = False
         pending: list[tuple[int, float, float]] = []  # (step, durable_at, compute mark)
@@ -260,6 +267,13 @@ def simulate_run(
         recompute += compute - durable_mark
         durable_mark = compute  # the lost work is accounted; measure from here on
         preemptions += 1
+        if preemptions > max_preemptions:
+            raise ValueError(
+                f"the job thrashes: {preemptions} preemptions and only step {durable_step} of "
+                f"{total} durable; MTTP {mttp_seconds} s is too short for allocation "
+                f"{config.alloc_seconds} s + preparation {config.prep_seconds} s + checkpoint "
+                f"intervals; raise mttp or lower the latencies"
+            )
 
     total_seconds = compute + save_t + alloc_t + prep_t
     price = config.on_demand_price_per_hour if on_demand else config.spot_price_per_hour

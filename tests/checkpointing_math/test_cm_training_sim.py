@@ -107,3 +107,10 @@ def test_bad_config_names_the_field() -> None:
         PolicySpec("static")
     with pytest.raises(ValueError, match="policy"):
         PolicySpec.parse("sometimes")
+
+
+def test_thrashing_job_is_reported_not_looped_forever() -> None:
+    with pytest.raises(ValueError, match="thrashes"):
+        simulate_run(
+            TINY, PolicySpec("static", every=10), mttp_seconds=5.0, seed=0, max_preemptions=500
+        )
