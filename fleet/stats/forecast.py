@@ -74,11 +74,20 @@ class ZoneForecast:
 
 @dataclass(frozen=True)
 class RunModel:
-    """Empirical run lengths (hours) of one zone."""
+    """Empirical run lengths (clock hours) of one zone.
+
+    ``kind``: ``"semi_markov"`` (empirical runs), ``"markov"`` (exponential runs with the
+    same means) or ``"semi_markov_hod"``: up-runs measured in *operational* hours
+    (``up_op``: clock time weighted by the zone's hour-of-day hazard ``profile``, 24
+    values by UTC hour with held-time-weighted mean 1), so the preemption hazard follows
+    the time of day; down-runs stay in clock hours.
+    """
 
     up: np.ndarray
     down: np.ndarray
-    kind: str = "semi_markov"  # or "markov"
+    kind: str = "semi_markov"
+    profile: np.ndarray | None = None
+    up_op: np.ndarray | None = None
 
     @property
     def availability(self) -> float:
@@ -95,24 +104,95 @@ def _run_lengths(up: np.ndarray, gap_h: float) -> tuple[np.ndarray, np.ndarray]:
     return lengths[values], lengths[~values]
 
 
+def hour_profile(up: np.ndarray, gap_h: float, start_hour_utc: float = 0.0,
+                 shrink_hours: float = 1.0) -> np.ndarray:
+    """Preemption hazard multiplier by UTC hour (24 values, held-time-weighted mean 1).
+
+    Counts and held hours are pooled over a 3-hour circular window and shrunk toward the
+    zone's overall rate with a Gamma prior worth ``shrink_hours`` held hours
+    (empirical Bayes: ``(n_h + s * rate) / (held_h + s)``).
+    """
+    up = np.asarray(up, bool)
+    n = up.size
+    hrs = ((start_hour_utc + np.arange(n) * gap_h) % 24).astype(int)
+    held = np.bincount(hrs, weights=up.astype(float), minlength=24) * gap_h
+    pre = np.zeros(n, dtype=bool)
+    pre[1:] = up[:-1] & ~up[1:]
+    idx = np.flatnonzero(pre) - 1
+    npre = np.bincount(hrs[idx], minlength=24).astype(float) if idx.size else np.zeros(24)
+    if held.sum() <= 0 or npre.sum() == 0:
+        return np.ones(24)
+    rate = npre.sum() / held.sum()
+    k = sum(np.roll(npre, d) for d in (-1, 0, 1))
+    hk = sum(np.roll(held, d) for d in (-1, 0, 1))
+    r = (k + shrink_hours * rate) / (hk + shrink_hours)
+    return r / (np.sum(r * held) / held.sum())
+
+
+def _operational(up: np.ndarray, gap_h: float, profile: np.ndarray,
+                 start_hour_utc: float) -> np.ndarray:
+    """Cumulative operational hours at each tick boundary (length n + 1)."""
+    hrs = ((start_hour_utc + np.arange(up.size) * gap_h) % 24).astype(int)
+    return np.r_[0.0, np.cumsum(profile[hrs] * gap_h)]
+
+
 def fit_models(histories: Sequence[np.ndarray], gap_hours: Sequence[float], min_runs: int = 8,
-               kind: str = "semi_markov") -> list[RunModel]:
-    """Fit one ``RunModel`` per zone from boolean up-histories; pool sparse zones."""
-    per = [_run_lengths(np.asarray(h, bool), g) for h, g in zip(histories, gap_hours, strict=True)]
+               kind: str = "semi_markov", start_hours_utc: Sequence[float] | None = None
+               ) -> list[RunModel]:
+    """Fit one ``RunModel`` per zone from boolean up-histories; pool sparse zones.
+
+    ``start_hours_utc``: UTC hour of tick 0 of each history (default 0), used by
+    ``kind="semi_markov_hod"`` only.
+    """
+    if kind not in ("semi_markov", "markov", "semi_markov_hod"):
+        raise ValueError(f"kind must be semi_markov, markov or semi_markov_hod, got {kind!r}")
+    hists = [np.asarray(h, bool) for h in histories]
+    starts = list(start_hours_utc) if start_hours_utc is not None else [0.0] * len(hists)
+    per = [_run_lengths(h, g) for h, g in zip(hists, gap_hours, strict=True)]
+    profiles: list[np.ndarray | None] = [None] * len(hists)
+    per_op: list[np.ndarray] = [np.zeros(0)] * len(hists)
+    if kind == "semi_markov_hod":
+        for i, (h, g) in enumerate(zip(hists, gap_hours, strict=True)):
+            profiles[i] = hour_profile(h, g, starts[i])
+            st, ln, val = runs(h)
+            c = _operational(h, g, profiles[i], starts[i])
+            op = c[st + ln] - c[st]
+            if op.size > 2:
+                op, val = op[1:], val[1:]
+            per_op[i] = op[val]
     pool_up = np.concatenate([p[0] for p in per]) if per else np.zeros(0)
     pool_dn = np.concatenate([p[1] for p in per]) if per else np.zeros(0)
+    pool_op = np.concatenate(per_op) if per_op else np.zeros(0)
     if pool_up.size == 0:
         pool_up = np.array([24.0])
     if pool_dn.size == 0:
         pool_dn = np.array([0.5])
+    if pool_op.size == 0:
+        pool_op = pool_up
     out = []
-    for u, d in per:
+    for i, (u, d) in enumerate(per):
+        uo = per_op[i]
         if u.size < min_runs:
             u = np.concatenate([u, pool_up])
+            uo = np.concatenate([uo, pool_op])
         if d.size < min_runs:
             d = np.concatenate([d, pool_dn])
-        out.append(RunModel(up=u, down=d, kind=kind))
+        out.append(RunModel(up=u, down=d, kind=kind, profile=profiles[i],
+                            up_op=uo if kind == "semi_markov_hod" else None))
     return out
+
+
+def operational_age(up: np.ndarray, gap_h: float, profile: np.ndarray | None,
+                    start_hour_utc: float = 0.0) -> float:
+    """Age of the current run in operational hours (clock hours when no profile)."""
+    up = np.asarray(up, bool)
+    s, age = current_state(up, gap_h)
+    if profile is None or not s:
+        return age
+    k = int(round(age / gap_h))
+    c = _operational(up[-k:] if k else up[:0], gap_h, profile,
+                     start_hour_utc + (up.size - k) * gap_h)
+    return float(c[-1])
 
 
 def current_state(up: np.ndarray, gap_h: float) -> tuple[bool, float]:
@@ -144,47 +224,73 @@ def _draw_residual(rng: np.random.Generator, sample: np.ndarray, age: float, n: 
 
 
 def simulate_paths(model: RunModel, state_up: bool, age_hours: float, horizon_hours: float,
-                   n_samples: int, rng: np.random.Generator, hourly_points: int = 0
-                   ) -> dict[str, np.ndarray]:
-    """Monte-Carlo paths: available fraction, preemptions, state at the end, P(up) hourly."""
+                   n_samples: int, rng: np.random.Generator, hourly_points: int = 0,
+                   clock_hour_utc: float = 0.0) -> dict[str, np.ndarray]:
+    """Monte-Carlo paths: available fraction, preemptions, state at the end, P(up) hourly.
+
+    For ``semi_markov_hod`` models ``age_hours`` of an up-run is in operational hours
+    (``operational_age``) and ``clock_hour_utc`` is the UTC hour of the forecast origin.
+    """
     n, H = n_samples, horizon_hours
+    hod = model.kind == "semi_markov_hod" and model.profile is not None
+    up_sample = model.up_op if hod and model.up_op is not None else model.up
+    kind = "semi_markov" if hod else model.kind
+    if hod:  # operational clock over the horizon (0.05 h steps)
+        dt = min(0.05, H / 20)
+        grid = np.arange(0.0, H + dt, dt)
+        prof = model.profile[((clock_hour_utc + grid[:-1]) % 24).astype(int)]
+        cum = np.r_[0.0, np.cumsum(prof * dt)]
+
+    def up_end(t: np.ndarray, d: np.ndarray) -> np.ndarray:
+        if not hod:
+            return t + d
+        target = np.interp(t, grid, cum) + d
+        end = np.interp(target, cum, grid)
+        return np.where(target > cum[-1], H + 1.0, end)
+
     t = np.zeros(n)
     s = np.full(n, state_up)
     up_time = np.zeros(n)
     npre = np.zeros(n)
-    dur = _draw_residual(rng, model.up if state_up else model.down, age_hours, n, model.kind)
+    first = _draw_residual(rng, up_sample if state_up else model.down, age_hours, n, kind)
+    end_t = up_end(t, first) if state_up else t + first
     marks = np.arange(1, hourly_points + 1, dtype=float)
     up_at = np.zeros((n, marks.size), dtype=bool)
     active = np.ones(n, dtype=bool)
     for _ in range(100000):
-        end = np.minimum(t + dur, H)
+        end = np.minimum(end_t, H)
         seg_up = s & active
         up_time += np.where(seg_up, end - t, 0.0)
         if marks.size:
             inside = (marks[None, :] > t[:, None]) & (marks[None, :] <= end[:, None])
             up_at |= inside & seg_up[:, None]
-        crossed = active & (t + dur < H)
+        crossed = active & (end_t < H)
         npre += crossed & s
-        t = np.where(active, t + dur, t)
+        t = np.where(active, end_t, t)
         s = np.where(crossed, ~s, s)
         active = crossed
         if not active.any():
             break
         k = int(active.sum())
-        new_up = _draw(rng, model.up, k, model.kind)
-        new_dn = _draw(rng, model.down, k, model.kind)
-        dur = dur.copy()
-        dur[active] = np.where(s[active], new_up, new_dn)
+        ta = t[active]
+        new_up = up_end(ta, _draw(rng, up_sample, k, kind))
+        new_dn = ta + _draw(rng, model.down, k, kind)
+        end_t = end_t.copy()
+        end_t[active] = np.where(s[active], new_up, new_dn)
     return {"availability": up_time / H, "preemptions": npre, "up_at_end": s.astype(float),
             "p_up_hourly": up_at.mean(axis=0) if marks.size else np.zeros(0)}
 
 
 def _forecast_one(trace: Trace, model: RunModel, now_tick: int, horizon_hours: float,
-                  n_samples: int, rng: np.random.Generator) -> ZoneForecast:
+                  n_samples: int, rng: np.random.Generator,
+                  start_hour_utc: float = 0.0) -> ZoneForecast:
     gap_h = trace.gap_seconds / 3600.0
-    st, age = current_state(trace.up()[:now_tick], gap_h)
-    sim = simulate_paths(model, st, age, horizon_hours, n_samples, rng,
-                         hourly_points=int(math.floor(horizon_hours)))
+    hist = trace.up()[:now_tick]
+    st, age = current_state(hist, gap_h)
+    sim = simulate_paths(model, st, operational_age(hist, gap_h, model.profile, start_hour_utc),
+                         horizon_hours, n_samples, rng,
+                         hourly_points=int(math.floor(horizon_hours)),
+                         clock_hour_utc=(start_hour_utc + now_tick * gap_h) % 24)
     a, p = sim["availability"], sim["preemptions"]
     aq = np.quantile(a, QUANTILES)
     pq = np.quantile(p, QUANTILES)
@@ -203,12 +309,13 @@ def _forecast_one(trace: Trace, model: RunModel, now_tick: int, horizon_hours: f
 
 
 def forecast_zones(traces: Sequence[Trace], now_tick: int | None, horizon_hours: float,
-                   n_samples: int = 1000, seed: int = 0, kind: str = "semi_markov"
-                   ) -> list[ZoneForecast]:
+                   n_samples: int = 1000, seed: int = 0, kind: str = "semi_markov_hod",
+                   start_hour_utc: float = 0.0) -> list[ZoneForecast]:
     """Forecast every trace's zone for ``horizon_hours`` after tick ``now_tick``.
 
     Only ticks ``< now_tick`` are used (fit and current state); ``None`` = the end of
     each trace. Traces may have different gaps; ``now_tick`` counts each trace's ticks.
+    ``start_hour_utc`` is the UTC hour of tick 0 (for the hour-of-day profile).
     """
     if horizon_hours <= 0:
         raise ValueError(f"horizon_hours must be positive, got {horizon_hours}")
@@ -219,9 +326,10 @@ def forecast_zones(traces: Sequence[Trace], now_tick: int | None, horizon_hours:
         if not 1 <= k <= t.n_ticks:
             raise ValueError(f"now_tick={k} is outside trace {t.zone} (1..{t.n_ticks} ticks)")
     models = fit_models([t.up()[:k] for t, k in zip(traces, ticks, strict=True)],
-                        [t.gap_seconds / 3600.0 for t in traces], kind=kind)
+                        [t.gap_seconds / 3600.0 for t in traces], kind=kind,
+                        start_hours_utc=[start_hour_utc] * len(traces))
     rng = np.random.default_rng(seed)
-    return [_forecast_one(t, m, k, horizon_hours, n_samples, rng)
+    return [_forecast_one(t, m, k, horizon_hours, n_samples, rng, start_hour_utc)
             for t, m, k in zip(traces, models, ticks, strict=True)]
 
 
@@ -257,7 +365,7 @@ def evaluate_forecasts(traces: Sequence[Trace], horizon_hours: float = 6.0,
     Returns a ``pandas.DataFrame`` with one row per (zone, model): ``crps`` (available
     fraction over the horizon), ``brier`` (up at the end of the horizon), ``pinball``
     (p10/p50/p90 of the available fraction), ``n`` origins. Lower is better. Models:
-    ``semi_markov``, ``markov``, baselines ``persistence`` (the current state lasts),
+    ``semi_markov_hod`` (the default forecast), ``semi_markov``, ``markov``, baselines ``persistence`` (the current state lasts),
     ``historical_mean`` (training availability), ``climatology`` (empirical
     distribution of horizon-window availability in training).
     """
@@ -268,7 +376,8 @@ def evaluate_forecasts(traces: Sequence[Trace], horizon_hours: float = 6.0,
     splits = [int(t.n_ticks * train_fraction) for t in traces]
     hist = [t.up()[:k] for t, k in zip(traces, splits, strict=True)]
     gaps = [t.gap_seconds / 3600.0 for t in traces]
-    models = {kind: fit_models(hist, gaps, kind=kind) for kind in ("semi_markov", "markov")}
+    models = {kind: fit_models(hist, gaps, kind=kind)
+              for kind in ("semi_markov_hod", "semi_markov", "markov")}
     for zi, (t, k) in enumerate(zip(traces, splits, strict=True)):
         gap_h = gaps[zi]
         h_ticks = int(round(horizon_hours / gap_h))
@@ -286,7 +395,10 @@ def evaluate_forecasts(traces: Sequence[Trace], horizon_hours: float = 6.0,
             y_end = float(up[origin + h_ticks - 1])
             st, age = current_state(up[:origin], gap_h)
             for kind, ms in models.items():
-                sim = simulate_paths(ms[zi], st, age, horizon_hours, n_samples, rng)
+                m = ms[zi]
+                sim = simulate_paths(m, st, operational_age(up[:origin], gap_h, m.profile),
+                                     horizon_hours, n_samples, rng,
+                                     clock_hour_utc=(origin * gap_h) % 24)
                 a = sim["availability"]
                 scores.setdefault(kind, []).append((
                     crps_samples(a, y_frac), (float(sim["up_at_end"].mean()) - y_end) ** 2,

@@ -62,7 +62,7 @@ def test_cli_compare_and_forecast_evaluate(shared_data, tmp_path, capsys):
     assert png.stat().st_size > 10_000
     assert main(["forecast", str(d), "--evaluate", "--horizon", "6"]) == 0
     table = capsys.readouterr().out
-    assert table.splitlines()[2].split()[0] == "semi_markov"  # best CRPS first
+    assert table.splitlines()[2].split()[0] == "semi_markov_hod"  # best CRPS first
 
 
 def test_session_latency_flows_into_the_plan():

@@ -45,12 +45,32 @@ def test_forecast_beats_baselines_on_held_back_data(shared_data, subset):
     traces = load_trace_dir(shared_data / subset)
     df = evaluate_forecasts(traces, horizon_hours=6.0, train_fraction=0.7, n_samples=200)
     mean = df.groupby("model")[["crps", "brier", "pinball"]].mean()
+    best = "semi_markov_hod"  # the default forecast
     for base in ("persistence", "historical_mean", "climatology"):
-        assert mean.loc["semi_markov", "crps"] < mean.loc[base, "crps"], base
-        assert mean.loc["semi_markov", "brier"] < mean.loc[base, "brier"], base
-    # duration dependence matters: better than the memoryless chain
-    assert mean.loc["semi_markov", "crps"] < mean.loc["markov", "crps"]
-    assert (df[df.model == "semi_markov"].n > 20).all()
+        for score in ("crps", "brier", "pinball"):
+            assert mean.loc[best, score] < mean.loc[base, score], (base, score)
+    # duration dependence and the hour-of-day profile both matter
+    assert mean.loc[best, "crps"] < mean.loc["semi_markov", "crps"] < mean.loc["markov", "crps"]
+    assert (df[df.model == best].n > 20).all()
+
+
+def test_hour_of_day_profile_moves_the_forecast():
+    """Preemptions only at 18:00-19:00 UTC: the forecast from 17:00 expects more of them."""
+    from fleet.stats.forecast import hour_profile
+
+    gap = 600.0
+    ticks_per_day = 144
+    day = np.ones(ticks_per_day, dtype=np.int32)
+    day[18 * 6 + 1: 18 * 6 + 3] = 0  # 20 min down just after 18:00, every day
+    up = np.tile(day, 30)
+    t = Trace("us-east-1a", "V100", 1, gap, up)
+    prof = hour_profile(t.up(), gap / 3600.0)
+    assert prof[18] == pytest.approx(prof.max()) and prof[6] < 0.2  # 3-h smoothing: 17-19 high
+    before = forecast_zones([t], 29 * ticks_per_day + 17 * 6, 2.0, n_samples=400)[0]
+    after = forecast_zones([t], 29 * ticks_per_day + 19 * 6, 2.0, n_samples=400)[0]
+    assert before.state_up and after.state_up
+    assert before.preemptions_mean > after.preemptions_mean + 0.3
+    assert before.model == "semi_markov_hod"
 
 
 def _const_trace(zone, period_ticks, down_ticks, n=4000, gap=600.0):
