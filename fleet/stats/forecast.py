@@ -16,9 +16,14 @@ age*:
    distribution of the available fraction, the number of preemptions, and P(up) at
    every hour, from which mean and p10/p50/p90 are read.
 
+The default ``semi_markov_hod`` measures up-runs in *operational time*: held time
+weighted by the zone's hour-of-day hazard profile (``hour_profile``: 3-hour pooled,
+shrunk toward the zone's mean rate), so a forecast made before the zone's busy hours
+expects more preemptions (time-rescaling of a modulated renewal process).
+
 Zones with fewer than ``min_runs`` observed runs of a state borrow the runs of all
-zones (pooling, the empirical-Bayes step); a ``markov`` variant (exponential run
-lengths with the same means) is kept as an ablation.
+zones (pooling, the empirical-Bayes step); ``semi_markov`` (no profile) and ``markov``
+(exponential run lengths with the same means) are kept as ablations.
 
 Evaluation (``evaluate_forecasts``): fit on the first ``train_fraction`` of each trace,
 forecast from many origins in the held-back rest, score with CRPS (available fraction
