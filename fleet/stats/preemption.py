@@ -77,6 +77,8 @@ class ZoneStats:
     restart_latency_s: float | None
     hour_rate: tuple[float, ...] = field(default_factory=tuple)
     hour_availability: tuple[float, ...] = field(default_factory=tuple)
+    instances_lost: int = 0  # multi-node traces: every drop of the available count
+    eviction_rate_eq15: float | None = None  # GFS Eq. 15 at the end of the data, per hour
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -184,6 +186,8 @@ def trace_stats(trace: Trace, level: float = DEFAULT_CI_LEVEL,
         regain_p50_hours=_quantile(regain, 0.5), regain_p90_hours=_quantile(regain, 0.9),
         regain_samples=int(regain.size), restart_latency_s=None,
         hour_rate=hour_rate, hour_availability=hour_avail,
+        instances_lost=int(np.clip(-np.diff(trace.available.astype(np.int64)), 0, None).sum()),
+        eviction_rate_eq15=float(weighted_eviction_rate_series(trace)[-1]),
     )
 
 
@@ -225,6 +229,7 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
             if s.ready_at is not None:
                 latencies.append(s.ready_at - s.launched_at)
         npre = sum(1 for s in ss if s.end_reason == "preempted")
+        pre_h = [s.ended_at / 3600.0 for s in ss if s.end_reason == "preempted" and s.ended_at]
         regain: list[float] = []
         for i, s in enumerate(ss):
             if s.end_reason != "preempted" or s.ended_at is None:
@@ -249,6 +254,8 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
             regain_p50_hours=_quantile(reg, 0.5), regain_p90_hours=_quantile(reg, 0.9),
             regain_samples=int(reg.size),
             restart_latency_s=float(np.mean(latencies)) if latencies else None,
+            instances_lost=npre,
+            eviction_rate_eq15=weighted_eviction_rate(pre_h, max(ends) / 3600.0) if ends else None,
         ))
     return out
 

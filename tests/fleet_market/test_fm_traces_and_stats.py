@@ -81,6 +81,16 @@ def test_exact_stats_on_hand_made_trace():
     assert lo < s.mttp_hours < hi
     # hour profile: first preemption ends the held tick at 1.5-2.0 h -> hour 1
     assert s.hour_rate[1] > 0 and sum(1 for x in s.hour_rate if x > 0) == 2
+    # GFS Eq. 15 at the end: no eviction in the last hour, 2 in the last 24 h
+    assert s.eviction_rate_eq15 == pytest.approx(0.2 * 2 / 24)
+
+
+def test_multi_node_trace_counts_instances():
+    t = Trace("us-west-2a", "V100", 2, 3600.0, np.array([2, 1, 0, 2, 2, 1], dtype=np.int32))
+    s = trace_stats(t)
+    assert s.preemptions == 2  # the 2-node group is lost twice
+    assert s.instances_lost == 3  # single instances reclaimed
+    assert s.availability == pytest.approx(3 / 6)
 
 
 def test_chi_square_interval_matches_scipy_formula():
