@@ -144,6 +144,8 @@ class SimConfig:
     grace_seconds: notice lead time before the kill.
     async_saver: only ``stall_seconds`` of each save stalls training; the rest of the
         dump moves to the background together with the backup.
+    notice_probability: fraction of preemptions that come with a notice (the rest kill
+        without warning, e.g. a missed metadata poll); 1.0 in the thesis.
     """
 
     total_steps: int
@@ -157,6 +159,7 @@ class SimConfig:
     on_demand_price_per_hour: float = 6.2
     async_saver: bool = False
     stall_seconds: Range = field(default_factory=lambda: Range(0.0, 0.0))
+    notice_probability: float = 1.0
     name: str = "job"
 
     def __post_init__(self) -> None:
@@ -177,6 +180,9 @@ class SimConfig:
             v = getattr(self, fname)
             if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"{fname} must be a finite number >= 0, got {v!r}")
+        p = self.notice_probability
+        if not (isinstance(p, int | float) and 0.0 <= p <= 1.0):
+            raise ValueError(f"notice_probability must be within [0, 1], got {p!r}")
         if self.async_saver and self.stall_seconds.high > self.ckpt_seconds.low:
             raise ValueError(
                 "stall_seconds must not exceed ckpt_seconds in async mode (the stall is the "

@@ -16,6 +16,7 @@ Timeline of a run::
   ``next_insurance_step``, and the first step ending after a notice). Steps in between
   are fed in bulk with ``record_steps``; ``exhaustive=True`` asks ``decide`` at every
   step instead and gives the identical result (tested).
+* With ``notice_probability < 1`` some VMs are killed without any notice.
 * An emergency save dumps and persists synchronously; when it completes the VM is
   released and the replacement allocation starts (the rest of the notice window is
   not spent by the job). One that does not finish before the kill is lost.
@@ -163,6 +164,8 @@ def simulate_run(
                     f"{mttp_seconds} s is too short for preparation {config.prep_seconds} s"
                 )
         notice_at = kill - grace
+        if config.notice_probability < 1.0 and env.random() >= config.notice_probability:
+            notice_at = math.inf  # this VM is killed without warning
         notice_seen = False
         pending: list[tuple[int, float, float]] = []  # (step, durable_at, compute mark)
         persist_free_at = t  # when the in-flight backup finishes

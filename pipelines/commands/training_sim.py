@@ -119,6 +119,13 @@ def register(subparsers) -> None:
         help="async saver snapshot stall (default: 5%% of the dump)",
     )
     p.add_argument(
+        "--notice-probability",
+        type=float,
+        default=None,
+        help="fraction of preemptions announced by a notice (default 1.0; the rest kill "
+        "without warning)",
+    )
+    p.add_argument(
         "--seeds",
         type=_positive("--seeds", int),
         default=20,
@@ -173,6 +180,7 @@ def _simulate(args: argparse.Namespace) -> int:
         "grace_seconds": args.grace_seconds,
         "spot_price_per_hour": args.spot_price,
         "on_demand_price_per_hour": args.on_demand_price,
+        "notice_probability": args.notice_probability,
     }
     fields.update({k: v for k, v in overrides.items() if v is not None})
     if args.async_saver:
@@ -192,6 +200,11 @@ def _simulate(args: argparse.Namespace) -> int:
         f"{config.grace_seconds:g} s, ${config.spot_price_per_hour:g}/h spot, "
         f"${config.on_demand_price_per_hour:g}/h on-demand"
         + (f", async saver (stall {config.stall_seconds} s)" if config.async_saver else "")
+        + (
+            f", {config.notice_probability:.0%} of kills announced"
+            if config.notice_probability < 1
+            else ""
+        )
     )
     for mttp in mttps:
         results = run_policies(
