@@ -42,6 +42,18 @@ def _positive(flag: str, kind=float):
     return parse
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--notice-probability expects a number in [0, 1], got {text!r}"
+        ) from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"--notice-probability must be in [0, 1], got {text!r}")
+    return value
+
+
 def _list(flag: str):
     def parse(text: str) -> list[float]:
         out = []
@@ -120,7 +132,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--notice-probability",
-        type=float,
+        type=_fraction,
         default=None,
         help="fraction of preemptions announced by a notice (default 1.0; the rest kill "
         "without warning)",

@@ -111,6 +111,9 @@ def test_simulate_training_errors_name_the_flag(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit):
         main(["simulate-training", "--thesis-table", "6.2", "--step-seconds", "3,1"])
     assert "--step-seconds" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["simulate-training", "--thesis-table", "6.2", "--notice-probability", "2"])
+    assert "--notice-probability" in capsys.readouterr().err
     assert main(["simulate-training", "--step-seconds", "1"]) == 2
     err = capsys.readouterr().err
     assert "--steps" in err and "--ckpt-seconds" in err
