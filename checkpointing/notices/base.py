@@ -177,6 +177,8 @@ class PollingSource(NoticeSource):
                     log.info("%s: metadata endpoint reachable again", self.describe())
                 in_outage = False
             except HttpError as exc:
+                if self._stop.is_set():  # cut short by stop(): not an outage
+                    return
                 self.errors += 1
                 self.last_error = str(exc)
                 if not in_outage:

@@ -15,10 +15,13 @@ notice therefore has ``deadline=None`` and the guard applies its grace window.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import socket
 import time
 import urllib.parse
 
-from checkpointing.notices.base import HttpError, Notice, PollingSource, http_request
+from checkpointing.notices.base import HttpError, HttpResponse, Notice, PollingSource
 
 PREEMPTED_PATH = "/computeMetadata/v1/instance/preempted"
 FLAVOR_HEADER = {"Metadata-Flavor": "Google"}
@@ -42,6 +45,38 @@ class GcpMetadataWatcher(PollingSource):
         super().__init__(base_url, poll_seconds, timeout_seconds)
         self.hang_seconds = int(hang_seconds)
         self.last_etag: str | None = None
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _get(self, url: str, read_timeout: float) -> HttpResponse:
+        """GET through a connection that ``stop()`` can cut, so a hanging GET never
+        delays shutdown."""
+        parts = urllib.parse.urlsplit(url)
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = cls(parts.hostname or "", parts.port, timeout=self.timeout_seconds)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        self._conn = conn
+        try:
+            conn.connect()
+            if conn.sock is not None:
+                conn.sock.settimeout(read_timeout)
+            if self._stop.is_set():
+                raise HttpError(url, None, "watcher stopped")
+            conn.request("GET", target, headers=FLAVOR_HEADER)
+            resp = conn.getresponse()
+            return HttpResponse(resp.status, resp.read(), dict(resp.getheaders()))
+        except (OSError, http.client.HTTPException) as exc:
+            raise HttpError(url, None, str(exc) or type(exc).__name__) from exc
+        finally:
+            self._conn = None
+            conn.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
+        super().stop()
 
     def poll_once(self) -> list[Notice]:
         url = self.base_url + PREEMPTED_PATH
@@ -51,7 +86,7 @@ class GcpMetadataWatcher(PollingSource):
                                             "timeout_sec": self.hang_seconds})
             url = f"{url}?{query}"
             read_timeout += self.hang_seconds
-        resp = http_request("GET", url, FLAVOR_HEADER, timeout=read_timeout)
+        resp = self._get(url, read_timeout)
         if resp.status != 200:
             raise HttpError(url, resp.status, resp.text()[:200])
         etag = next((v for k, v in resp.headers.items() if k.lower() == "etag"), None)

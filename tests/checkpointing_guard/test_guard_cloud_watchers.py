@@ -197,3 +197,17 @@ def test_unreachable_endpoint_is_retried_not_fatal() -> None:
             time.sleep(0.01)
         assert guard.notice is None
     assert watcher.errors >= 2 and watcher.last_error and url in watcher.last_error
+
+
+def test_gcp_stop_cuts_the_hanging_get(gcp: GcpMetadataEmulator) -> None:
+    watcher = GcpMetadataWatcher(gcp.base_url, hang_seconds=300, timeout_seconds=0.5)
+    guard = PreemptionGuard([watcher]).start()
+    thread = watcher._thread
+    for _ in range(500):  # wait until the hanging GET (with last_etag) is outstanding
+        if watcher.last_etag is not None and watcher._conn is not None:
+            break
+        time.sleep(0.01)
+    assert watcher._conn is not None
+    guard.stop()  # joins for at most timeout_seconds + 1 s, far less than the 300 s hang
+    assert thread is not None and not thread.is_alive()
+    assert guard.notice is None
