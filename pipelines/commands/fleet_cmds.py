@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
     stats.add_argument("--correlation", action="store_true", help="also print zone correlation")
     stats.add_argument("--level", type=float, default=0.90, help="CI level for MTTP (default 0.90)")
+    stats.add_argument("--plot", help="write a PNG (availability, MTTP CI, hour-of-day rate)")
     stats.set_defaults(handler=_stats)
 
     fc = sub.add_parser("forecast", help="probabilistic availability forecast per zone")
@@ -169,6 +170,10 @@ def _stats(args: argparse.Namespace) -> int:
     if args.correlation:
         print("\ncorrelation of unavailability:")
         print(zone_correlation(traces).round(2).to_string())
+    if args.plot:
+        from fleet.stats.plots import plot_zone_stats
+
+        print(f"wrote {plot_zone_stats(st, args.plot, title=str(args.trace_dir))}")
     return 0
 
 

@@ -26,6 +26,9 @@ def test_cli_synth_load_stats_forecast_plan(tmp_path, capsys):
     assert main(["market", "load", str(out)]) == 0
     assert "3 valid trace(s)" in capsys.readouterr().out
 
+    png = tmp_path / "stats.png"
+    assert main(["stats", str(out), "--plot", str(png)]) == 0
+    assert "MTTP CI: 90%" in capsys.readouterr().out and png.stat().st_size > 10_000
     assert main(["stats", str(out), "--json", "--correlation"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert {z["zone"] for z in st["zones"]} == {"us-east-1c", "us-east-1f", "us-west-2b"}
