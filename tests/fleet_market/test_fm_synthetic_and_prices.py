@@ -128,3 +128,23 @@ def test_offline_catalog_validates_resources(tmp_path, shared_data):
 
         assert skycat.get_hourly_cost("g6.xlarge", use_spot=False, region="us-west-2",
                                       zone=None, clouds="aws") == pytest.approx(0.8048)
+
+
+def test_offline_catalog_rejects_a_folder_that_is_not_a_catalog(tmp_path):
+    from fleet.market.catalog import install_catalog
+
+    (tmp_path / "src").mkdir()
+    with pytest.raises(FileNotFoundError, match="aws/vms.csv"):
+        install_catalog(tmp_path / "home", tmp_path / "src")
+
+
+def test_default_prices_without_skypilot():
+    from fleet.market.prices import PriceBook
+
+    book = PriceBook.default()
+    assert book.spot_price("p3.2xlarge", "us-east-1a") == pytest.approx(0.918)
+    assert book.on_demand_price("p3.2xlarge", "us-east-1a") == pytest.approx(3.06)
+    d = book.to_dict()
+    assert d["fallback"]["p3.2xlarge"] == {"on_demand": 3.06, "spot": 0.918}
+    with pytest.raises(KeyError, match="prices.on_demand.g5.4xlarge"):
+        book.on_demand_price("g5.4xlarge", "us-east-1")
