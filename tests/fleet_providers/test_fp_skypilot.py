@@ -1,0 +1,216 @@
+"""SkyPilot provider: task/resources YAML, offline validation and prices, and launch /
+queue / cancel of managed jobs through the real SDK against a double of the API server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleet.providers.base import AttemptFailed, StageSpec
+from fleet.providers.skypilot import (
+    SkyPilotConfig,
+    SkyPilotProvider,
+    SkyTaskOptions,
+    build_task,
+    hourly_price,
+    task_from_yaml,
+    task_to_yaml,
+    zones_of,
+)
+from fleet.providers.skypilot.tasks import REAL_NOTICE_SOURCES
+
+REPO = Path(__file__).resolve().parents[2]
+ZONES = ("us-east-2a", "us-east-1a", "us-west-2c")
+
+
+@pytest.fixture
+def sky_offline(shared_data, tmp_path, monkeypatch):
+    """SkyPilot with the catalog subset in a temporary home, AWS enabled, no network."""
+    from fleet.market.catalog import offline_catalog
+
+    monkeypatch.setenv("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
+    with offline_catalog(tmp_path / "skyhome", shared_data / "skypilot-catalog-v8"):
+        yield
+
+
+@pytest.fixture
+def api_server(sky_offline, monkeypatch):
+    """The SDK talks to a loopback double of the API server."""
+    from sky.server import common as server_common
+    from sky.server import versions
+    from sky_api_double import FakeSkyApiServer
+
+    fake = FakeSkyApiServer()
+    url = fake.start()
+    monkeypatch.setenv("SKYPILOT_API_SERVER_ENDPOINT", url)
+    monkeypatch.setenv("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")  # no calls home
+    caches = [server_common.get_server_url, server_common.is_api_server_local,
+              server_common.get_api_server_status_response]
+
+    def clear() -> None:
+        for fn in caches:
+            if hasattr(fn, "cache_clear"):
+                fn.cache_clear()
+
+    clear()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+        clear()
+        versions.set_remote_api_version(None)
+        versions.set_remote_version(None)
+
+
+def _spec(**kw) -> StageSpec:
+    base = dict(name="pretrain", command=["python", "examples/train_example.py", "--steps", "100"],
+                checkpoint_uri="s3://bucket/spotfleet/pretrain", accelerator="L4", zones=ZONES)
+    base.update(kw)
+    return StageSpec(**base)
+
+
+# ------------------------------------------------------------------ task / resources / YAML
+
+def test_task_yaml_round_trip_keeps_zones_order_spot_and_recovery(sky_offline):
+    task = build_task(_spec())
+    text = task_to_yaml(task)
+    cfg = yaml.safe_load(text)
+    ordered = cfg["resources"]["ordered"]
+    assert [r["infra"] for r in ordered] == [f"aws/{z[:-1]}/{z}" for z in ZONES]
+    assert all(r["use_spot"] and r["instance_type"] == "g6.xlarge" and r["accelerators"] == {"L4": 1}
+               and r["job_recovery"]["strategy"] == "EAGER_NEXT_REGION" for r in ordered)
+    assert cfg["run"] == "python examples/train_example.py --steps 100"
+    assert cfg["envs"]["SPOTFLEET_CHECKPOINT_URI"] == "s3://bucket/spotfleet/pretrain"
+    assert cfg["envs"]["SPOTFLEET_NOTICE_SOURCES"] == REAL_NOTICE_SOURCES["aws"]
+    back = task_from_yaml(text)
+    assert isinstance(back.resources, list) and zones_of(back) == list(ZONES)
+    assert task_to_yaml(back) == text  # stable round trip
+    for r in back.resources:
+        r.validate()  # SkyPilot's own checks against the offline catalog
+
+
+def test_any_of_and_accelerator_resolution(sky_offline):
+    task = build_task(_spec(accelerator="A10G", use_spot=False), options=SkyTaskOptions(any_of=True))
+    cfg = yaml.safe_load(task_to_yaml(task))
+    assert "any_of" in cfg["resources"] and "ordered" not in cfg["resources"]
+    assert {r["instance_type"] for r in cfg["resources"]["any_of"]} == {"g5.4xlarge"}
+    assert not any(r.get("use_spot") for r in cfg["resources"]["any_of"])
+    with pytest.raises(ValueError, match="StageSpec.accelerator='H100'"):
+        build_task(_spec(accelerator="H100"))
+
+
+def test_prices_come_from_the_catalog_subset(sky_offline):
+    # catalog v8 rows: g6.xlarge on-demand 0.8048 $/h; spot us-east-2a (use2-az1) 0.2756 $/h
+    assert hourly_price("g6.xlarge", spot=True, zone="us-east-2a") == pytest.approx(0.2756)
+    assert hourly_price("g6.xlarge", spot=False, region="us-west-2") == pytest.approx(0.8048)
+    assert hourly_price("g5.4xlarge", spot=True, zone="us-west-2a") == pytest.approx(0.5516)
+    task = build_task(_spec())
+    costs = {r.zone: r.get_cost(3600) for r in task.resources}
+    assert costs["us-east-2a"] == pytest.approx(0.2756)
+    assert min(costs, key=costs.get) == "us-east-2a"
+
+
+def test_infra_template_is_a_valid_task(sky_offline):
+    task = task_from_yaml((REPO / "infra" / "skypilot" / "stage-task.yaml").read_text())
+    assert zones_of(task) == list(ZONES)
+    for r in task.resources:
+        r.validate()
+        assert r.use_spot and r.job_recovery["strategy"] == "EAGER_NEXT_REGION"
+
+
+# ------------------------------------------------------------------ managed jobs via the SDK
+
+class Controller:
+    """Plays SkyPilot's jobs controller between the provider's polls.
+
+    ``script`` lists, per launched job, the zone outcome: "preempt" or "succeed". A job
+    runs in the first zone of its ``resources.ordered`` list (SkyPilot's order).
+    """
+
+    def __init__(self, fake, script: list[str]):
+        self.fake = fake
+        self.script = list(script)
+        self.handled: set[int] = set()
+        self.zones_per_job: dict[int, list[str]] = {}
+
+    def __call__(self, _seconds: float) -> None:
+        if not self.fake.jobs:
+            return
+        job_id = max(self.fake.jobs)
+        job = self.fake.jobs[job_id]
+        if job_id not in self.zones_per_job:  # the DAG YAML the SDK sent, parsed by SkyPilot
+            from sky.utils import dag_utils
+
+            dag = dag_utils.load_chain_dag_from_yaml_str(self.fake.launched_yaml[job_id])
+            self.zones_per_job[job_id] = zones_of(dag.tasks[0])
+        status = job["status"].value
+        if status == "PENDING":
+            self.fake.run(job_id, self.zones_per_job[job_id][0])
+        elif status == "RUNNING" and job_id not in self.handled:
+            self.handled.add(job_id)
+            action = self.script.pop(0)
+            if action == "preempt":
+                self.fake.preempt(job_id)
+            elif action == "succeed":
+                self.fake.succeed(job_id)
+            else:
+                self.fake.fail(job_id, action)
+
+
+def test_stage_survives_preemptions_with_zone_rotation(api_server):
+    ctl = Controller(api_server, ["preempt", "preempt", "succeed"])
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=ctl)
+    events = []
+    res = prov.run_stage(_spec(), attempt=1, on_event=events.append)
+
+    assert res.completed and res.info["jobs"] == [1, 2, 3]
+    # zone rotation: each relaunch drops the preempted zones from the ordered list
+    assert ctl.zones_per_job[1] == ["us-east-2a", "us-east-1a", "us-west-2c"]
+    assert ctl.zones_per_job[2][0] != "us-east-2a" and "us-east-2a" not in ctl.zones_per_job[2]
+    assert "us-east-2a" not in ctl.zones_per_job[3]
+    assert ctl.zones_per_job[2][0] not in ctl.zones_per_job[3]
+    # the preempted jobs were cancelled through the SDK (SkyPilot would have retried them)
+    assert [api_server.jobs[j]["status"].value for j in (1, 2, 3)] == \
+        ["CANCELLED", "CANCELLED", "SUCCEEDED"]
+    # the real SDK went through its whole request path
+    for call in [("GET", "/api/health"), ("POST", "/validate"), ("POST", "/jobs/launch"),
+                 ("POST", "/jobs/queue/v2"), ("POST", "/jobs/cancel"), ("GET", "/api/get")]:
+        assert call in api_server.calls
+    # sessions: zones, end reasons and catalog prices
+    assert [s.zone for s in res.sessions] == [ctl.zones_per_job[j][0] for j in (1, 2, 3)]
+    assert [s.end_reason for s in res.sessions] == ["preempted", "preempted", "completed"]
+    assert res.sessions[0].price_per_hour == pytest.approx(0.2756)
+    assert all(s.provider == "skypilot" and s.cloud == "aws" and s.spot for s in res.sessions)
+    kinds = [e.kind for e in events]
+    assert kinds.count("preempted") == 2 and kinds.count("relaunch") == 2 and kinds[-1] == "completed"
+
+    from fleet.stats.preemption import session_stats
+
+    stats = session_stats(res.sessions)
+    assert sum(s.preemptions for s in stats) == 2
+
+
+def test_failed_job_raises_attempt_failed_with_reason(api_server):
+    ctl = Controller(api_server, ["CUDA out of memory in step 12"])
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=ctl)
+    with pytest.raises(AttemptFailed, match="CUDA out of memory"):
+        prov.run_stage(_spec())
+    assert [s.end_reason for s in prov.sessions()] == ["failed"]
+
+
+def test_cancel_reaches_the_managed_job(api_server):
+    prov: SkyPilotProvider
+
+    def sleep(_s: float) -> None:
+        job = api_server.jobs[1]
+        if job["status"].value == "PENDING":
+            api_server.run(1, "us-east-2a")
+        else:
+            prov.cancel("pretrain")
+
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=sleep)
+    with pytest.raises(AttemptFailed, match="cancelled"):
+        prov.run_stage(_spec())
+    assert api_server.jobs[1]["status"].value == "CANCELLED"
