@@ -30,14 +30,15 @@ class Plan:
     victims: set[int] = field(default_factory=set)
 
 
-def node_scores(state: ClusterState, ids: np.ndarray, is_hp: bool, t: float,
+def node_scores(state: ClusterState, pool: int, is_hp: bool, t: float,
                 params: PTSParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Score1 (Eq. 13), Score2 (Eq. 14), Score3 (Eq. 16) of nodes ``ids``; Norm = identity
-    (the ratios already lie in [0, 1]; a lexicographic sort is scale-free)."""
+    """Score1 (Eq. 13), Score2 (Eq. 14), Score3 (Eq. 16) of the nodes of ``pool``;
+    Norm = identity (the ratios already lie in [0, 1]; a lexicographic sort is scale-free)."""
+    ids = state.pool_nodes[pool]
     total = state.total[ids]
     s1 = 1.0 - state.free[ids] / total
     s2 = (state.hp[ids] if is_hp else state.spot[ids]) / total
-    s3 = eviction_score(state.ebar(ids, t, params), is_hp, params.m)
+    s3 = eviction_score(state.ebar(pool, t, params), is_hp, params.m)
     return s1, s2, s3
 
 
@@ -62,7 +63,7 @@ def non_preemptive(state: ClusterState, job: SimJob, t: float, params: PTSParams
     total = state.total[ids]
     ok = np.ones(len(ids), dtype=bool) if exclude is None else ~exclude
     if mode == "gfs":
-        s1, s2, s3 = node_scores(state, ids, job.is_hp, t, params)
+        s1, s2, s3 = node_scores(state, job.pool, job.is_hp, t, params)
         same = (state.hp[ids] if job.is_hp else state.spot[ids]).astype(float)
         if not job.is_hp:
             ok &= s3 > 0  # circuit breaker: blacklist nodes with Score3 = 0 for spot
@@ -131,8 +132,10 @@ def preemptive(state: ClusterState, job: SimJob, t: float, params: PTSParams,
     """
     if mode == "none":
         return None
-    ids = [int(n) for n in state.pool_nodes[job.pool]]
-    free = {n: int(state.free[n]) for n in ids}
+    ids = state.pool_nodes[job.pool]
+    pos = state.node_pos
+    free = state.free[ids].copy()  # local view: victims' pods are added back as chosen
+    spot = state.spot[ids].copy()
     g = job.g
     victims: set[int] = set()
     out: list[int] = []
@@ -144,37 +147,37 @@ def preemptive(state: ClusterState, job: SimJob, t: float, params: PTSParams,
         best: tuple[int, list] | None = None
         best_key = None
         cands = []
-        for n in ids:
+        for c in np.flatnonzero(free + spot >= g):
+            n = int(ids[c])
             tasks = [(j, s, jobs[j].waste(t)) for j, s in state.node_spot_jobs[n].items()
-                     if j not in victims]
-            if free[n] + sum(x[1] for x in tasks) >= g:
-                cands.append((n, tasks))
+                     if j not in victims] if free[c] < g or mode == "youngest" else []
+            cands.append((n, int(free[c]), tasks))
         if not cands:
             return None
         if mode == "random":
-            n, tasks = cands[int(rng.integers(len(cands)))]
+            n, fr, tasks = cands[int(rng.integers(len(cands)))]
             order = [tasks[i] for i in rng.permutation(len(tasks))]
-            r, chosen = free[n], []
+            r, chosen = fr, []
             for task in order:
                 if r >= g:
                     break
                 chosen.append(task)
                 r += task[1]
             best = (n, chosen)
-        for n, tasks in cands if mode != "random" else ():
+        for n, fr, tasks in cands if mode != "random" else ():
             if mode == "gfs":
-                chosen, _ = _victims_on_node(free[n], tasks, g, lambda x: -x[2])
+                chosen, _ = _victims_on_node(fr, tasks, g, lambda x: -x[2])
                 key = (preemption_cost(len(chosen), sum(x[2] for x in chosen), G, F, cap, params),)
             elif mode == "youngest":
-                chosen, r = [], free[n]
+                chosen, r = [], fr
                 for task in sorted(tasks, key=lambda x: -jobs[x[0]].run_start):
                     if r >= g:
                         break
                     chosen.append(task)
                     r += task[1]
-                key = (free[n] + sum(x[1] for x in tasks),)  # best fit on reclaimable slots
+                key = (fr + sum(x[1] for x in tasks),)  # best fit on reclaimable slots
             elif mode == "lyra":
-                chosen, _ = _victims_on_node(free[n], tasks, g, lambda x: jobs[x[0]].slots)
+                chosen, _ = _victims_on_node(fr, tasks, g, lambda x: jobs[x[0]].slots)
                 key = (sum(jobs[x[0]].slots for x in chosen), len(chosen))
             else:
                 raise ValueError(f"unknown preemption mode {mode!r}; use one of {PREEMPTION_MODES}")
@@ -185,10 +188,12 @@ def preemptive(state: ClusterState, job: SimJob, t: float, params: PTSParams,
             j = task[0]
             victims.add(j)
             for n, s in jobs[j].pods.items():
-                free[n] = free.get(n, 0) + s
-        if free[k] < g:
+                free[pos[n]] += s
+                spot[pos[n]] -= s
+        c = pos[k]
+        if free[c] < g:
             raise RuntimeError("preemption plan does not free enough slots")  # pragma: no cover
-        free[k] -= g
+        free[c] -= g
         out.append(k)
     return Plan(out, victims)
 

@@ -89,6 +89,9 @@ class ClusterState:
         self.hp = np.zeros_like(node_total)
         self.spot = np.zeros_like(node_total)
         self.pool_nodes = [np.flatnonzero(node_pool == p) for p in range(len(pool_names))]
+        self.node_pos = np.zeros(len(node_total), dtype=np.int64)  # index within its pool
+        for ids in self.pool_nodes:
+            self.node_pos[ids] = np.arange(len(ids))
         self.pool_capacity = np.array([int(node_total[ids].sum()) for ids in self.pool_nodes])
         self.pool_free = self.pool_capacity.copy()
         self.pool_spot = np.zeros(len(pool_names), dtype=np.int64)
@@ -135,28 +138,25 @@ class ClusterState:
         for n in nodes:
             self.evict_times.setdefault(int(n), deque()).append(t)
 
-    def ebar(self, ids: np.ndarray, t: float, params: PTSParams) -> np.ndarray:
-        """Weighted eviction rate e_bar (Eq. 15) of nodes ``ids`` at time ``t``."""
-        out = np.zeros(len(ids))
+    def ebar(self, pool: int, t: float, params: PTSParams) -> np.ndarray:
+        """Weighted eviction rate e_bar (Eq. 15) of the nodes of ``pool`` (in
+        ``pool_nodes[pool]`` order) at time ``t``."""
+        out = np.zeros(len(self.pool_nodes[pool]))
         if not self.evict_times:
             return out
         stale = []
-        pos = None
+        t_long_h = params.long_window_s / 3600.0
         for n, times in self.evict_times.items():
             while times and times[0] < t - params.long_window_s:
                 times.popleft()
             if not times:
                 stale.append(n)
                 continue
-            if pos is None:
-                pos = {int(v): i for i, v in enumerate(ids)}
-            i = pos.get(n)
-            if i is None:
+            if self.node_pool[n] != pool:
                 continue
             e_long = len(times)
             e_short = sum(1 for x in times if x >= t - params.short_window_s)
-            t_long_h = params.long_window_s / 3600.0
-            out[i] = params.gamma * e_short + (1 - params.gamma) * e_long / t_long_h
+            out[self.node_pos[n]] = params.gamma * e_short + (1 - params.gamma) * e_long / t_long_h
         for n in stale:
             del self.evict_times[n]
         return out
