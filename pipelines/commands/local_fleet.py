@@ -71,6 +71,11 @@ def register(subparsers) -> None:
     r.add_argument("--model", choices=["mlp", "transformer"], default="mlp")
     r.add_argument("--deadline", type=_positive("--deadline"), metavar="SECONDS",
                    help="wall-clock deadline; the fleet falls back to on-demand to meet it")
+    r.add_argument("--policy", choices=["relaunch", "failover", "uniform", "spotfleet"],
+                   default="relaunch",
+                   help="who places the node group: relaunch = rotate to another zone, "
+                        "block the preempted one, on-demand when the deadline needs it; the "
+                        "others are the fleet policies of fleet/policies asked at each launch")
     r.add_argument("--max-relaunches", type=int, default=20)
     r.add_argument("--workdir", type=Path, help="checkpoints, events and logs (default: temp dir)")
     r.add_argument("--no-verify", dest="verify", action="store_false",
@@ -103,6 +108,27 @@ def _schedule(args):
     hours = max(48.0, args.start_hour + 48.0)
     traces = generate_market(default_market_config(n_zones=args.zones), hours, args.seed)
     return CapacitySchedule(traces, offset_seconds=args.start_hour * 3600.0)
+
+
+def _fleet_policy(args, schedule, ts, cfg):
+    """A fleet policy from fleet/policies, with the job expressed in emulated hours."""
+    from fleet.policies.base import JobSpec
+    from fleet.policies.baselines import Failover, UniformProgress
+    from fleet.policies.spotfleet import SpotfleetPolicy
+    from fleet.providers.local.policy_adapter import FleetPolicyRelaunch
+
+    to_h = ts.factor / 3600.0  # wall seconds -> emulated hours
+    work_h = args.steps * (args.step_sleep + 0.005) * to_h
+    deadline_h = args.deadline * to_h if args.deadline else 3.0 * work_h
+    grace = cfg.grace_seconds if cfg.grace_seconds is not None else 120.0 * cfg.grace_scale
+    job = JobSpec(work_hours=work_h, deadline_hours=max(deadline_h, work_h),
+                  restart_hours=8.0 * to_h, checkpoint_hours=0.05 * to_h,
+                  notice_seconds=grace * ts.factor,
+                  on_demand_price=cfg.prices.on_demand_price(cfg.instance_type, "us-east-1"),
+                  spot_price=cfg.prices.spot_price(cfg.instance_type, schedule.zones[0]))
+    policy = {"failover": Failover, "uniform": lambda: UniformProgress(multi_zone=True),
+              "spotfleet": SpotfleetPolicy}[args.policy]()
+    return FleetPolicyRelaunch(policy, job, schedule, ts)
 
 
 def _reference_sha(cmd_tail: list[str], workdir: Path) -> str | None:
@@ -142,6 +168,8 @@ def run_handler(args) -> int:
     cfg = LocalFleetConfig(schedule=schedule, time_scale=ts, cloud=args.cloud,
                            grace_scale=args.grace_scale, min_uptime_seconds=args.min_uptime,
                            workdir=workdir / "fleet", seed=args.seed)
+    if args.policy != "relaunch":
+        cfg.policy = _fleet_policy(args, schedule, ts, cfg)
     tail = ["--steps", str(args.steps), "--seed", str(args.seed), "--model", args.model,
             "--size", "tiny", "--periodic-every", str(args.periodic_every)]
     spec = StageSpec(name="example", command=[sys.executable, str(EXAMPLE), *tail,

@@ -171,3 +171,49 @@ def test_two_node_group_moves_together(tmp_path):
 def test_unknown_zone_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="StageSpec.zones"):
         LocalFleetProvider(_cfg(tmp_path)).run_stage(_spec(tmp_path, zones=("eu-west-1a",)))
+
+
+# --------------------------------------------------------------------------- fleet policies
+
+def test_fleet_policies_drive_the_local_fleet(tmp_path):
+    from fleet.policies.base import JobSpec
+    from fleet.policies.baselines import Failover, OnDemandOnly
+    from fleet.providers.local.policy_adapter import FleetPolicyRelaunch
+
+    sched = CapacitySchedule.rotating(ZONES)
+    ts = TimeScale(1.0)
+    job = JobSpec(work_hours=3.0, deadline_hours=20.0, restart_hours=0.5)  # emulated hours
+    od = LocalFleetProvider(_cfg(tmp_path / "od", policy=FleetPolicyRelaunch(
+        OnDemandOnly(), job, sched, ts))).run_stage(_spec(tmp_path / "od", steps=60))
+    assert [(s.spot, s.end_reason) for s in od.sessions] == [(False, "completed")]
+
+    fo = LocalFleetProvider(_cfg(tmp_path / "fo", policy=FleetPolicyRelaunch(
+        Failover(), job, sched, ts))).run_stage(_spec(tmp_path / "fo", steps=150))
+    assert fo.completed and all(s.spot for s in fo.sessions)
+    assert len(fo.sessions) >= 2
+    for a, b in zip(fo.sessions, fo.sessions[1:], strict=False):
+        assert a.end_reason == "preempted" and b.zone != a.zone  # failover moves on
+        assert "policy failover" in next(
+            e.data["reason"] for e in fo.events if e.kind == "launch" and e.node_id == b.node_id)
+
+
+def test_cli_rejects_bad_options_with_the_flag_named(capsys):
+    from pipelines.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["local-fleet", "run", "--time-scale", "0"])
+    assert "--time-scale must be > 0" in capsys.readouterr().err
+    assert main(["local-fleet", "run", "--market", "traces"]) == 2
+    assert "--traces-dir" in capsys.readouterr().err
+
+
+def test_cli_replays_real_traces(shared_data):
+    import argparse
+
+    from pipelines.commands.local_fleet import _schedule
+
+    args = argparse.Namespace(zones=3, market="traces", start_hour=5.0, seed=0, traces_dir=(
+        shared_data / "spot-traces" / "availability" / "1-node" / "aws-02-15-2023"))
+    sched = _schedule(args)
+    assert len(sched.zones) == 3 and sched.offset_seconds == 5 * 3600
+    assert all(sched.traces[z].gap_seconds == 195 for z in sched.zones)

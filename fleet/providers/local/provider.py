@@ -215,6 +215,14 @@ class _StageRun:
         tmp.write_text(json.dumps(stats), encoding="utf-8")
         os.replace(tmp, path)
 
+    def _committed_fraction(self) -> float:
+        steps = [n.last_checkpoint_step for n in self._nodes if n.last_checkpoint_step is not None]
+        try:
+            total = float(self._progress["total_steps"])
+        except (KeyError, TypeError, ValueError):
+            return 0.0
+        return min(1.0, max(steps) / total) if steps and total > 0 else 0.0
+
     def _remaining_work(self) -> float | None:
         p = self._progress
         try:
@@ -256,7 +264,8 @@ class _StageRun:
                     deadline_seconds=self.spec.deadline_seconds,
                     remaining_work_seconds=self._remaining_work(),
                     restart_seconds=self._restart_estimate(), waiting_since=waiting_since,
-                    on_demand_zone=od_zone)
+                    on_demand_zone=od_zone, committed_fraction=self._committed_fraction(),
+                    preemptions=relaunches, launches=group_index)
                 launch = self.cfg.policy.choose(ctx) if self.spec.use_spot else \
                     Launch(od_zone, spot=False, reason="StageSpec.use_spot is False")
                 if launch is None:

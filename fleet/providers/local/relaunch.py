@@ -45,6 +45,9 @@ class RelaunchContext:
     restart_seconds: float = 0.0  # estimate of one relaunch (allocation + start + restore)
     waiting_since: float | None = None  # when we started waiting for capacity
     on_demand_zone: str | None = None
+    committed_fraction: float = 0.0  # share of the job's steps in the latest checkpoint
+    preemptions: int = 0  # so far in this attempt
+    launches: int = 0  # node-group launches so far in this attempt
 
 
 @dataclass(frozen=True)
