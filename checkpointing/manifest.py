@@ -121,6 +121,10 @@ def decode_manifest(data: bytes) -> dict[str, Any]:
     return doc
 
 
+def _sha256_hex(view: memoryview) -> str:
+    return hashlib.sha256(view).hexdigest()
+
+
 def _debug_delay() -> float:
     raw = os.environ.get(ENV_DEBUG_PERSIST_DELAY)
     try:
@@ -160,18 +164,31 @@ class CheckpointWriter:
 
     def put_blob(self, blob: str, data: memoryview | bytes) -> BlobInfo:
         """Hash and atomically store one blob (``data`` is not copied for local stores)."""
-        self._check_cancel()
-        view = memoryview(data).cast("B")
+        return self.put_blobs([(blob, data)])[0]
+
+    def put_blobs(self, items: list[tuple[str, memoryview | bytes]]) -> list[BlobInfo]:
+        """Store blobs in order; their sha256 digests are computed on the hash pool
+        (up to one blob per pool thread ahead of the writer), overlapping the writes."""
+        views = [(name, memoryview(data).cast("B")) for name, data in items]
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="ckpt-hash")
-        digest = self._pool.submit(lambda: hashlib.sha256(view).hexdigest())
+            self._pool = ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1)),
+                                            thread_name_prefix="ckpt-hash")
+        digests = [self._pool.submit(_sha256_hex, view) for _name, view in views]
+        out: list[BlobInfo] = []
         try:
-            self.store.put_file(f"{self.name}/{blob}", BufferReader(view), size=len(view))
+            for (name, view), digest in zip(views, digests, strict=True):
+                self._check_cancel()
+                self.store.put_file(f"{self.name}/{name}", BufferReader(view), size=len(view))
+                info = BlobInfo(bytes=len(view), sha256=digest.result())
+                self.blobs[name] = info
+                out.append(info)
         finally:
-            sha = digest.result()
-        info = BlobInfo(bytes=len(view), sha256=sha)
-        self.blobs[blob] = info
-        return info
+            for digest in digests:
+                digest.cancel()
+            for digest in digests:  # never leave a hash running over a buffer being reused
+                if not digest.cancelled():
+                    digest.exception()
+        return out
 
     def commit(self, *, save_seconds: float, stall_seconds: float,
                meta: dict[str, Any] | None = None) -> CheckpointInfo:

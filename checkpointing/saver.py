@@ -26,6 +26,7 @@ say so, and that the previous checkpoint will be used.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -133,7 +134,9 @@ class AsyncSaver:
         self._lock = threading.Lock()
         self._job: _Job | None = None
         self._results: list[SaveResult] = []
-        self._hash_pool = ThreadPoolExecutor(1, thread_name_prefix="ckpt-hash")
+        # sha256 runs on up to 2 threads, overlapping the store writes
+        self._hash_pool = ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1)),
+                                             thread_name_prefix="ckpt-hash")
         self.last_committed: CheckpointInfo | None = None
 
     # -- state ------------------------------------------------------------------------
@@ -224,8 +227,8 @@ class AsyncSaver:
         released = False
         try:
             flat = snap.flat_view()
-            for i, (a, b) in enumerate(shard_ranges(len(flat), self.shard_bytes)):
-                writer.put_blob(SHARD_BLOB.format(i), flat[a:b])
+            writer.put_blobs([(SHARD_BLOB.format(i), flat[a:b])
+                              for i, (a, b) in enumerate(shard_ranges(len(flat), self.shard_bytes))])
             del flat
             self.buffers.release()  # the tensor bytes are on the store: the buffer is free
             released = True
