@@ -7,6 +7,7 @@ logic (market generation, injection, relaunch, pricing) lives in fleet/.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,23 +18,46 @@ DEFAULT_ON_DEMAND = 3.06  # $/h, p3.2xlarge (V100) on-demand, the figure used wi
 DEFAULT_SPOT = 0.918  # $/h, p3.2xlarge spot
 
 
-def market_traces(market: dict[str, Any]) -> list[Trace]:
-    """The market a pipeline runs on: the synthetic default for a seed, or a trace folder."""
+def market_traces(market: dict[str, Any], part: str = "history") -> list[Trace]:
+    """The market a pipeline runs on: the synthetic default for a seed, or a trace folder.
+
+    ``part="history"``: the first ``hours`` hours (what statistics and forecasts see);
+    ``part="all"``: history followed by ``future_hours`` more (the local fleet replays
+    the future, starting where the history ends, so the forecast is about what the
+    fleet then lives through).
+    """
+    import dataclasses
+
+    hours = float(market.get("hours", 72.0))
     if market.get("kind") == "traces":
         from fleet.market.traces import load_trace_dir
 
-        return load_trace_dir(market["trace_dir"])
-    from fleet.market.synthetic import default_market_config, generate_market
+        traces = load_trace_dir(market["trace_dir"])
+    else:
+        from fleet.market.synthetic import default_market_config, generate_market
 
-    return generate_market(default_market_config(n_zones=int(market.get("n_zones", 3))),
-                           float(market.get("hours", 72.0)), int(market.get("seed", 0)))
+        total = hours + float(market.get("future_hours", 48.0))
+        traces = generate_market(default_market_config(n_zones=int(market.get("n_zones", 3))),
+                                 total, int(market.get("seed", 0)))
+    if part == "all":
+        return traces
+    out = []
+    for t in traces:
+        n = max(1, min(t.n_ticks, int(round(hours * 3600.0 / t.gap_seconds))))
+        out.append(dataclasses.replace(t, available=t.available[:n]))
+    return out
+
+
+def history_seconds(market: dict[str, Any]) -> float:
+    """Market seconds of history before the fleet's replay starts."""
+    return float(market.get("hours", 72.0)) * 3600.0
 
 
 def build_provider(kind: str, options: dict[str, Any]) -> FleetProvider:
     """A fleet provider from JSON-able options (the node runner builds it in its process).
 
     ``options``: ``market`` (MarketConfig as a dict), ``workdir``, ``on_demand_fallback``,
-    ``extra_env``.
+    ``extra_env``, ``market_clock_start_unix`` (when the run's market clock started).
     """
     if kind == "local":
 
@@ -42,9 +66,14 @@ def build_provider(kind: str, options: dict[str, Any]) -> FleetProvider:
         from fleet.providers.local.relaunch import RelaunchPolicy
 
         m = options.get("market") or {}
+        wall_per_hour = float(m.get("wall_seconds_per_market_hour", 10.0))
+        # replay the market's future from where the history ends, advanced by the wall time
+        # since the Dagster run started (a retry or a later stage sees a later market)
+        elapsed = max(0.0, time.time() - float(options.get("market_clock_start_unix") or time.time()))
+        offset = history_seconds(m) + elapsed * 3600.0 / wall_per_hour
         cfg = LocalFleetConfig(
-            schedule=CapacitySchedule(market_traces(m)),
-            time_scale=TimeScale(wall_seconds_per_trace_hour=float(m.get("wall_seconds_per_market_hour", 10.0))),
+            schedule=CapacitySchedule(market_traces(m, "all"), offset_seconds=offset),
+            time_scale=TimeScale(wall_seconds_per_trace_hour=wall_per_hour),
             cloud=m.get("cloud", "signal"),
             grace_seconds=m.get("grace_seconds"),
             policy=RelaunchPolicy(on_demand_fallback=bool(options.get("on_demand_fallback", True)),

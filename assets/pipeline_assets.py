@@ -279,7 +279,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     from pipelines.node_runner import event_from_dict, session_from_dict, spec_to_dict
 
     attempt = context.retry_number + 1
-    root_run = context.run.root_run_id or context.run_id
+    root_run = context.run.root_run_id or context.run.run_id
     cwd = fleet.cwd()
     ckpt_uri = cfg.stage_checkpoint_uri(stage, fleet.var_path()).rstrip("/") + f"/{root_run}"
     workdir = fleet.work_path() / p_safe(cfg.name) / root_run
@@ -294,14 +294,15 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         deadline_seconds=_stage_deadline_seconds(cfg, stage) if cfg.on_demand_fallback else None,
         env=dict(stage.env), max_relaunches=stage.max_relaunches)
     eng = stats_db.engine()
-    before = latest_checkpoint_step(eng, cfg.name, stage.name, run_id=context.run_id)
-    context.log.info(f"{stage.name}: attempt {attempt} (run {context.run_id[:8]}, root {root_run[:8]}), "
+    before = latest_checkpoint_step(eng, cfg.name, stage.name, run_id=context.run.run_id)
+    context.log.info(f"{stage.name}: attempt {attempt} (run {context.run.run_id[:8]}, root {root_run[:8]}), "
                      f"zones {zones}, {'spot' if use_spot else 'on-demand'}, checkpoints {ckpt_uri}; "
                      f"latest recorded checkpoint step {before}")
     extras = {
         "spec": spec_to_dict(spec), "attempt": attempt, "provider": cfg.provider,
         "provider_options": {"market": cfg.market.model_dump(), "workdir": str(workdir),
-                             "on_demand_fallback": cfg.on_demand_fallback},
+                             "on_demand_fallback": cfg.on_demand_fallback,
+                             "market_clock_start_unix": _run_start(context, root_run)},
         "inject_preemptions_at_steps": cfg.market.inject_preemptions_at_steps.get(stage.name, []),
         "lose_attempt_at_step": cfg.market.lose_attempt_at_step.get(stage.name),
     }
@@ -324,7 +325,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     completed = bool(result["completed"])
     first_steps = [s.first_step for s in sorted(sessions, key=lambda s: s.launched_at) if s.first_step is not None]
     record_attempt(
-        eng, run_id=context.run_id, pipeline=cfg.name, stage=stage.name, attempt=attempt,
+        eng, run_id=context.run.run_id, pipeline=cfg.name, stage=stage.name, attempt=attempt,
         provider=cfg.provider, status="completed" if completed else "failed", sessions=sessions,
         events=events, started_at=started, ended_at=time.time(),
         start_step=first_steps[0] if first_steps else None, final_step=result.get("final_step"),
@@ -358,6 +359,13 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
                                             for s in sessions if s.ended_at is not None)),
     })
     return MaterializeResult(metadata=meta)
+
+
+def _run_start(context: AssetExecutionContext, root_run: str) -> float:
+    """Unix time the (root) run started: the market clock of the local fleet starts there."""
+    rec = context.instance.get_run_record_by_id(root_run)
+    start = getattr(rec, "start_time", None) if rec is not None else None
+    return float(start) if start else time.time()
 
 
 def p_safe(name: str) -> str:

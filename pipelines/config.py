@@ -128,6 +128,8 @@ class MarketConfig(_Strict):
     seed: int = 0
     n_zones: int = Field(3, ge=1, le=9, description="synthetic: calibrated zones to emulate")
     hours: float = Field(72.0, gt=0, description="length of the market history, hours")
+    future_hours: float = Field(
+        48.0, gt=0, description="synthetic: market hours after the history that the local fleet replays")
     trace_dir: str | None = None
     wall_seconds_per_market_hour: float = Field(10.0, gt=0)
     cloud: Literal["aws", "gcp", "azure", "signal"] = Field(

@@ -1,0 +1,61 @@
+"""Fixtures for the Dagster code location tests: statistics DBs (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+PG_ADMIN_URL = os.environ.get("SPOTFLEET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+def _pg_available() -> str | None:
+    try:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN_URL.replace("postgresql+psycopg", "postgresql"), connect_timeout=3):
+            return None
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A throwaway PostgreSQL database for this test session (dropped afterwards)."""
+    why = _pg_available()
+    if why:
+        pytest.skip(f"PostgreSQL at {PG_ADMIN_URL} not reachable ({why}); start it or set SPOTFLEET_TEST_PG_URL")
+    import psycopg
+
+    name = f"spotfleet_test_{uuid.uuid4().hex[:10]}"
+    admin = PG_ADMIN_URL.replace("postgresql+psycopg", "postgresql")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        yield url
+    finally:
+        from infra.db.session import dispose_engines
+
+        dispose_engines()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path) -> str:
+    """A fresh statistics DB URL: a SQLite file, or the session's PostgreSQL database (cleaned)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'stats.db'}"
+    url = request.getfixturevalue("pg_url")
+    from sqlalchemy import text
+
+    from infra.db.session import make_engine
+
+    eng = make_engine(url)
+    with eng.begin() as conn:  # every test starts from an empty schema
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    return url

@@ -1,0 +1,135 @@
+"""Statistics DB: migrations, recording a stage attempt, cost lines that reconcile (SQLite + PostgreSQL)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from sqlalchemy import inspect
+
+from checkpointing.events import Event
+from fleet.providers.base import NodeSession
+from infra.db.accounting import breakdown, cost_slices
+from infra.db.models import (
+    CheckpointRecord,
+    CostLine,
+    NodeSessionRecord,
+    PreemptionEvent,
+    StageAttempt,
+)
+from infra.db.recorder import node_sessions_as_dataclasses, read_table, record_attempt
+from infra.db.session import current_revision, head_revision, make_engine, upgrade
+
+T0 = 1_700_000_000.0  # unix seconds
+
+
+def _session(node: str, launched: float, ended: float, reason: str, first: int, last: int, ckpt: int,
+             zone: str = "us-east-1f", spot: bool = True) -> NodeSession:
+    return NodeSession(node_id=node, stage="pretrain", attempt=1, provider="local", cloud="aws",
+                       region=zone[:-1], zone=zone, instance_type="p3.2xlarge", spot=spot,
+                       price_per_hour=0.918 if spot else 3.06, launched_at=launched, ready_at=launched + 2,
+                       ended_at=ended, end_reason=reason, notice_at=ended - 1 if reason == "preempted" else None,
+                       first_step=first, last_step=last, last_checkpoint_step=ckpt)
+
+
+def _events(node: str, t: float, first: int, last: int, saves: list[int], notice: bool, step_s: float = 0.1):
+    ev = [Event("start", t + 2.0, node, {"resumed_from_step": first or None})]
+    if first:
+        ev.append(Event("restore", t + 2.5, node, {"step": first, "location": "x", "fell_back": False}))
+    now = t + 2.5
+    for s in range(first + 1, last + 1):
+        now += step_s
+        if s % 5 == 0 or s == last:
+            ev.append(Event("progress", now, node, {"step": s, "total_steps": 100, "mean_step_seconds": step_s}))
+        if s in saves:
+            ev.append(Event("save_committed", now + 0.01, node, {"step": s, "kind": "periodic", "bytes": 1000,
+                                                                "stall_seconds": 0.05, "persist_seconds": 0.2,
+                                                                "location": f"/ck/{s}"}))
+    if notice:
+        ev.append(Event("notice", now + 0.05, node, {"source": "signal", "deadline_unix": now + 3}))
+    ev.append(Event("exit", now + 0.1, node, {"reason": "preempted" if notice else "completed", "step": last}))
+    return ev, now + 0.1
+
+
+def _attempt():
+    ev1, end1 = _events("n0", T0, 0, 47, [20, 40], notice=True)
+    s1 = _session("n0", T0, end1 + 1.0, "preempted", 0, 47, 40)
+    t2 = end1 + 5.0
+    ev2, end2 = _events("n1", t2, 40, 100, [60, 80, 100], notice=False)
+    s2 = _session("n1", t2, end2 + 0.5, "completed", 40, 100, 100, zone="us-west-2b")
+    return [s1, s2], ev1 + ev2
+
+
+def test_migrations_create_every_table_and_are_idempotent(db_url):
+    eng = make_engine(db_url)
+    assert current_revision(eng) is None
+    assert upgrade(eng) == head_revision()
+    assert upgrade(eng) == head_revision()  # a second upgrade is a no-op
+    tables = set(inspect(eng).get_table_names())
+    assert {"stage_attempts", "node_sessions", "preemption_events", "checkpoints", "cost_lines"} <= tables
+
+
+def test_record_attempt_persists_events_and_costs_reconcile(db_url):
+    eng = make_engine(db_url)
+    upgrade(eng)
+    sessions, events = _attempt()
+    record_attempt(eng, run_id="run-1", pipeline="demo", stage="pretrain", attempt=1, provider="local",
+                   status="completed", sessions=sessions, events=events, started_at=T0, ended_at=T0 + 60,
+                   start_step=0, final_step=100, total_steps=100, on_demand_price=lambda s: 3.06,
+                   time_scale=120.0)
+    ns = read_table(eng, NodeSessionRecord, "demo")
+    assert len(ns) == 2 and set(ns["end_reason"]) == {"preempted", "completed"}
+    pre = read_table(eng, PreemptionEvent, "demo")
+    assert len(pre) == 1 and pre.iloc[0]["step_at_preemption"] == 47 and pre.iloc[0]["last_checkpoint_step"] == 40
+    assert pre.iloc[0]["notice_source"] == "signal"
+    ck = read_table(eng, CheckpointRecord, "demo")
+    assert sorted(ck["step"]) == [20, 40, 60, 80, 100]
+    lines = read_table(eng, CostLine, "demo")
+    billed = sum((s.ended_at - s.launched_at) * 120.0 / 3600.0 * s.price_per_hour for s in sessions)
+    assert lines["dollars"].sum() == pytest.approx(billed, rel=1e-12)
+    by_cat = lines.groupby("category")["dollars"].sum()
+    assert by_cat["redo"] > 0  # 7 steps after the last checkpoint of the preempted node
+    assert by_cat["useful"] > by_cat["redo"] and by_cat["restart"] > 0
+    # on-demand equivalent prices only the useful work
+    assert lines["on_demand_dollars"].sum() == pytest.approx(by_cat["useful"] * 3.06 / 0.918, rel=1e-9)
+    att = read_table(eng, StageAttempt, "demo")
+    assert att.iloc[0]["final_step"] == 100 and att.iloc[0]["status"] == "completed"
+    # sessions come back as the fleet's dataclass, unchanged
+    back = sorted(node_sessions_as_dataclasses(eng, "demo"), key=lambda s: s.launched_at)
+    assert back == sessions
+
+
+def test_recording_the_same_attempt_twice_replaces_it(db_url):
+    eng = make_engine(db_url)
+    upgrade(eng)
+    sessions, events = _attempt()
+    for _ in range(2):
+        record_attempt(eng, run_id="r", pipeline="demo", stage="pretrain", attempt=1, provider="local",
+                       status="completed", sessions=sessions, events=events, started_at=T0)
+    assert len(read_table(eng, NodeSessionRecord, "demo")) == 2
+    assert len(read_table(eng, StageAttempt, "demo")) == 1
+    assert len(read_table(eng, CheckpointRecord, "demo")) == 5
+
+
+def test_breakdown_parts_sum_to_the_session_and_redo_matches_lost_steps():
+    sessions, events = _attempt()
+    s1 = sessions[0]
+    b = breakdown(s1, events)
+    assert sum(b.as_dict().values()) == pytest.approx(s1.ended_at - s1.launched_at, rel=1e-12)
+    assert b.steps_done == 47 and b.steps_lost == 7
+    assert b.redo / (b.useful + b.redo) == pytest.approx(7 / 47, rel=1e-9)
+    assert b.checkpoint == pytest.approx(0.1)  # two saves, 0.05 s stall each
+    assert b.restart == pytest.approx(2.0)  # launch -> start event
+    s2 = sessions[1]
+    assert breakdown(s2, events).redo == 0.0  # completed nodes lose nothing
+
+
+def test_cost_slices_split_a_session_across_midnight():
+    midnight = dt.datetime(2026, 1, 2, tzinfo=dt.UTC).timestamp()
+    s = _session("n9", midnight - 1800, midnight + 5400, "completed", 0, 10, 10)
+    slices = cost_slices(s, [], on_demand_price_per_hour=3.06, time_scale=1.0)
+    days = {sl.day for sl in slices}
+    assert days == {dt.date(2026, 1, 1), dt.date(2026, 1, 2)}
+    per_day = {d: sum(sl.dollars for sl in slices if sl.day == d) for d in days}
+    assert per_day[dt.date(2026, 1, 1)] == pytest.approx(0.5 * 0.918)
+    assert per_day[dt.date(2026, 1, 2)] == pytest.approx(1.5 * 0.918)

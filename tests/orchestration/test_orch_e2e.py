@@ -1,0 +1,165 @@
+"""End to end, in-process: the whole graph on the local fleet with injected preemptions.
+
+One run of a two-stage pipeline (module fixture) backs several assertions:
+stages finish by RESUMING from checkpoints (never from step 0 after the first launch),
+a whole lost attempt is retried by Dagster's RetryPolicy and resumes from the latest
+checkpoint, events land in the statistics DB, the cost report reconciles.
+A second, single-stage run on PostgreSQL shows the provider giving up (relaunch budget
+exhausted) and Dagster retrying from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import pytest
+from dagster import DagsterInstance
+
+from pipelines.config import parse_pipelines
+from pipelines.definitions import build_definitions, pipeline_job_name
+from pipelines.resources import FleetResource, StatsDB
+
+pytestmark = pytest.mark.slow
+
+
+def _stage(name, steps, seed, periodic, after=None, **extra):
+    s = {"name": name, "script": "examples/train_example.py",
+         "args": ["--steps", str(steps), "--seed", str(seed), "--size", "tiny", "--step-sleep", "0.03",
+                  "--periodic-every", str(periodic), "--progress-every", "5"],
+         "work_hours": 2.0,
+         "resources": {"zones": ["us-east-1f", "us-east-1c", "us-west-2b"]}}
+    if after:
+        s["after"] = after
+    s.update(extra)
+    return s
+
+
+def _run(tmp_path, pipeline: dict, db_url: str | None = None):
+    [cfg] = parse_pipelines({"pipelines": [pipeline]})
+    var = tmp_path / "var"
+    stats = StatsDB(url=db_url or "", var_dir=str(var))
+    defs = build_definitions([cfg], include_gfs=False,
+                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(var))})
+    with DagsterInstance.ephemeral() as instance:
+        result = defs.resolve_job_def(pipeline_job_name(cfg.name)).execute_in_process(
+            instance=instance, raise_on_error=False)
+        logs = [e.user_message for e in instance.all_logs(result.run_id)]
+    return cfg, stats, result, logs, var
+
+
+def _tables(stats: StatsDB, pipeline: str):
+    from infra.db.models import (
+        CheckpointRecord,
+        CostLine,
+        NodeSessionRecord,
+        PreemptionEvent,
+        StageAttempt,
+    )
+    from infra.db.recorder import read_table
+
+    eng = stats.engine()
+    return {m.__tablename__: read_table(eng, m, pipeline)
+            for m in (StageAttempt, NodeSessionRecord, PreemptionEvent, CheckpointRecord, CostLine)}
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    pipeline = {
+        "name": "e2e", "provider": "local", "deadline_hours": 48, "checkpoint_uri": "checkpoints/e2e",
+        "market": {"seed": 4, "wall_seconds_per_market_hour": 30, "cloud": "signal", "grace_seconds": 3,
+                   "hours": 240,
+                   "inject_preemptions_at_steps": {"pretrain": [60], "finetune": [40]},
+                   "lose_attempt_at_step": {"pretrain": 140}},
+        "stages": [_stage("pretrain", 200, 1, 50), _stage("finetune", 100, 2, 25, after=["pretrain"])],
+    }
+    return _run(tmp_path_factory.mktemp("e2e"), pipeline)
+
+
+def _assert_resumes(sessions, checkpoints):
+    """Each node after the first resumes from the latest checkpoint committed before it launched.
+
+    Nodes preempted while still starting (no training event: ``first_step`` is null) did no work.
+    """
+    sessions = sessions[sessions["first_step"].notna()].sort_values("launched_at")
+    assert len(sessions) >= 2
+    first = sessions.iloc[0]
+    assert first["first_step"] == 0
+    for _, s in sessions.iloc[1:].iterrows():
+        before = checkpoints[checkpoints["committed_at"] < s["launched_at"]]
+        latest = int(before["step"].max())
+        assert latest > 0
+        assert s["first_step"] == latest, (s["node_id"], s["first_step"], latest)
+
+
+def test_stages_finish_by_resuming_not_restarting(demo_run):
+    cfg, stats, result, logs, _ = demo_run
+    assert result.success
+    t = _tables(stats, cfg.name)
+    attempts = t["stage_attempts"]
+    done = attempts[attempts["status"] == "completed"].set_index("stage")
+    assert done.loc["pretrain", "final_step"] == 200 and done.loc["finetune", "final_step"] == 100
+    for stage in ("pretrain", "finetune"):
+        sessions = t["node_sessions"][t["node_sessions"]["stage"] == stage]
+        assert len(sessions) >= 2  # at least one preemption -> relaunch
+        _assert_resumes(sessions, t["checkpoints"][t["checkpoints"]["stage"] == stage])
+    # the preemptions, notices and emergency saves streamed back through Pipes into the run log
+    text = "\n".join(m for m in logs if m)
+    assert "PREEMPTED in" in text and "resumed from step" in text and "external process successfully opened dagster pipes" in text
+
+
+def test_lost_attempt_is_retried_by_dagster_and_resumes_from_the_checkpoint(demo_run):
+    cfg, stats, result, logs, _ = demo_run
+    t = _tables(stats, cfg.name)
+    pre = t["stage_attempts"][t["stage_attempts"]["stage"] == "pretrain"].sort_values("attempt")
+    assert list(pre["status"]) == ["failed", "completed"]
+    ck = t["checkpoints"]
+    a1_ckpt = int(ck[(ck["stage"] == "pretrain") & (ck["attempt"] == 1)]["step"].max())
+    assert 0 < a1_ckpt < 200
+    assert pre.iloc[1]["start_step"] == a1_ckpt  # the retry starts from attempt 1's latest checkpoint
+    sessions = t["node_sessions"][t["node_sessions"]["stage"] == "pretrain"]
+    a1_last = int(sessions[sessions["attempt"] == 1]["last_step"].max())
+    assert a1_last >= 140 > a1_ckpt  # work after the checkpoint was lost with the node group ...
+    # ... and the step count never went back beyond the last checkpoint
+    assert sessions[sessions["attempt"] == 2]["first_step"].min() == a1_ckpt
+    retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert len(retries) == 1
+
+
+def test_events_land_in_the_db_and_the_cost_report_reconciles(demo_run):
+    cfg, stats, result, _, var = demo_run
+    t = _tables(stats, cfg.name)
+    assert len(t["preemption_events"]) >= 2
+    assert (t["preemption_events"]["notice_at"].notna()).all()
+    assert set(t["checkpoints"]["kind"]) >= {"periodic", "emergency"}
+    from assets.checks import reconcile
+
+    lines, sessions = reconcile(stats.engine(), cfg.name)
+    assert lines == pytest.approx(sessions, rel=1e-9) and sessions > 0
+    evals = {e.event_specific_data.check_name: e.event_specific_data.passed for e in result.all_events
+             if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+    assert evals["cost_reconciles_with_node_sessions"] is True
+    assert evals["latest_checkpoint_recent"] is True
+    table = result.output_for_node("e2e__cost_report")
+    assert table["spend_usd"].sum() == pytest.approx(sessions, rel=1e-9)
+    assert {"useful_usd", "checkpoint_usd", "redo_usd", "restart_usd", "idle_usd", "on_demand_usd"} <= set(table)
+    assert table["redo_usd"].sum() > 0  # the lost attempt's work after its checkpoint
+    assert (var / "reports" / "e2e" / "cost_report.png").stat().st_size > 1000
+
+
+@pytest.mark.postgres
+def test_provider_giving_up_is_retried_from_the_checkpoint_on_postgres(tmp_path, pg_url):
+    pipeline = {
+        "name": "giveup", "provider": "local", "deadline_hours": 48, "checkpoint_uri": "checkpoints/g",
+        "market": {"seed": 4, "wall_seconds_per_market_hour": 30, "cloud": "signal", "grace_seconds": 3,
+                   "inject_preemptions_at_steps": {"only": [30, 60]}},
+        # one relaunch allowed: the second preemption makes the provider give up (AttemptFailed)
+        "stages": [_stage("only", 100, 4, 20, max_relaunches=1)],
+    }
+    cfg, stats, result, _, _ = _run(tmp_path, pipeline, db_url=pg_url)
+    assert result.success
+    t = _tables(stats, cfg.name)
+    att = t["stage_attempts"].sort_values("attempt")
+    assert list(att["status"]) == ["failed", "completed"]
+    assert "max_relaunches" in att.iloc[0]["error"]
+    ck = t["checkpoints"]
+    a1_ckpt = int(ck[ck["attempt"] == 1]["step"].max())
+    assert a1_ckpt >= 30  # at least the emergency save at the first injected notice
+    assert att.iloc[1]["start_step"] == a1_ckpt and att.iloc[1]["final_step"] == 100
