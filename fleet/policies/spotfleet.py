@@ -25,6 +25,7 @@ enough to repay two changeovers, with spare slack above the net.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,11 +50,12 @@ class SpotfleetParams:
     refit_hours: float = 6.0  # refit the model at most this often
     min_expected_run_hours: float = 1.0  # launch spot only if it is expected to run this long
     od_exit_margin_hours: float = 0.1  # spare slack needed to leave on-demand for spot
-    od_exit_min_run_hours: float = 1.0  # ... and a zone expected to run at least this long
+    od_exit_min_run_hours: float = 5.0  # ... and a zone expected to run at least this long
     eviction_weight_hours: float = 0.5  # score = E[remaining] / (1 + w * weighted rate)
     notice_failure_prob: float = 0.05  # share of notices assumed lost (insurance saves)
     recheck_hours: float = 0.5  # how often to reconsider while idle / on on-demand
     risk_fraction: float = 0.4  # at most this share of the spare slack at risk (no notice)
+    reserve_factor: float = 1.0  # slack reserve = factor x expected slack burn (0 = greedy)
 
 
 def expected_residual_hours(up_runs: np.ndarray, age_hours: float) -> float:
@@ -104,6 +106,26 @@ class SpotfleetPolicy(Policy):
         hist = self._window(obs)
         self._models = fit_models(list(hist), [obs.gap_hours] * obs.n_zones)
         self._fit_tick = obs.tick
+        # market-wide burn statistics: share of time no zone had capacity, and the
+        # preemption rate per held hour over all zones
+        self._all_down = float(np.mean(~hist.any(axis=0)))
+        held = float(hist.sum()) * obs.gap_hours
+        evictions = int(np.count_nonzero(hist[:, :-1] & ~hist[:, 1:]))
+        self._rate = evictions / held if held > 0 else 1.0
+
+    def slack_burn_rate(self, spec: JobSpec) -> float:
+        """Expected slack lost per wall-clock hour off on-demand (h/h): waiting while no
+        zone has capacity, plus per preemption a restart and the work at risk."""
+        c = spec.checkpoint_hours
+        at_risk = c if spec.notice_saves else math.sqrt(2.0 * c * 1.0 / max(self._rate, 1e-3)) / 2
+        return self._all_down + self._rate * (spec.restart_hours + at_risk)
+
+    def reserve_hours(self, state: JobState, at_hours: float) -> float:
+        """Slack to keep in hand at elapsed time ``at_hours``: the expected burn over the
+        rest of the job, times ``reserve_factor`` (Uniform Progress keeps slack in
+        proportion to the time left; this keeps what the observed market will burn)."""
+        left = max(0.0, state.spec.deadline_hours - at_hours)
+        return self.p.reserve_factor * self.slack_burn_rate(state.spec) * left
 
     def zone_scores(self, obs: Observation) -> np.ndarray:
         """Expected remaining up-time (h) of every zone now, discounted by recent
@@ -164,13 +186,20 @@ class SpotfleetPolicy(Policy):
             return Action(state.location, interval, obs.tick + k, watch=(state.location,))
         best = int(np.argmax(scores))
         best_score = float(scores[best])
+        spare = safe_slack_hours(state) - safety_threshold_hours(state, g)
         if state.location == ON_DEMAND:
-            spare = safe_slack_hours(state) - safety_threshold_hours(state, g)
             need = state.spec.restart_hours + p.od_exit_margin_hours
             if best_score >= p.od_exit_min_run_hours and spare >= need:
                 return Action(best, self.checkpoint_interval(best_score, state, g), obs.tick + k,
                               watch=(best,))
+            later = state.elapsed_hours + 2.0 * state.spec.restart_hours
+            if spare >= self.reserve_hours(state, later) + state.spec.restart_hours:
+                return Action(IDLE, None, min(recheck, obs.tick + k), watch=None)
             return Action(ON_DEMAND, None, min(recheck, obs.tick + k), watch=None)
         if best_score >= p.min_expected_run_hours:
             return Action(best, self.checkpoint_interval(best_score, state, g), obs.tick + k, watch=(best,))
+        if spare < self.reserve_hours(state, state.elapsed_hours):
+            # waiting would eat slack the rest of the job is expected to need: bridge the
+            # outage on on-demand (and come back to spot as soon as a zone is worth it)
+            return Action(ON_DEMAND, None, min(recheck, obs.tick + k), watch=None)
         return Action(IDLE, None, min(recheck, obs.tick + k), watch=None)
