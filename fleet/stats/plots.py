@@ -53,3 +53,44 @@ def plot_zone_stats(stats: Sequence[ZoneStats], path: str | Path, title: str = "
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return out
+
+
+def plot_forecasts(forecasts: Sequence, path: str | Path, title: str = "") -> Path:
+    """Two panels: P(capacity) for each hour ahead, and the available fraction (p10-p90)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not forecasts:
+        raise ValueError("no forecasts to plot")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    ax = axes[0]
+    for k, f in enumerate(forecasts):
+        hours = np.arange(1, len(f.p_up_hourly) + 1)
+        ax.plot(hours, f.p_up_hourly, marker="o", ms=3, color=f"C{k % 10}",
+                label=f"{f.zone} ({'up' if f.state_up else 'down'} {f.age_hours:.1f} h)")
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("hours ahead")
+    ax.set_ylabel("P(capacity available)")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    x = np.arange(len(forecasts))
+    mean = np.array([f.availability_mean for f in forecasts])
+    lo = np.array([f.availability_p10 for f in forecasts])
+    hi = np.array([f.availability_p90 for f in forecasts])
+    ax.bar(x, mean, color="C0", alpha=0.7, label="mean")
+    ax.errorbar(x, mean, yerr=[np.maximum(mean - lo, 0), np.maximum(hi - mean, 0)], fmt="none",
+                ecolor="k", capsize=3, label="p10-p90")
+    ax.set_xticks(x, [f.zone for f in forecasts], rotation=45, ha="right")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel(f"available fraction of the next {forecasts[0].horizon_hours:g} h")
+    ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out

@@ -49,6 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     fc.add_argument("--evaluate", action="store_true",
                     help="score vs baselines on the held-back last 30%% of the traces")
     fc.add_argument("--json", action="store_true")
+    fc.add_argument("--plot", help="write a PNG: P(up) per hour ahead and availability bands")
     fc.set_defaults(handler=_forecast)
 
     plan = sub.add_parser("plan", help="plan zones and the spot / on-demand mix for a stage")
@@ -198,7 +199,12 @@ def _forecast(args: argparse.Namespace) -> int:
               f"{f.availability_mean:>11.2f}{f.availability_p10:>6.2f}{f.availability_p50:>6.2f}"
               f"{f.availability_p90:>6.2f}{f.preemptions_mean:>13.2f}{f.preemptions_p90:>5.0f}"
               f"{f.p_up_at_end:>9.2f}")
-    print(f"next {args.horizon:g} h; semi-Markov model (see docs/market-and-statistics.md)")
+    print(f"next {args.horizon:g} h; semi-Markov model with hour-of-day profile "
+          "(see docs/market-and-statistics.md)")
+    if args.plot:
+        from fleet.stats.plots import plot_forecasts
+
+        print(f"wrote {plot_forecasts(fcs, args.plot, title=str(args.trace_dir))}")
     return 0
 
 

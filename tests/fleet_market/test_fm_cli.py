@@ -34,6 +34,9 @@ def test_cli_synth_load_stats_forecast_plan(tmp_path, capsys):
     assert {z["zone"] for z in st["zones"]} == {"us-east-1c", "us-east-1f", "us-west-2b"}
     assert set(st["correlation"]) == {"us-east-1c", "us-east-1f", "us-west-2b"}
 
+    assert main(["forecast", str(out), "--horizon", "3", "--samples", "200",
+                 "--plot", str(tmp_path / "fc.png")]) == 0
+    assert "P(up@H)" in capsys.readouterr().out and (tmp_path / "fc.png").is_file()
     assert main(["forecast", str(out), "--horizon", "3", "--samples", "200", "--json"]) == 0
     fc = json.loads(capsys.readouterr().out)
     assert len(fc) == 3 and all(0 <= f["availability_mean"] <= 1 for f in fc)
