@@ -439,8 +439,8 @@ class _StageRun:
             if node is None:
                 continue
             if kind == "notice":
-                node.notice_at = time.time()
                 inj = self.injector.nodes.get(nid)
+                node.notice_at = inj.notice_at if inj is not None and inj.notice_at else time.time()
                 self._emit(provider_event("notice_sent", node_id=nid, zone=node.zone,
                                           deadline_unix=deadline,
                                           grace_seconds=self.injector.grace_seconds,
@@ -494,7 +494,7 @@ class _StageRun:
                     node.exit_code = rc
                     node.ended_at = time.time()
                     self.injector.close_node(node.node_id)
-                    if rc != 0 and node.notice_at is None:
+                    if rc != 0 and not self._noticed(node):
                         lost = True
                 elif node.exit_event is not None:
                     node.ended_at = node.exit_event.time
@@ -511,7 +511,19 @@ class _StageRun:
                 return self._finish(group)
             time.sleep(self.cfg.poll_seconds)
 
+    def _noticed(self, node: _Node) -> bool:
+        """The node was told to go: seen by the provider, the injector, or the process."""
+        if node.notice_at is None:
+            inj = self.injector.nodes.get(node.node_id)
+            if inj is not None and inj.notice_at is not None:
+                node.notice_at = inj.notice_at
+        if node.notice_at is not None:
+            return True
+        return (node.exit_code == rt.EXIT_PREEMPTED or (
+            node.exit_event is not None and node.exit_event.data.get("reason") == "preempted"))
+
     def _finish(self, group: list[_Node], cancelled: bool = False) -> str:
+        self._drain_injector(group)
         now = time.time()
         for node in group:
             if node.ended_at is None:
@@ -525,7 +537,7 @@ class _StageRun:
                                       and n.exit_event.data.get("reason") == "completed")
                  for n in group):  # a node killed while tearing down after its last step
             outcome = "completed"
-        elif any(n.notice_at is not None for n in group):
+        elif any(self._noticed(n) for n in group):
             outcome = "preempted"
         else:
             outcome = "failed"
