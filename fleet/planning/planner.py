@@ -314,9 +314,11 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
         zmax = min(zmax, req.max_zones)
     # variance of nodes lost per hour for z = 1..len(cands) (best zones first, even split)
     var_by_z: dict[int, float] = {}
+    mean_by_z: dict[int, float] = {}
     for z in range(1, min(len(cands), max(1, n_spot_wanted)) + 1):
         share = [n_spot_wanted // z + (1 if i < n_spot_wanted % z else 0) for i in range(z)]
-        var_by_z[z] = _nodes_lost([(share[i], cands[i].rate_per_hour) for i in range(z)])[1]
+        mean_by_z[z], var_by_z[z] = _nodes_lost([(share[i], cands[i].rate_per_hour)
+                                                 for i in range(z)])
     chosen = ok[:zmax]
     alloc = [n_spot_wanted // zmax + (1 if i < n_spot_wanted % zmax else 0) for i in range(zmax)]
     zones = [ZoneChoice(**{**asdict(c), "nodes": alloc[i] if i < len(alloc) else 0, "rank": i + 1})
@@ -381,8 +383,9 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
                        f"{best.break_even_rate:.3f}/h), checkpoint every {60 * best.interval_hours:.0f} min")
         if len(in_use) > 1:
             reasons.append(f"spread over {len(in_use)} zones: variance of nodes lost per hour "
-                           f"{var_by_z.get(1, float('nan')):.3f} with 1 zone -> {var_lost:.3f} "
-                           f"(mean unchanged at about {mean_lost:.3f})")
+                           f"{var_by_z.get(1, float('nan')):.3f} with all in {best.zone} -> "
+                           f"{var_lost:.3f} (mean {mean_by_z.get(1, float('nan')):.3f} -> "
+                           f"{mean_lost:.3f}; with equal zones the mean would not change)")
         if len(zones) > len(in_use):
             reasons.append(f"{len(zones) - len(in_use)} more zone(s) where spot wins are kept as "
                            "failover targets, cheapest c_eff first")
