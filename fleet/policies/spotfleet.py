@@ -17,10 +17,16 @@ What it uses, all from the past only (``obs.history``):
 * **Deadline safety net** (:mod:`fleet.policies.safety`): with a notice the work at risk
   is only the save time, so spot stays usable closer to the deadline.
 
+* **Slack reserve** from the observed market: the expected slack burned per hour off
+  on-demand (share of time no zone had capacity + preemption rate x (restart + work at
+  risk)) times the time left. Uniform Progress keeps a reserve proportional to the time
+  left whatever the market; this one keeps what the market has been burning.
+
 Decisions: run spot in the zone with the best score whenever one is worth a launch
-(expected run >= ``min_expected_run_hours``); otherwise wait (idle is free) until the
-safety net forces on-demand; leave on-demand again only for a zone expected to run long
-enough to repay two changeovers, with spare slack above the net.
+(expected run >= ``min_expected_run_hours``); otherwise wait (idle is free) while the
+spare slack exceeds the reserve, else bridge the outage on on-demand; leave on-demand
+for a zone expected to run ``od_exit_min_run_hours`` with spare slack above the net, or
+for idle once the slack is back above the reserve.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ from pathlib import Path
 from fleet.simulation.sweep import OMNISCIENT, SweepResult, summarize
 
 
-def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path) -> Path:
+def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path,
+                ncols: int = 2) -> Path:
     """One panel per sweep (title, result): the distribution of cost / on-demand-only cost
     per policy over the start times (box: quartiles, whiskers: p5-p95, triangle: mean),
     each policy labelled with its deadline-met rate."""
@@ -18,8 +19,13 @@ def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path) -> 
     import matplotlib.pyplot as plt
 
     n = len(sweeps)
-    fig, axes = plt.subplots(1, n, figsize=(4.8 * n, 3.9), squeeze=False)
-    for col, (title, res) in enumerate(sweeps):
+    ncols = max(1, min(ncols, n))
+    nrows = (n + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.4 * ncols, 3.3 * nrows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for i, (title, res) in enumerate(sweeps):
+        row_i, col = divmod(i, ncols)
         od = res.spec.on_demand_cost
         met = {r.policy: r.deadline_met_rate for r in summarize(res)}
         names = list(res.runs)
@@ -28,12 +34,12 @@ def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path) -> 
             names.append(OMNISCIENT)
             data.append([c / od for c in res.omniscient])
         labels = [f"{k} ({met[k]:.0%})" for k in names]
-        ax = axes[0][col]
+        ax = axes[row_i][col]
         ax.boxplot(data, orientation="horizontal", whis=(5, 95), showmeans=True, flierprops={"markersize": 2})
         ax.set_yticks(range(1, len(names) + 1), labels, fontsize=8)
         ax.set_xlabel("cost / on-demand-only cost (deadlines met)")
         ax.set_title(title, fontsize=10)
-        ax.set_xlim(0.2, 1.1)
+        ax.set_xlim(0.25, 1.05)
         ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     out = Path(path)
