@@ -44,7 +44,7 @@ from fleet.policies.safety import (
     safety_threshold_hours,
     ticks_until_unsafe,
 )
-from fleet.stats.forecast import fit_models
+from fleet.stats.forecast import current_state, fit_models
 from fleet.stats.preemption import weighted_eviction_rate
 
 
@@ -77,13 +77,6 @@ def expected_residual_hours(up_runs: np.ndarray, age_hours: float) -> float:
         return float(longer.mean() - age_hours)
     top = np.sort(up_runs)[-max(3, up_runs.size // 5):]
     return float(max(top.mean(), age_hours, 1e-3))
-
-
-def _age_ticks(row: np.ndarray) -> int:
-    """Ticks the last value of a boolean row has lasted."""
-    cur = row[-1]
-    diff = np.flatnonzero(row != cur)
-    return int(row.size - (diff[-1] + 1)) if diff.size else int(row.size)
 
 
 class SpotfleetPolicy(Policy):
@@ -143,7 +136,7 @@ class SpotfleetPolicy(Policy):
         scores = np.full(obs.n_zones, -np.inf)
         recent = hist[:, -int(24.0 / g) - 1:]
         for z in np.flatnonzero(obs.available):
-            age = _age_ticks(hist[z]) * g
+            age = current_state(hist[z], g)[1]
             e_rem = expected_residual_hours(self._models[z].up, age)
             row = recent[z]
             ev_ticks = np.flatnonzero(row[:-1] & ~row[1:]) + 1
