@@ -109,12 +109,12 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
     p = cfg.name
     market = cfg.market.model_dump()
     node_sessions = AssetSpec(
-        key=AssetKey([p, "node_sessions"]), group_name=f"{p}_{GROUP_STATS}",
+        key=AssetKey([p, "node_sessions"]), group_name=p,
         description="Node sessions, preemptions and checkpoints in the statistics DB "
                     "(written by the train_<stage> assets; external to Dagster).",
         kinds={"sqlalchemy"})
 
-    @asset(key=[p, "spot_market"], group_name=f"{p}_{GROUP_STATS}", kinds={"pandas"},
+    @asset(key=[p, "spot_market"], group_name=p, kinds={"pandas"},
            description=f"The spot market of {p}: the synthetic market (seed {cfg.market.seed}) or the "
                        "trace folder, one availability trace per zone.")
     def spot_market(context: AssetExecutionContext) -> Output:
@@ -127,7 +127,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
             "mean_availability": MetadataValue.float(float(summary["availability"].mean())),
         })
 
-    @asset(key=[p, "preemption_stats"], group_name=f"{p}_{GROUP_STATS}", kinds={"pandas"},
+    @asset(key=[p, "preemption_stats"], group_name=p, kinds={"pandas"},
            ins={"spot_market": AssetIn(key=[p, "spot_market"])},
            deps=[node_sessions.key], automation_condition=refresh_condition(),
            description="Per-zone preemption statistics from the market traces and from the node "
@@ -148,7 +148,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
                 int(df[df["source"] == "trace"]["preemptions"].min()) if not df.empty else 0),
         })
 
-    @asset(key=[p, "preemption_forecast"], group_name=f"{p}_{GROUP_STATS}", kinds={"pandas"},
+    @asset(key=[p, "preemption_forecast"], group_name=p, kinds={"pandas"},
            ins={"spot_market": AssetIn(key=[p, "spot_market"]),
                 "preemption_stats": AssetIn(key=[p, "preemption_stats"])},
            automation_condition=refresh_condition(),
@@ -164,7 +164,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
                    "preemptions_p90", "rate_per_held_hour"]]
         return Output(fc, metadata={"table": _md_table(show), "horizon_hours": MetadataValue.float(horizon)})
 
-    @asset(key=[p, "fleet_plan"], group_name=f"{p}_training", kinds={"python"},
+    @asset(key=[p, "fleet_plan"], group_name=p, kinds={"python"},
            ins={"preemption_stats": AssetIn(key=[p, "preemption_stats"]),
                 "preemption_forecast": AssetIn(key=[p, "preemption_forecast"])},
            description="Per stage: zones in failover order, spot / on-demand mix, on-demand fallback "
@@ -191,7 +191,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
     for idx, stage in enumerate(cfg.stages):
         train_assets.append(_train_asset(cfg, stage, idx, node_sessions.key))
 
-    @asset(key=[p, "cost_report"], group_name=f"{p}_{GROUP_STATS}", kinds={"pandas"},
+    @asset(key=[p, "cost_report"], group_name=p, kinds={"pandas"},
            deps=[*(a.key for a in train_assets), node_sessions.key],
            automation_condition=refresh_condition(),
            description="Spend per stage, zone and day vs on-demand for the same useful work, "
@@ -257,7 +257,7 @@ def _train_asset(cfg: PipelineConfig, stage: StageConfig, idx: int, sessions_key
     p = cfg.name
     deps = [AssetKey([p, f"train_{d}"]) for d in cfg.stage_deps(stage)]
 
-    @asset(key=[p, f"train_{stage.name}"], group_name=f"{p}_training", kinds={"python"},
+    @asset(key=[p, f"train_{stage.name}"], group_name=p, kinds={"python"},
            ins={"fleet_plan": AssetIn(key=[p, "fleet_plan"])}, deps=deps,
            retry_policy=TRAIN_RETRY,
            description=f"Train stage '{stage.name}' on the {cfg.provider} fleet; preemptions inside an "

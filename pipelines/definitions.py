@@ -19,6 +19,7 @@ from dagster import (
     Definitions,
     ScheduleDefinition,
     define_asset_job,
+    in_process_executor,
 )
 
 from assets.pipeline_assets import PipelineAssets, build_pipeline_assets
@@ -70,8 +71,10 @@ def build_definitions(pipelines: list[PipelineConfig] | None = None,
     res = {"stats_db": StatsDB(url=os.environ.get("SPOTFLEET_DB_URL", "")),
            "fleet": FleetResource()}
     res.update(resources or {})
+    # Steps are light (training runs in node-runner subprocesses), so runs execute their
+    # steps in one process: no per-step interpreter start-up, retries still per step.
     return Definitions(assets=assets, asset_checks=checks, jobs=jobs, schedules=schedules,
-                       sensors=sensors, resources=res)
+                       sensors=sensors, resources=res, executor=in_process_executor)
 
 
 defs = build_definitions()

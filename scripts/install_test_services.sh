@@ -51,3 +51,21 @@ missing_commands() {
 if [ -n "$(missing_commands ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph)" ]; then
   install_debian_packages ceph-mon ceph-osd radosgw ceph-common
 fi
+
+# --- Headless Chromium + playwright-core for tests/browser (the Dagster UI test).
+# Debian's chromium package (/usr/bin/chromium) is driven by playwright-core from npm,
+# installed outside the repository in $SPOTFLEET_BROWSER_TOOLS (default ~/.cache/spotfleet-browser).
+if [ -n "$(missing_commands chromium)" ]; then
+  install_debian_packages chromium
+fi
+if [ -n "$(missing_commands node npm)" ]; then
+  install_debian_packages nodejs npm
+fi
+_BROWSER_TOOLS="${SPOTFLEET_BROWSER_TOOLS:-$HOME/.cache/spotfleet-browser}"
+if [ ! -f "$_BROWSER_TOOLS/node_modules/playwright-core/package.json" ]; then
+  echo "[test-services] installing playwright-core into $_BROWSER_TOOLS"
+  mkdir -p "$_BROWSER_TOOLS"
+  (cd "$_BROWSER_TOOLS" && npm install --silent --no-audit --no-fund playwright-core@1.65.1 >/dev/null) || {
+    echo "[test-services] npm install playwright-core failed (browser tests will skip)" >&2
+  }
+fi

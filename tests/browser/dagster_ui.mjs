@@ -1,0 +1,79 @@
+// Drive the Dagster UI with headless Chromium (Debian's /usr/bin/chromium) through
+// playwright-core: open a pipeline's asset graph, launch "Materialize all", wait for the
+// run to finish, save screenshots. Prints one JSON line: {"runId", "status", "screenshots"}.
+//   node dagster_ui.mjs <base-url> <asset-group> <out-dir> <timeout-seconds>
+// PLAYWRIGHT_CORE_DIR: folder holding node_modules/playwright-core.
+import { createRequire } from 'module';
+import path from 'path';
+
+const require = createRequire(path.join(process.env.PLAYWRIGHT_CORE_DIR, 'node_modules') + '/');
+const { chromium } = require('playwright-core');
+const [base, group, outDir, timeoutArg] = process.argv.slice(2);
+const timeoutMs = Number(timeoutArg || 480) * 1000;
+const log = (m) => process.stderr.write(`[ui] ${m}\n`);
+
+async function graphql(query) {
+  const r = await fetch(`${base}/graphql`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ query }),
+  });
+  return (await r.json()).data;
+}
+
+async function runs() {
+  const d = await graphql('{ runsOrError { ... on Runs { results { runId status jobName } } } }');
+  return d.runsOrError.results || [];
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+         '--disable-component-update', '--disable-sync', '--no-first-run'],
+});
+const shots = [];
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  const groupUrl = `${base}/locations/pipelines.definitions/asset-groups/${group}`;
+  const before = new Set((await runs()).map((r) => r.runId));
+  log(`opening ${groupUrl}`);
+  await page.goto(groupUrl, { waitUntil: 'domcontentloaded' });
+  const button = page.getByRole('button', { name: /Materialize all/ });
+  await button.waitFor({ state: 'visible', timeout: 120000 });
+  await page.getByText('train_', { exact: false }).first().waitFor({ timeout: 60000 });
+  shots.push(path.join(outDir, '1-asset-graph.png'));
+  await page.screenshot({ path: shots.at(-1) });
+  log('clicking "Materialize all"');
+  await button.click();
+  // Some Dagster versions confirm in a dialog; click its launch button if one appears.
+  const confirm = page.getByRole('dialog').getByRole('button', { name: /Launch|Materialize/ });
+  if (await confirm.first().isVisible({ timeout: 3000 }).catch(() => false)) await confirm.first().click();
+  const deadline = Date.now() + timeoutMs;
+  let run = null;
+  while (Date.now() < deadline) {
+    const fresh = (await runs()).filter((r) => !before.has(r.runId));
+    run = fresh.find((r) => r.jobName === '__ASSET_JOB' || r.jobName.endsWith('train_all')) || fresh[0] || null;
+    if (run && ['SUCCESS', 'FAILURE', 'CANCELED'].includes(run.status)) break;
+    if (run && !shots.some((s) => s.includes('2-running'))) {
+      await page.goto(`${base}/runs/${run.runId}`, { waitUntil: 'domcontentloaded' });
+      await page.waitForTimeout(4000);
+      shots.push(path.join(outDir, '2-running.png'));
+      await page.screenshot({ path: shots.at(-1) });
+      log(`run ${run.runId} launched (${run.status})`);
+    }
+    await new Promise((r) => setTimeout(r, 3000));
+  }
+  if (!run) throw new Error('no run was launched by "Materialize all"');
+  log(`run ${run.runId} finished: ${run.status}`);
+  await page.goto(`${base}/runs/${run.runId}`, { waitUntil: 'domcontentloaded' });
+  await page.getByText(/Success|Failure|Canceled/).first().waitFor({ timeout: 60000 }).catch(() => {});
+  await page.waitForTimeout(2000);
+  shots.push(path.join(outDir, '3-run-finished.png'));
+  await page.screenshot({ path: shots.at(-1) });
+  await page.goto(groupUrl, { waitUntil: 'domcontentloaded' });
+  await page.getByText('train_', { exact: false }).first().waitFor({ timeout: 60000 });
+  await page.waitForTimeout(3000);
+  shots.push(path.join(outDir, '4-asset-graph-materialized.png'));
+  await page.screenshot({ path: shots.at(-1) });
+  process.stdout.write(JSON.stringify({ runId: run.runId, status: run.status, screenshots: shots }) + '\n');
+} finally {
+  await browser.close();
+}

@@ -1,0 +1,128 @@
+"""Browser test: `dagster dev` + headless Chromium launch a materialization from the asset graph.
+
+Starts `dagster dev -m pipelines.definitions` on a free port with a one-stage pipeline on
+the local fleet, drives Debian's /usr/bin/chromium through playwright-core (installed by
+scripts/install_test_services.sh into $SPOTFLEET_BROWSER_TOOLS), clicks "Materialize
+all", waits for the run to succeed and saves screenshots under out/browser/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = Path(os.environ.get("SPOTFLEET_BROWSER_TOOLS", Path.home() / ".cache" / "spotfleet-browser"))
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+SHOTS = Path(os.environ.get("SPOTFLEET_BROWSER_ARTIFACTS", REPO / "out" / "browser"))
+
+PIPELINE = """
+pipelines:
+  - name: ui
+    provider: local
+    deadline_hours: 48
+    checkpoint_uri: checkpoints/ui
+    schedule_cron: "0 * * * *"
+    market: {seed: 4, wall_seconds_per_market_hour: 30, cloud: signal, grace_seconds: 3,
+             inject_preemptions_at_steps: {train: [40]}}
+    stages:
+      - name: train
+        script: examples/train_example.py
+        args: [--steps, "80", --seed, "1", --size, tiny, --step-sleep, "0.03", --periodic-every, "20"]
+        work_hours: 2
+        resources: {zones: [us-east-1f, us-east-1c, us-west-2b]}
+"""
+
+
+def _missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} missing (apt-get install chromium; see scripts/install_test_services.sh)"
+    if shutil.which("node") is None:
+        return "node missing (apt-get install nodejs npm)"
+    if not (TOOLS / "node_modules" / "playwright-core" / "package.json").exists():
+        return f"playwright-core missing in {TOOLS} (bash scripts/install_test_services.sh)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT (dagster dev shuts its children down), then SIGKILL the whole process group."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+def test_materialize_from_the_asset_graph_in_chromium(tmp_path):
+    why = _missing()
+    if why:
+        pytest.skip(why)
+    from pipelines.home import prepare_dagster_home
+
+    var = tmp_path / "var"
+    home = prepare_dagster_home(var)
+    cfg = tmp_path / "ui.yaml"
+    cfg.write_text(PIPELINE)
+    port = _free_port()
+    env = dict(os.environ, DAGSTER_HOME=str(home), SPOTFLEET_PIPELINES=str(cfg), SPOTFLEET_VAR_DIR=str(var))
+    env.pop("SPOTFLEET_DB_URL", None)
+    log = (tmp_path / "dagster-dev.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster", "dev", "-m", "pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 240
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/server_info", timeout=5) as r:
+                    assert b"dagster_webserver_version" in r.read()
+                break
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "dagster-dev.log").read_text()[-3000:]
+                assert time.time() < deadline, "dagster dev did not serve within 240 s"
+                time.sleep(2)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        out = subprocess.run(
+            ["node", str(Path(__file__).with_name("dagster_ui.mjs")), base, "ui", str(SHOTS), "480"],
+            env=dict(os.environ, PLAYWRIGHT_CORE_DIR=str(TOOLS), CHROMIUM=CHROMIUM),
+            capture_output=True, text=True, timeout=660)
+        assert out.returncode == 0, out.stderr[-3000:]
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        assert result["status"] == "SUCCESS", (result, (tmp_path / "dagster-dev.log").read_text()[-3000:])
+        for shot in result["screenshots"]:
+            assert Path(shot).stat().st_size > 10_000, shot
+        # the run really trained: node sessions and a preemption landed in the statistics DB
+        from infra.db.models import NodeSessionRecord, PreemptionEvent
+        from infra.db.recorder import read_table
+        from infra.db.session import make_engine
+
+        eng = make_engine(f"sqlite:///{var / 'spotfleet.db'}")
+        sessions = read_table(eng, NodeSessionRecord, "ui")
+        assert (sessions["end_reason"] == "completed").sum() == 1
+        assert len(read_table(eng, PreemptionEvent, "ui")) >= 1
+        assert (var / "reports" / "ui" / "cost_report.png").exists()
+    finally:
+        _stop(proc)
+        log.close()
