@@ -95,6 +95,7 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
     completion = math.inf
     next_decision = start_tick
     watch = None
+    watch_one = -1
     state = JobState(tick=start_tick, start_tick=start_tick, elapsed_hours=0.0, spec=spec)
 
     def obs_at(i: int) -> Observation:
@@ -117,8 +118,13 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
             state.last_preempted_zone = loc
             loc = IDLE
             preempted = True
-        if (preempted or i >= next_decision
-                or (any_changed[i] if watch is None else bool(changed[watch, i].any()))):
+        if watch is None:
+            woken = any_changed[i]
+        elif watch_one >= 0:
+            woken = changed[watch_one, i]
+        else:
+            woken = bool(watch) and bool(changed[watch, i].any())
+        if preempted or i >= next_decision or woken:
             state.tick = i
             state.elapsed_hours = (i - start_tick) * g
             state.location = loc
@@ -158,6 +164,7 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
             T = act.checkpoint_interval_hours if act.checkpoint_interval_hours else math.inf
             next_decision = act.recheck_tick if act.recheck_tick is not None else i + 1
             watch = list(act.watch) if act.watch is not None else None
+            watch_one = watch[0] if watch is not None and len(watch) == 1 else -1
             if timeline is not None:
                 timeline.append((i, loc))
         if loc == IDLE:
