@@ -123,10 +123,20 @@ def task_to_yaml(task: Any) -> str:
 
 
 def task_from_yaml(text: str) -> Any:
-    """Parse SkyPilot task YAML back into a ``sky.Task``."""
+    """Parse SkyPilot task YAML back into a ``sky.Task``.
+
+    Accepts a single task document or SkyPilot's one-task chain-DAG form (a header
+    document holding only ``name`` followed by the task), which the SDK sends to the
+    API server.
+    """
     import sky
 
-    config = yaml.safe_load(text)
+    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    if len(docs) == 2 and isinstance(docs[0], dict) and set(docs[0]) <= {"name", "execution"}:
+        docs = docs[1:]
+    if len(docs) != 1:
+        raise ValueError(f"task YAML must hold exactly one task document, found {len(docs)}")
+    config = docs[0]
     if not isinstance(config, dict):
         raise ValueError("task YAML must be a mapping with at least 'run' and 'resources'")
     return sky.Task.from_yaml_config(config)
