@@ -54,9 +54,13 @@ TRAIN_RETRY = RetryPolicy(max_retries=3, delay=2.0, backoff=Backoff.EXPONENTIAL,
 
 
 def refresh_condition() -> AutomationCondition:
-    """Refresh when any upstream (e.g. node sessions written by a run) updated, once."""
+    """Refresh when any upstream (e.g. node sessions written by a run) updated, once.
+
+    ``since_last_handled``: an update counts until this asset is requested or refreshed,
+    so one landed run triggers one refresh.
+    """
     return (
-        AutomationCondition.any_deps_updated()
+        AutomationCondition.any_deps_updated().since_last_handled()
         & ~AutomationCondition.any_deps_in_progress()
         & ~AutomationCondition.in_progress()
     ).with_label("refresh when runs land")

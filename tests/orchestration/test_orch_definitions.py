@@ -61,3 +61,33 @@ def test_dagster_cli_validates_the_code_location(tmp_path):
                          capture_output=True, text=True, env=env, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Validation successful" in out.stdout + out.stderr
+
+
+def test_statistics_and_cost_report_refresh_when_a_run_lands():
+    """Declarative automation: recording node sessions requests stats and cost report, once."""
+    from dagster import AssetMaterialization, DagsterInstance, evaluate_automation_conditions
+
+    [cfg] = load_pipelines(EXAMPLE_PIPELINES)
+    defs = build_definitions([cfg], include_gfs=False)
+    k = lambda n: AssetKey(["demo", n])  # noqa: E731
+    with DagsterInstance.ephemeral() as instance:
+        for name in ("spot_market", "preemption_stats", "preemption_forecast", "fleet_plan",
+                     "train_pretrain", "train_finetune", "cost_report", "node_sessions"):
+            instance.report_runless_asset_event(AssetMaterialization(k(name)))
+        first = evaluate_automation_conditions(defs=defs, instance=instance)
+        quiet = evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
+        assert quiet.total_requested == 0  # nothing new landed
+        # a training run records its node sessions (what train_<stage> reports)
+        instance.report_runless_asset_event(AssetMaterialization(k("node_sessions")))
+        landed = evaluate_automation_conditions(defs=defs, instance=instance, cursor=quiet.cursor)
+        requested = {key for key in (k("preemption_stats"), k("preemption_forecast"), k("cost_report"))
+                     if landed.get_num_requested(key)}
+        # the forecast rides along in the same request (its upstream will be refreshed)
+        assert requested == {k("preemption_stats"), k("preemption_forecast"), k("cost_report")}
+        assert landed.get_num_requested(k("fleet_plan")) == 0  # plans and training never auto-run
+        assert landed.get_num_requested(k("train_pretrain")) == 0
+        # once they refreshed, nothing more is requested until the next run lands
+        for name in ("preemption_stats", "preemption_forecast", "cost_report"):
+            instance.report_runless_asset_event(AssetMaterialization(k(name)))
+        follow = evaluate_automation_conditions(defs=defs, instance=instance, cursor=landed.cursor)
+        assert follow.total_requested == 0
