@@ -3,6 +3,8 @@ costing less than every other online policy (reduced start set of the Must-show 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -61,3 +63,22 @@ def test_spotfleet_meets_every_deadline_and_is_cheapest_online(real_market, work
     assert ours.deadline_met_rate == 1.0
     for name, row in rows.items():
         assert ours.mean_cost < row.mean_cost, (name, ours.mean_cost, row.mean_cost)
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "fleet-policies.md"
+
+
+def _doc_table(title: str) -> dict[str, float]:
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split(f"#### {title}\n", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| ")]
+    return {r[1].strip(): float(r[2]) for r in rows if r[1].strip() != "policy"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notice", [0.0, 120.0])
+def test_published_12h_14h_table_is_reproduced(real_market, notice):
+    spec = JobSpec(12.0, 14.0, restart_hours=0.1, checkpoint_hours=1 / 60, notice_seconds=notice)
+    res = run_sweep(real_market, spec, make_policies(), start_ticks(real_market, spec, 100))
+    got = {r.policy: round(r.mean_cost, 2) for r in summarize(res)}
+    assert got == _doc_table(f"W=12 h, D=14 h, notice {notice:g} s")
