@@ -68,31 +68,43 @@ def non_preemptive(state: ClusterState, job: SimJob, t: float, params: PTSParams
         if not job.is_hp:
             ok &= s3 > 0  # circuit breaker: blacklist nodes with Score3 = 0 for spot
     g = job.g
+    if mode not in PLACEMENT_MODES:
+        raise ValueError(f"unknown placement mode {mode!r}; use one of {PLACEMENT_MODES}")
+    if mode == "fgd" and frag is None:
+        raise ValueError("mode 'fgd' needs a fragmentation table (frag=...)")
+    # gang feasibility upper bound: pods that fit on idle slots of eligible nodes
+    if int(np.sum(np.where(ok, free // g, 0))) < job.w:
+        return None
+
+    def keys(fr, sm):
+        if mode == "gfs":
+            # lexicographic <Score1, Score2, Score3>: for nodes of <= 8 GPUs Score1 values
+            # differ by >= 1/56 and Score2 values too, so these weights keep the order.
+            return (1.0 - fr / total_k) * 1e4 + (sm / total_k) * 100.0 + s3_k
+        if mode == "pack":
+            return 1.0 - fr / total_k
+        if mode == "bestfit":
+            return -fr.astype(float)
+        return -(frag[fr - np.minimum(fr, g)] - frag[fr]) * 1e3 - fr  # fgd
+
+    total_k = total
+    s3_k = s3 if mode == "gfs" else 0.0
+    key = np.where(ok & (free >= g), keys(free, same if mode == "gfs" else None), -np.inf)
     out: list[int] = []
     for _ in range(job.w):
-        cand = ok & (free >= g)
-        if not cand.any():
-            return None
-        if mode == "gfs":
-            # lexicographic <Score1, Score2, Score3>: Score1 values differ by >= 1/56 and
-            # Score2 values by >= 1/56 for nodes of <= 8 GPUs, so these weights keep order.
-            key = (1.0 - free / total) * 1e4 + (same / total) * 100.0 + s3
-        elif mode == "pack":
-            key = 1.0 - free / total
-        elif mode == "bestfit":
-            key = -free.astype(float)
-        elif mode == "fgd":
-            if frag is None:
-                raise ValueError("mode 'fgd' needs a fragmentation table (frag=...)")
-            key = -(frag[free - np.minimum(free, g)] - frag[free]) * 1e3 - free
-        else:
-            raise ValueError(f"unknown placement mode {mode!r}; use one of {PLACEMENT_MODES}")
-        key = np.where(cand, key, -np.inf)
         k = int(np.argmax(key))
+        if key[k] == -np.inf:
+            return None
         free[k] -= g
         if mode == "gfs":
             same[k] += g
-            s1[k] = 1.0 - free[k] / total[k]
+        if free[k] >= g:
+            sl = slice(k, k + 1)
+            total_k = total[sl]
+            s3_k = s3[sl] if mode == "gfs" else 0.0
+            key[k] = keys(free[sl], same[sl] if mode == "gfs" else None)[0]
+        else:
+            key[k] = -np.inf
         out.append(int(ids[k]))
     return Plan(out)
 
@@ -132,69 +144,89 @@ def preemptive(state: ClusterState, job: SimJob, t: float, params: PTSParams,
     """
     if mode == "none":
         return None
+    if mode not in PREEMPTION_MODES:
+        raise ValueError(f"unknown preemption mode {mode!r}; use one of {PREEMPTION_MODES}")
     ids = state.pool_nodes[job.pool]
     pos = state.node_pos
     free = state.free[ids].copy()  # local view: victims' pods are added back as chosen
     spot = state.spot[ids].copy()
     g = job.g
+    if int(np.sum((free + spot) // g)) < job.w:  # upper bound even if all spot is evicted
+        return None
     victims: set[int] = set()
     out: list[int] = []
     jobs = state.jobs
     cap = int(state.pool_capacity[job.pool])
     G, F = state.spot_succeeded, state.spot_evicted
     rng = rng or np.random.default_rng(0)
-    for _ in range(job.w):
-        best: tuple[int, list] | None = None
-        best_key = None
-        cands = []
-        for c in np.flatnonzero(free + spot >= g):
-            n = int(ids[c])
-            tasks = [(j, s, jobs[j].waste(t)) for j, s in state.node_spot_jobs[n].items()
-                     if j not in victims] if free[c] < g or mode == "youngest" else []
-            cands.append((n, int(free[c]), tasks))
-        if not cands:
+    tasks_of: dict[int, list] = {}
+
+    def evaluate(c: int):
+        """(key, victims on node) for pool position ``c``, or None if it cannot host a pod."""
+        fr = int(free[c])
+        if fr + int(spot[c]) < g:
             return None
-        if mode == "random":
-            n, fr, tasks = cands[int(rng.integers(len(cands)))]
+        if c not in tasks_of:
+            n = int(ids[c])
+            tasks_of[c] = [(j, s, jobs[j].waste(t)) for j, s in state.node_spot_jobs[n].items()]
+        tasks = [x for x in tasks_of[c] if x[0] not in victims]
+        if mode == "gfs":
+            chosen, _ = _victims_on_node(fr, tasks, g, lambda x: -x[2])
+            key = (preemption_cost(len(chosen), sum(x[2] for x in chosen), G, F, cap, params),)
+        elif mode == "youngest":
+            chosen, r = [], fr
+            for task in sorted(tasks, key=lambda x: -jobs[x[0]].run_start):
+                if r >= g:
+                    break
+                chosen.append(task)
+                r += task[1]
+            key = (fr + sum(x[1] for x in tasks),)  # best fit on reclaimable slots
+        elif mode == "lyra":
+            chosen, _ = _victims_on_node(fr, tasks, g, lambda x: jobs[x[0]].slots)
+            key = (sum(jobs[x[0]].slots for x in chosen), len(chosen))
+        else:  # random: victims in random order until the pod fits
             order = [tasks[i] for i in rng.permutation(len(tasks))]
-            r, chosen = fr, []
+            chosen, r = [], fr
             for task in order:
                 if r >= g:
                     break
                 chosen.append(task)
                 r += task[1]
-            best = (n, chosen)
-        for n, fr, tasks in cands if mode != "random" else ():
-            if mode == "gfs":
-                chosen, _ = _victims_on_node(fr, tasks, g, lambda x: -x[2])
-                key = (preemption_cost(len(chosen), sum(x[2] for x in chosen), G, F, cap, params),)
-            elif mode == "youngest":
-                chosen, r = [], fr
-                for task in sorted(tasks, key=lambda x: -jobs[x[0]].run_start):
-                    if r >= g:
-                        break
-                    chosen.append(task)
-                    r += task[1]
-                key = (fr + sum(x[1] for x in tasks),)  # best fit on reclaimable slots
-            elif mode == "lyra":
-                chosen, _ = _victims_on_node(fr, tasks, g, lambda x: jobs[x[0]].slots)
-                key = (sum(jobs[x[0]].slots for x in chosen), len(chosen))
-            else:
-                raise ValueError(f"unknown preemption mode {mode!r}; use one of {PREEMPTION_MODES}")
-            if best_key is None or key < best_key:
-                best_key, best = key, (n, chosen)
-        k, chosen = best
+            key = (0,)
+        return key + (c,), chosen
+
+    evals = {}
+    for c in np.flatnonzero(free + spot >= g):
+        e = evaluate(int(c))
+        if e is not None:
+            evals[int(c)] = e
+    for _ in range(job.w):
+        if not evals:
+            return None
+        if mode == "random":
+            keys = list(evals)
+            c = keys[int(rng.integers(len(keys)))]
+        else:
+            c = min(evals, key=lambda x: evals[x][0])
+        chosen = evals[c][1]
+        touched = {c}
         for task in chosen:
             j = task[0]
             victims.add(j)
             for n, s in jobs[j].pods.items():
                 free[pos[n]] += s
                 spot[pos[n]] -= s
-        c = pos[k]
+                touched.add(int(pos[n]))
         if free[c] < g:
             raise RuntimeError("preemption plan does not free enough slots")  # pragma: no cover
         free[c] -= g
-        out.append(k)
+        out.append(int(ids[c]))
+        for x in touched:
+            e = evaluate(x)
+            if e is None:
+                evals.pop(x, None)
+            else:
+                evals[x] = e
     return Plan(out, victims)
 
 

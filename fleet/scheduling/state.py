@@ -135,6 +135,7 @@ class ClusterState:
 
     # -- eviction history (Eq. 15) ---------------------------------------------------
     def record_eviction(self, nodes, t: float) -> None:
+        self._ebar_cache = {}
         for n in nodes:
             self.evict_times.setdefault(int(n), deque()).append(t)
 
@@ -144,6 +145,10 @@ class ClusterState:
         out = np.zeros(len(self.pool_nodes[pool]))
         if not self.evict_times:
             return out
+        cache = getattr(self, "_ebar_cache", {})
+        hit = cache.get((pool, t))
+        if hit is not None:
+            return hit
         stale = []
         t_long_h = params.long_window_s / 3600.0
         for n, times in self.evict_times.items():
@@ -159,4 +164,8 @@ class ClusterState:
             out[self.node_pos[n]] = params.gamma * e_short + (1 - params.gamma) * e_long / t_long_h
         for n in stale:
             del self.evict_times[n]
+        if len(cache) > 64:
+            cache.clear()
+        cache[(pool, t)] = out
+        self._ebar_cache = cache
         return out
