@@ -20,6 +20,7 @@ most ``keep_insurance`` of them are kept in between).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -175,13 +176,17 @@ class CheckpointWriter:
                                             thread_name_prefix="ckpt-hash")
         digests = [self._pool.submit(_sha256_hex, view) for _name, view in views]
         out: list[BlobInfo] = []
+        # stores that can batch durability (LocalStore) flush once for all blobs; the
+        # manifest is only written after this block, so nothing is committed before
+        batch = getattr(self.store, "deferred_sync", None)
         try:
-            for (name, view), digest in zip(views, digests, strict=True):
-                self._check_cancel()
-                self.store.put_file(f"{self.name}/{name}", BufferReader(view), size=len(view))
-                info = BlobInfo(bytes=len(view), sha256=digest.result())
-                self.blobs[name] = info
-                out.append(info)
+            with batch() if batch is not None else contextlib.nullcontext():
+                for (name, view), digest in zip(views, digests, strict=True):
+                    self._check_cancel()
+                    self.store.put_file(f"{self.name}/{name}", BufferReader(view), size=len(view))
+                    info = BlobInfo(bytes=len(view), sha256=digest.result())
+                    self.blobs[name] = info
+                    out.append(info)
         finally:
             for digest in digests:
                 digest.cancel()

@@ -23,9 +23,11 @@ buffer. Loading uses a restricted unpickler: only builtin containers/scalars and
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,21 +150,26 @@ def _view(flat: torch.Tensor, spec: TensorSpec, dtype: torch.dtype) -> torch.Ten
     return raw.view(dtype).view(spec.shape)
 
 
-def _memcpy(dst: np.ndarray, t: torch.Tensor) -> bool:
-    """Plain single-threaded memcpy of a contiguous CPU tensor's bytes into ``dst``.
-
-    (torch's multi-threaded ``copy_`` is slower than one memcpy per tensor on a busy
-    2-core machine.) Returns False when ``t`` cannot be viewed as bytes (non-contiguous,
-    conjugate/negative views, meta, ...); the caller then uses ``copy_``.
-    """
+def _bytes_of(t: torch.Tensor) -> np.ndarray | None:
+    """A uint8 numpy view of a contiguous CPU tensor's bytes, or None when ``t`` cannot
+    be viewed as bytes (non-contiguous, conjugate/negative views, meta, ...)."""
     if t.device.type != "cpu" or not t.is_contiguous() or t.is_conj() or t.is_neg():
-        return False
+        return None
     try:
-        src = t.reshape(-1).view(torch.uint8).numpy()
+        return t.reshape(-1).view(torch.uint8).numpy()
     except (RuntimeError, TypeError):
-        return False
-    np.copyto(dst, src)
-    return True
+        return None
+
+
+#: pieces of at most this many bytes are handed to the copy threads
+COPY_PIECE_BYTES = 16 << 20
+#: below this total, one thread copies everything (thread hand-off costs more)
+PARALLEL_COPY_MIN_BYTES = 64 << 20
+
+
+def _copy_pieces(pieces: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    for dst, src in pieces:
+        np.copyto(dst, src)  # glibc memcpy; releases the GIL
 
 
 class _SafeUnpickler(pickle.Unpickler):
@@ -268,8 +275,12 @@ class SnapshotBuffers:
     abandoned).
     """
 
-    def __init__(self, *, pin_memory: bool | None = None):
+    def __init__(self, *, pin_memory: bool | None = None, copy_threads: int | None = None):
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        #: threads for the host memcpy (default: 2, or 1 on a single core)
+        self.copy_threads = max(1, copy_threads if copy_threads is not None
+                                else min(2, os.cpu_count() or 1))
+        self._pool: ThreadPoolExecutor | None = None
         self._flat: torch.Tensor | None = None
         self._layout_key: tuple | None = None
         self._specs: list[TensorSpec] = []
@@ -311,14 +322,22 @@ class SnapshotBuffers:
         try:
             on_cuda = False
             flat_np = self._flat.numpy()
+            pieces: list[tuple[np.ndarray, np.ndarray]] = []
             for t, spec in zip(tensors, self._specs, strict=True):
                 if spec.nbytes == 0:
                     continue
                 if t.is_cuda:
                     on_cuda = True
                     _view(self._flat, spec, t.dtype).copy_(t, non_blocking=self.pin_memory)
-                elif not _memcpy(flat_np[spec.offset:spec.offset + spec.nbytes], t):
+                    continue
+                src = _bytes_of(t)
+                if src is None:
                     _view(self._flat, spec, t.dtype).copy_(t)
+                    continue
+                for a in range(0, spec.nbytes, COPY_PIECE_BYTES):
+                    b = min(spec.nbytes, a + COPY_PIECE_BYTES)
+                    pieces.append((flat_np[spec.offset + a:spec.offset + b], src[a:b]))
+            self._copy(pieces)
             if on_cuda:
                 torch.cuda.synchronize()
             header = dumps_header(skeleton, self._specs, self._flat_bytes)
@@ -327,6 +346,27 @@ class SnapshotBuffers:
             raise
         return Snapshot(header=header, flat=self._flat[:self._flat_bytes],
                         tensor_count=len(tensors))
+
+    def _copy(self, pieces: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """memcpy every (dst, src) piece; split over ``copy_threads`` threads when large."""
+        total = sum(dst.nbytes for dst, _src in pieces)
+        if self.copy_threads <= 1 or total < PARALLEL_COPY_MIN_BYTES:
+            _copy_pieces(pieces)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.copy_threads - 1, thread_name_prefix="ckpt-copy")
+        # contiguous, byte-balanced shares: this thread copies the first one
+        shares: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(self.copy_threads)]
+        target, acc, k = total / self.copy_threads, 0, 0
+        for piece in pieces:
+            if acc >= target * (k + 1) and k < self.copy_threads - 1:
+                k += 1
+            shares[k].append(piece)
+            acc += piece[0].nbytes
+        futures = [self._pool.submit(_copy_pieces, share) for share in shares[1:]]
+        _copy_pieces(shares[0])
+        for f in futures:
+            f.result()
 
     def release(self) -> None:
         """Mark the buffer free for the next capture."""

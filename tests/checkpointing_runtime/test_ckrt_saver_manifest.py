@@ -260,3 +260,29 @@ def test_emergency_that_cannot_fit_the_window_says_so(tmp_path: Path, monkeypatc
     failed = [e for e in read_events(events) if e.kind == "save_failed"]
     assert failed and "before the preemption deadline" in failed[0].data["reason"]
     saver.close()
+
+
+def test_parallel_copy_path_is_exact(tmp_path: Path, monkeypatch) -> None:
+    import checkpointing.snapshot as snapshot
+
+    monkeypatch.setattr(snapshot, "PARALLEL_COPY_MIN_BYTES", 0)
+    monkeypatch.setattr(snapshot, "COPY_PIECE_BYTES", 1000)  # many pieces over 2 threads
+    model, opt, sched = _objects()
+    _train(model, opt, sched, 2)
+    saver = AsyncSaver(LocalStore(tmp_path), shard_bytes=4096)
+    saver.buffers.copy_threads = 2
+    saver.save(TrainingState(model, opt, sched, step=2).capture, 2, "periodic", block=True)
+    model2, opt2, sched2 = _objects(seed=5)
+    TrainingState(model2, opt2, sched2).apply(restore_state(saver.store).value)
+    assert state_sha256(model2, opt2, sched2) == state_sha256(model, opt, sched)
+
+
+def test_deferred_sync_block_writes_everything(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    with store.deferred_sync():
+        store.put_bytes("c/a.bin", b"a" * 10)
+        store.put_bytes("c/b.bin", b"b" * 20)
+        with store.deferred_sync():  # nested blocks are fine
+            store.put_bytes("c/d.bin", b"d")
+    assert sorted(store.list("c/")) == [("c/a.bin", 10), ("c/b.bin", 20), ("c/d.bin", 1)]
+    assert not [p for p in (tmp_path / "c").iterdir() if ".tmp-" in p.name]
