@@ -31,6 +31,26 @@ def pipeline_job_name(pipeline: str) -> str:
     return f"{pipeline}__train_all"
 
 
+def _gfs_assets() -> list:
+    """The GFS scheduling assets (assets/gfs.py) when present and loadable.
+
+    A broken GFS module must not take the training pipelines down with it: the error is
+    reported as a warning naming the module, and the rest of the code location loads.
+    """
+    import importlib.util
+    import warnings
+
+    if importlib.util.find_spec("assets.gfs") is None:
+        return []
+    try:
+        from assets.gfs import gfs_assets
+    except Exception as exc:  # noqa: BLE001 - any definition error in that module
+        warnings.warn(f"assets/gfs.py could not be loaded ({type(exc).__name__}: {str(exc)[:300]}); "
+                      "serving the code location without the GFS assets", stacklevel=2)
+        return []
+    return list(gfs_assets)
+
+
 def build_definitions(pipelines: list[PipelineConfig] | None = None,
                       resources: dict | None = None, include_gfs: bool = True) -> Definitions:
     """Definitions for ``pipelines`` (default: the configured ones) with the given resources."""
@@ -58,11 +78,7 @@ def build_definitions(pipelines: list[PipelineConfig] | None = None,
                 default_status=DefaultScheduleStatus.STOPPED,
                 description="Refresh statistics and cost report on a schedule (turn on in the UI)."))
     if include_gfs:
-        try:
-            from assets.gfs import gfs_assets  # helper E's GFS assets, when present
-        except ImportError:
-            gfs_assets = []
-        assets += list(gfs_assets)
+        assets += _gfs_assets()
     sensors = [AutomationConditionSensorDefinition(
         "spotfleet_automation", target=AssetSelection.assets(*refresh_keys) if refresh_keys else AssetSelection.all(),
         default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
