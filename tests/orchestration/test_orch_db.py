@@ -133,3 +133,15 @@ def test_cost_slices_split_a_session_across_midnight():
     per_day = {d: sum(sl.dollars for sl in slices if sl.day == d) for d in days}
     assert per_day[dt.date(2026, 1, 1)] == pytest.approx(0.5 * 0.918)
     assert per_day[dt.date(2026, 1, 2)] == pytest.approx(1.5 * 0.918)
+
+
+def test_db_cli_upgrades_and_reports_the_revision(tmp_path, capsys):
+    from pipelines.cli import main
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["db", "current", "--url", url]) == 0
+    assert "revision (none)" in capsys.readouterr().out
+    assert main(["db", "upgrade", "--url", url]) == 0
+    assert f"at revision {head_revision()}" in capsys.readouterr().out
+    assert main(["db", "current", "--url", url]) == 0
+    assert "up to date" in capsys.readouterr().out
