@@ -19,6 +19,9 @@ from typing import Any
 _EXPORTS = {
     "TrainingSession": "checkpointing.session",
     "StepHandle": "checkpointing.session",
+    "save_training_state": "checkpointing.session",
+    "load_training_state": "checkpointing.session",
+    "CheckpointMismatch": "checkpointing.torch_state",
     "AsyncSaver": "checkpointing.saver",
     "SaveResult": "checkpointing.saver",
     "load_checkpoint": "checkpointing.saver",

@@ -450,3 +450,50 @@ class TrainingSession:
             self.fail(exc)
         elif not self._finished:
             self.finish()
+
+
+def save_training_state(store: CheckpointStore | str, *, step: int, kind: SaveKind | str = SaveKind.PERIODIC,
+                        model: torch.nn.Module | None = None,
+                        optimizer: torch.optim.Optimizer | None = None, scheduler: Any | None = None,
+                        stateful: dict[str, Stateful] | None = None,
+                        extras: dict[str, Any] | None = None, data_position: Any = None,
+                        keep_periodic: int = 3, events: EventLog | None = None) -> CheckpointInfo:
+    """Save the given torch objects (and the RNG states) as one committed checkpoint, now.
+
+    One call, no session: for scripts that checkpoint outside a training loop (e.g. the
+    end of a stage). Blocks until committed; raises ``RuntimeError`` if the save failed.
+    """
+    store = open_store(store) if isinstance(store, str) else store
+    state = TrainingState(model=model, optimizer=optimizer, scheduler=scheduler,
+                          stateful=dict(stateful or {}), step=step, data_position=data_position,
+                          extras=dict(extras or {}))
+    saver = AsyncSaver(store, events=events, keep_periodic=keep_periodic)
+    try:
+        result = saver.save(state.capture, step, SaveKind(getattr(kind, "value", kind)).value, block=True)
+    finally:
+        saver.close()
+    if result is None or not result.ok or result.info is None:
+        raise RuntimeError(f"checkpoint of step {step} to {store.location} failed: "
+                           f"{result.error if result else 'no result'}")
+    return result.info
+
+
+def load_training_state(store: CheckpointStore | str, *, model: torch.nn.Module | None = None,
+                        optimizer: torch.optim.Optimizer | None = None, scheduler: Any | None = None,
+                        stateful: dict[str, Stateful] | None = None,
+                        rng: bool = True) -> TrainingState | None:
+    """Load the latest complete checkpoint into the given objects (falling back on
+    corruption). Returns the ``TrainingState`` (``.step``, ``.extras``,
+    ``.data_position``), or None when the store holds no loadable checkpoint.
+
+    Pass only ``model=`` to initialise a new stage from another stage's weights
+    (optimizer and scheduler state in the checkpoint are then ignored).
+    """
+    store = open_store(store) if isinstance(store, str) else store
+    outcome = restore_state(store)
+    if outcome is None:
+        return None
+    state = TrainingState(model=model, optimizer=optimizer, scheduler=scheduler,
+                          stateful=dict(stateful or {}), rng=rng)
+    state.apply(outcome.value)
+    return state

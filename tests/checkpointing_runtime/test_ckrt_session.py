@@ -164,3 +164,21 @@ def test_from_env_requires_a_location(monkeypatch) -> None:
     monkeypatch.delenv("SPOTFLEET_CHECKPOINT_URI", raising=False)
     with pytest.raises(ValueError, match="SPOTFLEET_CHECKPOINT_URI is not set"):
         TrainingSession.from_env(model=torch.nn.Linear(1, 1))
+
+
+def test_one_call_helpers_save_and_load(tmp_path: Path) -> None:
+    from checkpointing import load_training_state, save_training_state
+    from checkpointing.torch_state import CheckpointMismatch
+
+    assert load_training_state(str(tmp_path), model=torch.nn.Linear(8, 16)) is None
+    model, opt, sched = _objects()
+    _step(model, opt, sched, 0)
+    info = save_training_state(str(tmp_path), step=1, model=model, optimizer=opt, scheduler=sched,
+                               extras={"stage": "pretrain"})
+    assert info.step == 1 and info.kind == "periodic"
+    model2, _opt2, _sched2 = _objects(seed=3)
+    state = load_training_state(str(tmp_path), model=model2, rng=False)  # weights only
+    assert state is not None and state.step == 1 and state.extras == {"stage": "pretrain"}
+    assert state_sha256(model2) == state_sha256(model)
+    with pytest.raises(CheckpointMismatch, match="different model"):
+        load_training_state(str(tmp_path), model=torch.nn.Linear(3, 3))
