@@ -124,7 +124,8 @@ class SynthConfig:
     days: int = 30
     seed: int = 0
     spot_ckpt_s: float = 1800.0  # checkpoint interval of spot jobs, seconds
-    max_duration_s: float = 7 * 86400.0
+    max_duration_s: float = 14 * 86400.0
+    load_scale: float = 1.0  # x Table 1 allocation rate = cap on each model's offered load
     job_fraction: float = 1.0  # thin arrivals (tests use small clusters/fractions)
     node_fraction: float = 1.0  # keep this share of each model's nodes
 
@@ -185,44 +186,53 @@ def synth_v2026(data_dir: str | Path, cfg: SynthConfig | None = None) -> JobTrac
     org_p = np.append(top.jobs.to_numpy(float), orgs.jobs.iloc[12:].sum())
     org = rng.choice(len(org_names), size=n, p=org_p / org_p.sum())
 
-    # GPU request per pod (Table 3; "<1" requests become 1 GPU here), gang and workers
+    # GPU model by its real job share; GPU request per pod from paper Table 3 ("<1"
+    # becomes 1 GPU) restricted to sizes the model's largest node holds (A10: 1 GPU);
+    # gang share from Table 3, gang sizes from the real worker-count distribution
+    model_share = by_model.set_index("gpu_model").jobs.reindex(pool_names).fillna(0).to_numpy(float)
+    pool = rng.choice(len(pool_names), size=n, p=model_share / model_share.sum())
     g = np.empty(n, dtype=np.int64)
     w = np.ones(n, dtype=np.int64)
     wk = workers[workers.worker_num > 1]
     wk_p = wk.jobs.to_numpy(float) / wk.jobs.sum()
     for hp in (True, False):
-        m = is_hp == hp
-        sizes = np.array(list(TABLE3_GPU_SHARE[hp]))
+        sizes = np.maximum(np.array(list(TABLE3_GPU_SHARE[hp])), 1)
         share = np.array(list(TABLE3_GPU_SHARE[hp].values()))
-        g[m] = np.maximum(rng.choice(sizes, size=m.sum(), p=share / share.sum()), 1)
-        gang = m & (rng.random(n) < TABLE3_GANG_SHARE[hp])
+        for p in range(len(pool_names)):
+            m = (is_hp == hp) & (pool == p)
+            pr = share * (sizes <= max_slots[p])
+            g[m] = rng.choice(sizes, size=m.sum(), p=pr / pr.sum())
+        gang = (is_hp == hp) & (rng.random(n) < TABLE3_GANG_SHARE[hp])
         w[gang] = rng.choice(wk.worker_num.to_numpy(int), size=gang.sum(), p=wk_p)
-    # GPU model: real job share among models with a node big enough for one pod
-    model_share = by_model.set_index("gpu_model").jobs.reindex(pool_names).fillna(0).to_numpy(float)
-    pool = np.empty(n, dtype=np.int64)
-    for size in np.unique(g):
-        m = g == size
-        p = model_share * (max_slots >= size)
-        pool[m] = rng.choice(len(pool_names), size=m.sum(), p=p / p.sum())
     # cap gangs so they fit their pool (a gang of w pods needs w*g slots)
     cap = np.bincount(node_pool, weights=node_total, minlength=len(pool_names))
     w = np.minimum(w, np.maximum(1, (cap[pool] // 4) // g)).astype(np.int64)
 
-    # durations: lognormal per type from real median/p90, truncated
-    dur = np.empty(n)
+    # durations: the real duration buckets (job shares), log-uniform inside a bucket,
+    # shifted per type by (type median / overall median); then scaled *down* per GPU model
+    # where the month would offer more than the paper's Table 1 allocation rate
+    buckets = pd.read_csv(agg / "bucket_duration.csv")
+    quant = pd.read_csv(agg / "duration_quantiles.csv", index_col=0)
+    edges = {"0 to 1 min": (1, 60), "1 to 10 min": (60, 600), "10 to 60 min": (600, 3600),
+             "1 to 6 hours": (3600, 21600), "6 to 24 hours": (21600, 86400),
+             "1 to 3 days": (86400, 259200), "over 3 days": (259200, cfg.max_duration_s)}
+    bp = buckets.set_index("duration_bucket").jobs.reindex(list(edges)).fillna(0).to_numpy(float)
+    lo_hi = np.array(list(edges.values()), dtype=float)
+    pick = rng.choice(len(edges), size=n, p=bp / bp.sum())
+    lo, hi = np.log(lo_hi[pick, 0]), np.log(np.maximum(lo_hi[pick, 1], lo_hi[pick, 0] + 1))
+    dur = np.exp(lo + rng.random(n) * (hi - lo))
+    overall_median = float(quant.loc[0.5].iloc[0])
     for hp, name in ((True, "HP"), (False, "Spot")):
         m = is_hp == hp
-        mu, sigma = _lognormal_params(types.loc[name, "median_duration"], types.loc[name, "p90_duration"])
-        dur[m] = np.exp(rng.normal(mu, sigma, m.sum()))
-    dur = np.clip(dur, 60.0, cfg.max_duration_s)
-    # per-model scaling to the Table 1 load over the window
+        dur[m] *= float(types.loc[name, "median_duration"]) / overall_median
+    dur = np.clip(dur, 10.0, cfg.max_duration_s)
     window = cfg.days * 86400.0
     for p, model in enumerate(pool_names):
         m = pool == p
         offered = float(np.sum(g[m] * w[m] * np.minimum(dur[m], window - submit[m])))
-        target = TABLE1_LOAD.get(model, DEFAULT_LOAD) * cap[p] * window
-        if offered > 0:
-            dur[m] = np.clip(dur[m] * target / offered, 60.0, cfg.max_duration_s)
+        target = cfg.load_scale * TABLE1_LOAD.get(model, DEFAULT_LOAD) * cap[p] * window
+        if offered > target > 0:
+            dur[m] = np.clip(dur[m] * target / offered, 10.0, cfg.max_duration_s)
     order = np.argsort(submit, kind="stable")
     return JobTrace(
         name="v2026-synth", pool_names=pool_names, node_pool=node_pool, node_total=node_total,
@@ -267,3 +277,27 @@ def load_trace(name: str, data_dir: str | Path, level: str = "low", **kwargs) ->
     else:
         raise ValueError(f"unknown trace {name!r}; use v2023 or v2026")
     return scale_spot(base, WORKLOAD_LEVELS[level])
+
+
+def calibration_report(trace: JobTrace, data_dir: str | Path, start_day: int = 31, days: int = 30) -> pd.DataFrame:
+    """Synthetic v2026 trace vs the published aggregates it was calibrated to."""
+    agg = Path(data_dir) / V2026_DIR / "aggregates"
+    daily = pd.read_csv(agg / "daily_summary.csv")
+    win = daily[(daily.submit_day >= start_day) & (daily.submit_day < start_day + days)]
+    types = pd.read_csv(agg / "job_type_summary.csv").set_index("job_type")
+    by_model = pd.read_csv(agg / "demand_by_model.csv").set_index("gpu_model")
+    workers = pd.read_csv(agg / "bucket_worker_num.csv").set_index("worker_bucket")
+    hp = trace.is_hp
+    rows = [
+        ("jobs per day", win.jobs.mean(), trace.n_jobs / days),
+        ("spot share of jobs (%)", 100 * win.spot_jobs.sum() / win.jobs.sum(), 100 * (~hp).mean()),
+        ("multi-worker share (%)", 100 * (1 - workers.loc["1", "jobs_share"]), 100 * np.mean(trace.w > 1)),
+        ("HP median duration (s)", types.loc["HP", "median_duration"], float(np.median(trace.duration[hp]))),
+        ("spot median duration (s)", types.loc["Spot", "median_duration"], float(np.median(trace.duration[~hp]))),
+        ("HP p90 duration (s)", types.loc["HP", "p90_duration"], float(np.percentile(trace.duration[hp], 90))),
+    ]
+    for m in trace.pool_names:
+        if m in by_model.index:
+            share = np.mean(trace.pool == trace.pool_names.index(m))
+            rows.append((f"{m} share of jobs (%)", 100 * by_model.loc[m, "jobs_share"], 100 * share))
+    return pd.DataFrame(rows, columns=["statistic", "published", "synthetic"]).set_index("statistic")
