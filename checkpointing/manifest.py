@@ -372,7 +372,12 @@ def restore_latest(store: CheckpointStore, load: Callable[[CheckpointInfo], T], 
         try:
             check_blob_sizes(store, info)
             value = load(info)
-        except (CorruptCheckpoint, StoreError, ValueError, KeyError, EOFError) as exc:
+        except StoreError as exc:
+            # an I/O failure is not corruption: falling back (or starting over) could
+            # overwrite good checkpoints; let the caller retry or fail loudly
+            raise StoreError(f"cannot read checkpoint {info.location}: {exc}; the checkpoint "
+                             "may be intact -- retry once the store is reachable") from exc
+        except (CorruptCheckpoint, ValueError, KeyError, EOFError) as exc:
             msg = f"{info.location} (step {info.step}, {info.kind}): {exc}"
             log.warning("checkpoint unusable, falling back to the previous one: %s", msg)
             reasons.append(msg)
@@ -394,24 +399,27 @@ def plan_retention(committed: list[CheckpointInfo], incomplete: list[str], *,
     - keep the newest ``keep_periodic`` periodic checkpoints;
     - drop insurance/emergency checkpoints older than the newest periodic one, and keep
       at most ``keep_insurance`` of the newer ones;
+    - "newest" means most recently CREATED: after a run restarted from an older
+      checkpoint (because newer ones were corrupt), its new checkpoints are the ones
+      to keep and the unusable higher-step ones age out;
     - drop prefixes without a manifest whose step is below the newest committed step
       (torn or abandoned saves; a save in flight always has a newer step).
     """
     if keep_periodic < 1:
         raise ValueError(f"keep_periodic must be >= 1, got {keep_periodic}")
-    ordered = sorted(committed, key=_sort_key)
+    ordered = sorted(committed, key=lambda c: (c.created, c.step))
     periodic = [c for c in ordered if c.kind == "periodic"]
     doomed = [c.name for c in periodic[:-keep_periodic]]
     newest_periodic = periodic[-1] if periodic else None
     others = [c for c in ordered if c.kind != "periodic"]
     if newest_periodic is not None:
-        stale = [c for c in others if _sort_key(c) < _sort_key(newest_periodic)]
+        stale = [c for c in others if c.created < newest_periodic.created]
         doomed += [c.name for c in stale]
         others = [c for c in others if c not in stale]
     if keep_insurance >= 0 and len(others) > keep_insurance:
         doomed += [c.name for c in others[:len(others) - keep_insurance]]
     if ordered:
-        newest_step = ordered[-1].step
+        newest_step = max(c.step for c in ordered)
         for name in incomplete:
             try:
                 step = int(name[len(PREFIX):].split("-", 1)[0])

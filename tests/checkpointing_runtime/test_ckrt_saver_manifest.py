@@ -286,3 +286,25 @@ def test_deferred_sync_block_writes_everything(tmp_path: Path) -> None:
             store.put_bytes("c/d.bin", b"d")
     assert sorted(store.list("c/")) == [("c/a.bin", 10), ("c/b.bin", 20), ("c/d.bin", 1)]
     assert not [p for p in (tmp_path / "c").iterdir() if ".tmp-" in p.name]
+
+
+def test_retention_prefers_the_new_lineage_after_a_fallback() -> None:
+    # a corrupt step-50 checkpoint (created first) must not push out the checkpoints the
+    # restarted run writes afterwards at lower steps
+    old = [_info(50, "periodic", created=1.0)]
+    new = [_info(s, "periodic", created=10.0 + s) for s in (10, 20, 30)]
+    doomed = plan_retention(old + new, [], keep_periodic=3, keep_insurance=2)
+    assert doomed == ["ckpt-000000000050-periodic-x"]
+
+
+def test_store_io_error_during_restore_is_raised_not_a_fallback(tmp_path: Path) -> None:
+    from checkpointing.stores.base import StoreError
+
+    saver, _infos, _ = _two_checkpoints(tmp_path)
+
+    class Flaky(LocalStore):
+        def open_read(self, key):
+            raise StoreError("connection reset")
+
+    with pytest.raises(StoreError, match="may be intact"):
+        restore_state(Flaky(tmp_path / "ckpt"))
