@@ -121,16 +121,21 @@ def main() -> int:
         seen_progress: list[float] = []
         inject_at = sorted(int(x) for x in extras.get("inject_preemptions_at_steps") or [])
 
+        on_demand_nodes: set[str] = set()
+
         def on_event(ev: Event) -> None:
             with lock:
                 events.append(ev)
+            if ev.kind == "launch" and ev.node_id and ev.data.get("spot") is False:
+                on_demand_nodes.add(ev.node_id)  # fault injection never preempts on-demand nodes
             if ev.kind == "progress":
                 step = ev.data.get("step")
                 if isinstance(step, (int, float)) and not seen_progress:
                     seen_progress.append(step)  # thresholds already passed (resumed) are dropped
                     while inject_at and inject_at[0] <= step:
                         inject_at.pop(0)
-                if inject_at and isinstance(step, (int, float)) and step >= inject_at[0] and ev.node_id:
+                if inject_at and isinstance(step, (int, float)) and step >= inject_at[0] and ev.node_id \
+                        and ev.node_id not in on_demand_nodes:
                     while inject_at and step >= inject_at[0]:
                         inject_at.pop(0)
                     pipes.log.warning(f"fault injection: preemption notice to {ev.node_id} at step {step}")

@@ -163,3 +163,30 @@ def test_provider_giving_up_is_retried_from_the_checkpoint_on_postgres(tmp_path,
     a1_ckpt = int(ck[ck["attempt"] == 1]["step"].max())
     assert a1_ckpt >= 30  # at least the emergency save at the first injected notice
     assert att.iloc[1]["start_step"] == a1_ckpt and att.iloc[1]["final_step"] == 100
+
+
+def test_on_demand_fallback_when_the_deadline_needs_it(tmp_path):
+    """The plan starts on spot; preemptions eat the slack; the rest runs on-demand and finishes."""
+    stage = _stage("only", 400, 4, 100, work_hours=0.4)
+    stage["args"][stage["args"].index("--step-sleep") + 1] = "0.05"
+    pipeline = {
+        "name": "tight", "provider": "local", "deadline_hours": 0.9, "checkpoint_uri": "checkpoints/t",
+        "on_demand_fallback": True,
+        "market": {"seed": 4, "wall_seconds_per_market_hour": 30, "cloud": "signal", "grace_seconds": 2,
+                   "inject_preemptions_at_steps": {"only": [100, 250]}},
+        "stages": [stage],
+    }
+    cfg, stats, result, logs, _ = _run(tmp_path, pipeline)
+    assert result.success
+    plan = result.output_for_node("tight__fleet_plan")["only"]
+    assert plan["use_spot"] and plan["fallback_slack_hours"] is not None  # the plan: spot, with a fallback
+    t = _tables(stats, cfg.name)
+    sessions = t["node_sessions"].sort_values("launched_at")
+    assert bool(sessions.iloc[0]["spot"]) is True
+    on_demand = sessions[~sessions["spot"].astype(bool)]
+    assert len(on_demand) >= 1 and on_demand.iloc[-1]["end_reason"] == "completed"
+    assert int(t["stage_attempts"].iloc[-1]["final_step"]) == 400
+    assert bool(t["stage_attempts"].iloc[-1]["used_on_demand"]) is True
+    od_node = on_demand.iloc[0]["node_id"]
+    launch = next(m for m in logs if m and m.startswith(f"[{od_node}] launched"))
+    assert "ON-DEMAND" in launch and "deadline" in launch
