@@ -46,6 +46,21 @@ def build_checks(pa: "PipelineAssets") -> list:
 
     checks.append(cost_reconciles)
 
+    budget = pa.config.budget_usd
+
+    @asset_check(asset=pa.key("cost_report"), name="within_budget",
+                 description=f"Recorded spend of {p} stays within its budget (${budget:g}).")
+    def within_budget(context: AssetCheckExecutionContext, stats_db: StatsDB) -> AssetCheckResult:
+        _, spend = reconcile(stats_db.engine(), p)
+        ok = spend <= budget
+        return AssetCheckResult(
+            passed=ok, severity=AssetCheckSeverity.WARN,
+            metadata={"spend_usd": spend, "budget_usd": budget, "used_fraction": spend / budget},
+            description=None if ok else f"spend ${spend:.2f} exceeds the budget ${budget:.2f}; raise "
+                                        "budget_usd or reduce on-demand use / work")
+
+    checks.append(within_budget)
+
     @asset_check(asset=pa.key("preemption_stats"), name="enough_samples",
                  description=f"Every zone of the market has at least {MIN_PREEMPTIONS_PER_ZONE} "
                              "observed preemptions, so rates and MTTP intervals are meaningful.")

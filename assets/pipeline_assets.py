@@ -296,7 +296,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         regions=tuple(stage.resources.regions), zones=tuple(zones), use_spot=use_spot,
         instance_type=stage.resources.instance_type,
         deadline_seconds=_stage_deadline_seconds(cfg, stage) if cfg.on_demand_fallback else None,
-        env=dict(stage.env), max_relaunches=stage.max_relaunches)
+        env=_stage_env(cfg, stage, fleet), max_relaunches=stage.max_relaunches)
     eng = stats_db.engine()
     before = latest_checkpoint_step(eng, cfg.name, stage.name, run_id=context.run.run_id)
     context.log.info(f"{stage.name}: attempt {attempt} (run {context.run.run_id[:8]}, root {root_run[:8]}), "
@@ -363,6 +363,17 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
                                             for s in sessions if s.ended_at is not None)),
     })
     return MaterializeResult(metadata=meta)
+
+
+def _stage_env(cfg: PipelineConfig, stage: StageConfig, fleet: FleetResource) -> dict[str, str]:
+    """Environment of the training process: the stage's own plus where its data is."""
+    env = dict(stage.env)
+    if cfg.data_uri:
+        uri = cfg.data_uri
+        if "://" not in uri and not Path(uri).is_absolute():
+            uri = str((fleet.var_path() / uri).resolve())
+        env.setdefault("SPOTFLEET_DATA_URI", uri)
+    return env
 
 
 def _run_start(context: AssetExecutionContext, root_run: str) -> float:

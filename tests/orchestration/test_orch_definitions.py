@@ -52,7 +52,8 @@ def test_automation_sensor_schedule_retries_and_checks_are_declared():
     policy = train.op.retry_policy
     assert policy.max_retries >= 1 and policy.backoff == Backoff.EXPONENTIAL
     check_names = {c.name for cd in defs.asset_checks for c in cd.check_specs}
-    assert {"cost_reconciles_with_node_sessions", "enough_samples", "latest_checkpoint_recent"} <= check_names
+    assert {"cost_reconciles_with_node_sessions", "within_budget", "enough_samples",
+            "latest_checkpoint_recent"} <= check_names
 
 
 def test_dagster_cli_validates_the_code_location(tmp_path):
