@@ -446,8 +446,8 @@ class TrainingSession:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc is not None and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
-            self.fail(exc)
+        if exc is not None:
+            self.fail(exc)  # no-op when finish() already ran (e.g. sys.exit(session.finish()))
         elif not self._finished:
             self.finish()
 
