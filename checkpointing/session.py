@@ -290,18 +290,21 @@ class TrainingSession:
         return decision
 
     def _handle_notice(self, decision: Decision, seconds_left: float | None) -> None:
-        if decision.kind is not None:
-            # EMERGENCY, or (emergency infeasible) the periodic/insurance save Algorithm 1
-            # still schedules at this step: either way wait for it up to the deadline.
-            if self.auto_save or decision.kind != SaveKind.EMERGENCY:
-                self.save(decision.kind, _notice=True)
+        if decision.kind == SaveKind.EMERGENCY:
+            if self.auto_save:
+                self.save(SaveKind.EMERGENCY)
+        elif decision.kind is not None and self.saver.in_flight is None:
+            # emergency judged infeasible, but Algorithm 1 still schedules a periodic /
+            # insurance save at this step: take it best-effort, awaited up to the deadline
+            self.save(decision.kind, _notice=True)
         else:
             left = f"{seconds_left:.1f} s left" if seconds_left is not None else "no deadline"
             reason = (f"no emergency save at step {self.state.step}: {decision.reason} ({left}); "
                       "the latest committed checkpoint will be used on restart")
             log.error(reason)
             emit_event(self.events, "save_failed", step=self.state.step, kind="emergency", reason=reason)
-            if self.saver.in_flight is not None:
+            self._pending = None
+            if self.saver.in_flight is not None:  # let the save already running finish in time
                 timeout = None
                 if self.guard is not None and self.guard.seconds_left() is not None:
                     timeout = max(0.0, self.guard.seconds_left() - 0.5)

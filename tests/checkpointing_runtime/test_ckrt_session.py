@@ -182,3 +182,28 @@ def test_one_call_helpers_save_and_load(tmp_path: Path) -> None:
     assert state_sha256(model2) == state_sha256(model)
     with pytest.raises(CheckpointMismatch, match="different model"):
         load_training_state(str(tmp_path), model=torch.nn.Linear(3, 3))
+
+
+def test_notice_when_emergency_cannot_fit_says_so_and_stops(tmp_path: Path) -> None:
+    from checkpointing.policy import AdaptivePolicy
+
+    objs = _objects()
+    guard = PreemptionGuard([SignalSource("SIGUSR2")], grace_seconds=2.0)
+    # measured priors: a save needs ~200 s, far more than the 2 s window
+    policy = AdaptivePolicy(grace_seconds=2.0, ckpt_seconds=100.0, persist_seconds=100.0,
+                            insurance="off")
+    session = _session(tmp_path, *objs, guard=guard, policy=policy, save_on_finish=False)
+    session.restore()
+    for step in range(50):
+        with session.step():
+            _step(*objs, step)
+            if step == 3:
+                os.kill(os.getpid(), signal.SIGUSR2)
+        if session.should_stop():
+            break
+    assert session.step_count == 4
+    assert session.finish() == EXIT_PREEMPTED
+    evs = read_events(tmp_path / "events.jsonl")
+    failed = [e.data for e in evs if e.kind == "save_failed"]
+    assert failed and failed[0]["kind"] == "emergency" and "no emergency save" in failed[0]["reason"]
+    assert not [e for e in evs if e.kind == "save_committed"]
