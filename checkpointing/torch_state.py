@@ -106,6 +106,8 @@ class TrainingState:
         for name, obj, sd in targets:
             try:
                 obj.load_state_dict(sd)
+                if name == "optimizer":
+                    _own_optimizer_state(obj)
             except (RuntimeError, ValueError, KeyError) as exc:
                 raise CheckpointMismatch(
                     f"the checkpoint's {name} state does not fit this {type(obj).__name__}: {exc}. "
@@ -117,6 +119,16 @@ class TrainingState:
         self.data_position = state.get("data_position")
         self.extras = dict(state.get("extras") or {})
         return self.step
+
+
+def _own_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """Give the optimizer its own copies of tensors that are views into the restore
+    buffer (same dtype and device make ``load_state_dict`` keep them as views), so the
+    whole buffer, including the model's part, can be freed."""
+    for state in optimizer.state.values():
+        for key, value in list(state.items()):
+            if isinstance(value, torch.Tensor) and value._base is not None:
+                state[key] = value.clone()
 
 
 def _hash_obj(h: Any, obj: Any) -> None:
