@@ -77,7 +77,9 @@ class EventLog:
     def subscribe(self, callback: Callable[[Event], None]) -> None:
         self._callbacks.append(callback)
 
-    def emit(self, kind: str, **data: Any) -> Event:
+    def emit(self, kind: str, /, **data: Any) -> Event:
+        """Record one event. ``kind`` is positional-only so ``data`` may hold a ``kind`` key
+        (the save events' checkpoint kind: periodic / insurance / emergency)."""
         if kind not in EVENT_KINDS:
             raise ValueError(f"unknown event kind {kind!r}; expected one of {EVENT_KINDS}")
         event = Event(kind=kind, time=time.time(), node_id=self.node_id, data=data)

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from checkpointing.events import EVENT_KINDS, Event, EventLog
+from checkpointing.events import EventLog
 from checkpointing.manifest import (
     CheckpointInfo,
     CheckpointWriter,
@@ -86,26 +86,6 @@ class _Job:
         self.thread: threading.Thread | None = None
 
 
-def emit_event(events: EventLog, event_kind: str, /, **data: Any) -> Event:
-    """``events.emit`` that also accepts a ``kind`` key in ``data``.
-
-    ``EventLog.emit(kind, **data)`` cannot take ``kind=`` in data (the save events'
-    contract has one), so such events are built and written here the same way.
-    """
-    if "kind" not in data:
-        return events.emit(event_kind, **data)
-    if event_kind not in EVENT_KINDS:
-        raise ValueError(f"unknown event kind {event_kind!r}; expected one of {EVENT_KINDS}")
-    event = Event(kind=event_kind, time=time.time(), node_id=events.node_id, data=data)
-    with events._lock:
-        if events.path is not None:
-            events.path.parent.mkdir(parents=True, exist_ok=True)
-            with events.path.open("a", encoding="utf-8") as fh:
-                fh.write(event.to_json() + "\n")
-                fh.flush()
-        for cb in events._callbacks:
-            cb(event)
-    return event
 
 
 def shard_ranges(total: int, shard_bytes: int) -> list[tuple[int, int]]:
@@ -187,13 +167,13 @@ class AsyncSaver:
                             step, current.kind, current.step)
                 current.cancel.set()
             current.done.wait()
-        emit_event(self.events, "save_started", step=step, kind=kind)
+        self.events.emit("save_started", step=step, kind=kind)
         try:
             snap = self.buffers.capture(state() if callable(state) else state)
         except Exception as exc:
             reason = f"snapshot failed: {type(exc).__name__}: {exc}"
             log.error("checkpoint of step %d (%s) failed: %s", step, kind, reason)
-            emit_event(self.events, "save_failed", step=step, kind=kind, reason=reason)
+            self.events.emit("save_failed", step=step, kind=kind, reason=reason)
             raise
         snap.stall_seconds = time.perf_counter() - t0
         job = _Job(step, kind, snap)
@@ -215,7 +195,7 @@ class AsyncSaver:
         reason = (f"{job.kind} save of step {job.step} not committed {DEADLINE_MARGIN_SECONDS:.1f} s "
                   "before the preemption deadline; the previous checkpoint will be used on restart")
         log.error(reason)
-        emit_event(self.events, "save_failed", step=job.step, kind=job.kind, reason=reason)
+        self.events.emit("save_failed", step=job.step, kind=job.kind, reason=reason)
         return None
 
     def _persist(self, job: _Job) -> None:
@@ -239,7 +219,7 @@ class AsyncSaver:
             result = SaveResult(job.step, job.kind, True, info.bytes, snap.stall_seconds,
                                 persist, info=info)
             self.last_committed = info
-            emit_event(self.events, "save_committed", step=job.step, kind=job.kind, bytes=info.bytes,
+            self.events.emit("save_committed", step=job.step, kind=job.kind, bytes=info.bytes,
                              stall_seconds=snap.stall_seconds, persist_seconds=persist,
                              location=info.location)
             try:
@@ -253,7 +233,7 @@ class AsyncSaver:
             writer.abort()
             result = SaveResult(job.step, job.kind, False, 0, snap.stall_seconds,
                                 time.perf_counter() - t0, error=str(exc), abandoned=True)
-            emit_event(self.events, "save_failed", step=job.step, kind=job.kind,
+            self.events.emit("save_failed", step=job.step, kind=job.kind,
                              reason="abandoned: superseded by an emergency save")
         except Exception as exc:
             writer.abort()
@@ -261,7 +241,7 @@ class AsyncSaver:
             log.error("checkpoint of step %d (%s) failed while persisting: %s", job.step, job.kind, reason)
             result = SaveResult(job.step, job.kind, False, 0, snap.stall_seconds,
                                 time.perf_counter() - t0, error=reason)
-            emit_event(self.events, "save_failed", step=job.step, kind=job.kind, reason=reason)
+            self.events.emit("save_failed", step=job.step, kind=job.kind, reason=reason)
         finally:
             if not released:
                 self.buffers.release()

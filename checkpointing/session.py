@@ -55,7 +55,6 @@ from checkpointing.saver import (
     DEFAULT_SHARD_BYTES,
     AsyncSaver,
     SaveResult,
-    emit_event,
     restore_state,
 )
 from checkpointing.stores.base import CheckpointStore, open_store
@@ -302,7 +301,7 @@ class TrainingSession:
             reason = (f"no emergency save at step {self.state.step}: {decision.reason} ({left}); "
                       "the latest committed checkpoint will be used on restart")
             log.error(reason)
-            emit_event(self.events, "save_failed", step=self.state.step, kind="emergency", reason=reason)
+            self.events.emit("save_failed", step=self.state.step, kind="emergency", reason=reason)
             self._pending = None
             if self.saver.in_flight is not None:  # let the save already running finish in time
                 timeout = None
