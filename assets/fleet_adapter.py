@@ -123,20 +123,34 @@ def price_book(market: dict[str, Any]):
 
 
 def zone_stats_from_frame(df) -> list[Any]:
-    """``ZoneStats`` objects back from the preemption_stats table (trace rows only)."""
+    """``ZoneStats`` objects back from the preemption_stats table (trace rows only).
+
+    The table mixes trace and session rows, so pandas turns missing values into NaN:
+    NaN and None become None again, and None rates / MTTPs (non-finite when written)
+    become ``inf``.
+    """
     import dataclasses
 
     from fleet.stats.preemption import ZoneStats
 
+    def missing(v: Any) -> bool:
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
     names = {f.name for f in dataclasses.fields(ZoneStats)}
     out = []
     for row in df[df["source"] == "trace"].to_dict("records"):
-        kw = {k: v for k, v in row.items() if k in names}
-        for k, v in list(kw.items()):
-            if isinstance(v, list):
-                kw[k] = tuple(math.inf if x is None else x for x in v)
-            elif v is None and k in ("mttp_hours", "rate_per_hour"):
-                kw[k] = math.inf
+        kw: dict[str, Any] = {}
+        for k, v in row.items():
+            if k not in names:
+                continue
+            if isinstance(v, (list, tuple)):
+                v = tuple(math.inf if missing(x) else x for x in v)
+            elif missing(v):
+                v = math.inf if k in ("mttp_hours", "rate_per_hour") else None
+            kw[k] = v
+        for k in ("count", "preemptions", "regain_samples"):
+            if k in kw and kw[k] is not None:
+                kw[k] = int(kw[k])
         out.append(ZoneStats(**kw))
     return out
 
