@@ -219,6 +219,7 @@ class ClusterSimulator:
     def _scan(self, p: int, t: float) -> None:
         pol, st = self.policy, self.state
         can_preempt = pol.preemption != "none"
+        by_size = pol.queue_order == "size"  # queue sorted by g first: lets us stop early
         for is_hp in (True, False):
             queue = self.hp_q[p] if is_hp else self.spot_q[p]
             if not queue:
@@ -232,7 +233,10 @@ class ClusterSimulator:
                     keep.extend(queue[i:])
                     break
                 reclaim = st.pool_free[p] + (st.pool_spot[p] if is_hp and can_preempt else 0)
-                if reclaim <= 0 or (not is_hp and self.guaranteed[p] + 1 > self.quota[p]):
+                room = reclaim if is_hp else min(reclaim, self.quota[p] - self.guaranteed[p])
+                # in size order every later job has g >= this one: none can fit either
+                if room < 1 or (by_size and (job.g > room or any(
+                        b == 1 and job.g >= a for a, b in failed))):
                     keep.extend(queue[i:])
                     break
                 shape = (job.g, job.w)
