@@ -50,7 +50,8 @@ try {
   let run = null;
   while (Date.now() < deadline) {
     const fresh = (await runs()).filter((r) => !before.has(r.runId));
-    run = fresh.find((r) => r.jobName === '__ASSET_JOB' || r.jobName.endsWith('train_all')) || fresh[0] || null;
+    // the first new run is ours; the automation sensor may launch refresh runs after it lands
+    run = run ? fresh.find((r) => r.runId === run.runId) : fresh.at(-1) || null;
     if (run && ['SUCCESS', 'FAILURE', 'CANCELED'].includes(run.status)) break;
     if (run && !shots.some((s) => s.includes('2-running'))) {
       await page.goto(`${base}/runs/${run.runId}`, { waitUntil: 'domcontentloaded' });
