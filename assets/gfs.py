@@ -22,7 +22,8 @@ class GfsEvalConfig(dg.Config):
     policies: list[str] = Field(default_factory=lambda: ["YARN-CS", "Chronus", "Lyra", "FGD", "GFS"],
                                 description="policies to compare; ablations: GFS-e, GFS-d, GFS-s, GFS-p, GFS-sp")
     days: int = Field(14, description="v2026: simulated days")
-    fraction: float = Field(0.25, description="v2026: share of nodes and jobs (1 = 10,412 GPUs)")
+    fraction: float = Field(0.25, description="v2026: share of the jobs")
+    node_fraction: float = Field(0.18, description="v2026: share of each model's nodes (1 = 10,412 GPUs)")
     data_dir: str = Field("", description="shared/data folder; empty = $SPOTFLEET_SHARED_DATA or ../shared/data")
     plot_dir: str = Field("", description="where to write the PNG; empty = a temporary folder")
 
@@ -44,7 +45,8 @@ def gfs_evaluation(context: dg.AssetExecutionContext, config: GfsEvalConfig) -> 
     )
 
     comp = run_comparison(config.trace, config.level, _data_dir(config), config.policies,
-                          EvalScale(days=config.days, fraction=config.fraction),
+                          EvalScale(days=config.days, fraction=config.fraction,
+                                    node_fraction=config.node_fraction),
                           progress=lambda msg: context.log.info(msg))
     plot_dir = Path(config.plot_dir or tempfile.mkdtemp(prefix="gfs-"))
     png = plot_comparison(comp, plot_dir / f"gfs-{config.trace}-{config.level}.png")

@@ -38,10 +38,13 @@ COLUMNS = {
 @dataclass(frozen=True)
 class EvalScale:
     """How much of a trace to simulate. v2026: ``days`` from ``start_day`` with
-    ``fraction`` of nodes and jobs; v2023: the whole (thinned, compressed) pod list."""
+    ``fraction`` of the jobs on ``node_fraction`` of the nodes (fewer nodes than jobs
+    raises the load: a month that starts empty lacks the real trace's multi-day jobs);
+    v2023: the whole (thinned, compressed) pod list."""
 
     days: int = 14
-    fraction: float = 0.25
+    fraction: float = 0.25  # share of the arrivals
+    node_fraction: float = 0.18  # share of each model's nodes (< fraction: more contention)
     start_day: int = 31
     seed: int = 0
 
@@ -55,7 +58,7 @@ def build_trace(name: str, level: str, data_dir: str | Path, scale: EvalScale | 
     elif name == "v2026":
         base = synth_v2026(data_dir, SynthConfig(start_day=scale.start_day, days=scale.days,
                                                  seed=scale.seed, job_fraction=scale.fraction,
-                                                 node_fraction=scale.fraction))
+                                                 node_fraction=scale.node_fraction))
     else:
         raise ValueError(f"unknown trace {name!r}; use v2023 or v2026")
     out = scale_spot(base, WORKLOAD_LEVELS[level], seed=scale.seed)
@@ -159,7 +162,7 @@ def improvement_row(table: pd.DataFrame, ours: str = "GFS") -> pd.Series:
     cols = [c for c in COLUMNS.values() if c not in ("GPU alloc (%)", "unfinished")]
     best = others[cols].min()
     mine = table.loc[ours, cols]
-    return 100.0 * (best - mine) / best
+    return (100.0 * (best - mine) / best.where(best != 0)).astype(float)
 
 
 def to_markdown(table: pd.DataFrame, digits: int = 1) -> str:
@@ -184,10 +187,14 @@ def plot_comparison(comp: Comparison, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+    end_day = 0.0
     for name, res in comp.results.items():
         if len(res.alloc_t):
             a.plot(res.alloc_t / 86400.0, 100 * res.alloc_rate[:, -1], label=name, lw=1)
-    a.set_xlabel("simulated day")
+            end_day = max(end_day, res.arrivals_end_s / 86400.0)
+    if end_day > 0:
+        a.set_xlim(0, end_day * 1.25)
+    a.set_xlabel("simulated day (arrivals end at the left of the right margin)")
     a.set_ylabel("GPU allocation rate (%)")
     a.set_title(f"{comp.trace}: allocation over time")
     a.legend(fontsize=7)
@@ -195,7 +202,8 @@ def plot_comparison(comp: Comparison, path: str | Path) -> Path:
     x = np.arange(len(t))
     b.bar(x, t[COLUMNS["spot_jqt"]], color="tab:blue")
     b.set_xticks(x, t.index, rotation=30, fontsize=8)
-    b.set_ylabel("spot JQT (s)")
+    b.set_yscale("log")
+    b.set_ylabel("spot JQT (s, log)")
     b2 = b.twinx()
     b2.plot(x, t[COLUMNS["spot_evict_pct"]], "o", color="tab:red")
     b2.set_ylabel("spot eviction rate (%)", color="tab:red")
@@ -206,3 +214,28 @@ def plot_comparison(comp: Comparison, path: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def report_markdown(tables: dict[tuple[str, str], pd.DataFrame], img_prefix: str = "img") -> str:
+    """Markdown for docs/gfs.md from {(trace, level): full policy table}: per trace and level
+    a Table 5 analogue (baselines + GFS + IMP. row) and a Tables 8-10 analogue (ablations)."""
+    from fleet.scheduling.baselines import ABLATIONS_PTS, BASELINES
+
+    out = []
+    for (trace, level), table in tables.items():
+        base = table.loc[[p for p in BASELINES if p in table.index]]
+        out.append(f"\n#### {trace}, {level} spot workload: GFS vs baselines (Table 5)\n")
+        md = to_markdown(base)
+        if "GFS" in base.index and len(base) > 1:
+            imp = improvement_row(base)
+            cells = " | ".join("-" if pd.isna(imp.get(c)) else f"{imp[c]:+.1f}%"
+                               for c in base.columns if c not in ("wall (s)", "jobs/s")
+                               and c in imp.index or c in ("GPU alloc (%)", "unfinished"))
+            md += f"\n| IMP. | {cells} |"
+        out.append(md)
+        abl = [p for p in ("GFS-e", "GFS-d") + ABLATIONS_PTS if p in table.index]
+        if len(abl) > 1:
+            out.append(f"\n#### {trace}, {level}: ablations (Tables 8-10)\n")
+            out.append(to_markdown(table.loc[list(dict.fromkeys(abl))]))
+        out.append(f"\n![{trace} {level}]({img_prefix}/gfs-{trace}-{level}.png)\n")
+    return "\n".join(out)

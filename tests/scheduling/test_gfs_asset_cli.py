@@ -15,7 +15,7 @@ def test_asset_materializes_table_and_plot(shared_data, tmp_path):
         [gfs_evaluation],
         run_config={"ops": {"gfs_evaluation": {"config": {
             "trace": "v2026", "level": "medium", "policies": ["GFS", "Lyra"], "days": 3,
-            "fraction": 0.05, "data_dir": str(shared_data), "plot_dir": str(tmp_path)}}}},
+            "fraction": 0.05, "node_fraction": 0.05, "data_dir": str(shared_data), "plot_dir": str(tmp_path)}}}},
     )
     assert result.success
     df = result.output_for_node("gfs_evaluation")
@@ -29,7 +29,7 @@ def test_asset_materializes_table_and_plot(shared_data, tmp_path):
 
 
 def test_cli_eval_prints_table(shared_data, capsys):
-    rc = main(["gfs-eval", "--trace", "v2026", "--days", "2", "--fraction", "0.05",
+    rc = main(["gfs-eval", "--trace", "v2026", "--days", "2", "--fraction", "0.05", "--node-fraction", "0.05",
                "--policies", "GFS,YARN-CS", "--data-dir", str(shared_data)])
     out = capsys.readouterr()
     assert rc == 0
@@ -45,3 +45,18 @@ def test_cli_rejects_bad_input(shared_data, capsys):
     assert rc == 2 and "--fraction" in capsys.readouterr().err
     rc = main(["gfs-eval", "--data-dir", "/nonexistent"])
     assert rc == 2 and "shared/data" in capsys.readouterr().err
+
+
+def test_improvement_row_and_report_markdown():
+    import pandas as pd
+
+    from fleet.scheduling.evaluation import COLUMNS, improvement_row, report_markdown
+
+    cols = list(COLUMNS.values())
+    t = pd.DataFrame([[100, 50, 10, 200, 40, 2.0, 60, 0], [100, 40, 0, 100, 20, 4.0, 70, 0]],
+                     index=["Lyra", "GFS"], columns=cols)
+    imp = improvement_row(t)
+    assert imp["HP JCT (s)"] == 20.0 and imp["Spot JQT (s)"] == 50.0
+    assert imp["Spot e (%)"] == -100.0 and pd.isna(imp["HP JCT-p99 (s)"]) is False
+    md = report_markdown({("v2023", "low"): t})
+    assert "| IMP. |" in md and "+50.0%" in md and "gfs-v2023-low.png" in md
