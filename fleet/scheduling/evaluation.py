@@ -202,7 +202,8 @@ def plot_comparison(comp: Comparison, path: str | Path) -> Path:
     x = np.arange(len(t))
     b.bar(x, t[COLUMNS["spot_jqt"]], color="tab:blue")
     b.set_xticks(x, t.index, rotation=30, fontsize=8)
-    b.set_yscale("log")
+    if (t[COLUMNS["spot_jqt"]] > 0).any():
+        b.set_yscale("log")
     b.set_ylabel("spot JQT (s, log)")
     b2 = b.twinx()
     b2.plot(x, t[COLUMNS["spot_evict_pct"]], "o", color="tab:red")

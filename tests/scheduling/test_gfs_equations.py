@@ -85,3 +85,20 @@ def test_fragmentation_table():
     t = fragmentation_table(8, {1: 0.5, 8: 0.5})
     # 8 free: usable by both -> 0; 3 free: 8-GPU requests cannot use them -> 0.5*3
     assert t[8] == 0 and t[3] == pytest.approx(1.5) and t[0] == 0
+
+
+def test_node_ebar_agrees_with_fleet_stats_eq15():
+    """The simulator's per-node Eq. 15 matches fleet.stats' time-based implementation."""
+    from fleet.scheduling.state import ClusterState
+    from fleet.stats.preemption import weighted_eviction_rate as stats_eq15
+
+    rng = np.random.default_rng(0)
+    st = ClusterState(np.zeros(3, dtype=int), np.array([8, 8, 8]), ["p"])
+    times = {n: np.sort(rng.uniform(0, 30 * 3600, size=12)) for n in range(3)}
+    for n, ts in times.items():
+        for x in ts:
+            st.record_eviction([n], float(x))
+    now = 30 * 3600.0
+    got = st.ebar(0, now, PTSParams())
+    want = [stats_eq15(times[n] / 3600.0, now / 3600.0) for n in range(3)]
+    assert got == pytest.approx(want)
