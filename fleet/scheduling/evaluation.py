@@ -119,8 +119,11 @@ class Comparison:
 
 def run_comparison(trace_name: str, level: str, data_dir: str | Path,
                    policies: Sequence[str] = BASELINES, scale: EvalScale | None = None,
-                   progress: Callable[[str], None] | None = None) -> Comparison:
-    """Simulate ``policies`` on one trace/level; rows = policies, columns = COLUMNS."""
+                   progress: Callable[[str], None] | None = None,
+                   sqa: SQAParams | None = None) -> Comparison:
+    """Simulate ``policies`` on one trace/level; rows = policies, columns = COLUMNS.
+    ``sqa`` overrides Table 4's SQA parameters (e.g. the guarantee hours H, Table 6)."""
+    sqa = sqa or SQAParams()
     say = progress or (lambda msg: None)
     t0 = time.perf_counter()
     trace = build_trace(trace_name, level, data_dir, scale)
@@ -136,14 +139,14 @@ def run_comparison(trace_name: str, level: str, data_dir: str | Path,
         if pol.quota == "sqa":
             if pol.forecaster not in uppers:
                 say(f"  GDE forecast ({pol.forecaster}) ...")
-                uppers[pol.forecaster], infos[pol.forecaster] = forecast_hp_upper(trace, pol.forecaster)
+                uppers[pol.forecaster], infos[pol.forecaster] = forecast_hp_upper(trace, pol.forecaster, sqa)
             upper = uppers[pol.forecaster]
         t1 = time.perf_counter()
 
         def tick(t, done, total, _n=name):
             say(f"  {_n}: sim day {t / 86400:6.1f}, {done}/{total} jobs done")
 
-        res = simulate(trace, pol, upper, progress=tick if progress else None)
+        res = simulate(trace, pol, upper, sqa=sqa, progress=tick if progress else None)
         results[name] = res
         summ = res.summary()
         if pol.preemption == "none":

@@ -50,8 +50,12 @@ def _eval(args) -> int:
         run_comparison,
         to_markdown,
     )
+    from fleet.scheduling.sqa import SQAParams
 
-    comp = run_comparison(args.trace, args.level, args.data_dir, args.policies, _scale(args), progress=_say)
+    if args.horizon < 1:
+        raise ValueError(f"--horizon must be >= 1 hour, got {args.horizon}")
+    comp = run_comparison(args.trace, args.level, args.data_dir, args.policies, _scale(args), progress=_say,
+                          sqa=SQAParams(horizon_h=args.horizon))
     print(f"\n{comp.trace} ({args.level} spot workload)\n")
     print(to_markdown(comp.table))
     if "GFS" in comp.table.index and len(comp.table) > 1:
@@ -128,6 +132,7 @@ def register(subparsers) -> None:
                    help="spot workload: x1, x2, x4 spot submission rate (§4.1)")
     p.add_argument("--policies", type=_policies, default=_policies("YARN-CS,Chronus,Lyra,FGD,GFS"),
                    help="comma-separated, from GFS, GFS-e, GFS-d, GFS-s, GFS-p, GFS-sp, YARN-CS, Chronus, Lyra, FGD")
+    p.add_argument("--horizon", type=int, default=1, help="SQA guarantee hours H (Table 6: 1, 2, 4)")
     p.add_argument("--plot", help="write a PNG (allocation over time, spot JQT/evictions)")
     p.add_argument("--csv", help="write the table as CSV")
     p.set_defaults(handler=_eval)
