@@ -72,7 +72,7 @@ def load_alibaba_v2023(data_dir: str | Path, slots_per_gpu: int = 10, spot_ckpt_
     ``gpu_spec`` is empty in this file, so all nodes form one pool.
 
     The file was published as a packing workload: its 6,212 GPUs are ~0.2% busy over
-    149 days and nearly all pods arrive in the last week. So the replay starts at the
+    149 days and nearly all pods arrive in the last ~34 days. So the replay starts at the
     first day with ``min_daily_pods`` arrivals (times shifted to 0), arrival times are
     divided by ``time_compression`` (34 days -> ~6 days), durations are capped at
     ``max_duration_s``, and the node list is thinned (evenly within each
