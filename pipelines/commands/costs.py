@@ -10,39 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 
-
-def _number(flag: str, *, positive: bool = False):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
-            need = "> 0" if positive else ">= 0"
-            raise argparse.ArgumentTypeError(f"{flag} must be {need}, got {text!r}")
-        return value
-
-    return parse
-
-
-def _rates(text: str) -> list[float]:
-    out = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            value = float(item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"--rates expects comma-separated numbers like 0.1,0.5,2; {item!r} is not one"
-            ) from None
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"--rates values must be > 0 per hour, got {item!r}")
-        out.append(value)
-    if not out:
-        raise argparse.ArgumentTypeError("--rates is empty; give e.g. 0.1,0.5,2,8")
-    return out
+from pipelines.commands.argtypes import number, number_list
 
 
 def register(subparsers) -> None:
@@ -57,31 +25,31 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--on-demand",
-        type=_number("--on-demand", positive=True),
+        type=number("--on-demand"),
         default=1.0,
         help="on-demand price, $/node-hour (default 1.0)",
     )
     p.add_argument(
         "--spot",
-        type=_number("--spot", positive=True),
+        type=number("--spot"),
         default=0.7,
         help="spot price, $/node-hour (default 0.7)",
     )
     p.add_argument(
         "--ckpt-hours",
-        type=_number("--ckpt-hours", positive=True),
+        type=number("--ckpt-hours"),
         default=0.05,
         help="wall-clock hours to write one checkpoint C (default 0.05 = 3 min)",
     )
     p.add_argument(
         "--restart-hours",
-        type=_number("--restart-hours"),
+        type=number("--restart-hours", allow_zero=True),
         default=0.0,
         help="restore-and-rejoin hours R paid per preemption (default 0)",
     )
     p.add_argument(
         "--rates",
-        type=_rates,
+        type=number_list("--rates", "0.1,0.5,2", unit=" per hour"),
         default=[0.1, 0.5, 2.0, 8.0],
         help="comma-separated preemption rates per hour (default 0.1,0.5,2,8)",
     )
@@ -94,7 +62,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--search-step",
-        type=_number("--search-step", positive=True),
+        type=number("--search-step"),
         default=0.005,
         help="grid step (per hour) of the break-even search (default 0.005, the one "
         "that reproduces the playbook's line)",
@@ -109,25 +77,25 @@ def register(subparsers) -> None:
     )
     q.add_argument(
         "--ckpt-seconds",
-        type=_number("--ckpt-seconds", positive=True),
+        type=number("--ckpt-seconds"),
         required=True,
         help="checkpoint dump time delta, seconds",
     )
     q.add_argument(
         "--mttp-hours",
-        type=_number("--mttp-hours", positive=True),
+        type=number("--mttp-hours"),
         required=True,
         help="mean time to preemption, hours",
     )
     q.add_argument(
         "--restart-seconds",
-        type=_number("--restart-seconds"),
+        type=number("--restart-seconds", allow_zero=True),
         default=0.0,
         help="restart latency R per preemption, seconds (default 0)",
     )
     q.add_argument(
         "--step-seconds",
-        type=_number("--step-seconds", positive=True),
+        type=number("--step-seconds"),
         default=None,
         help="optional mean training step time, to print intervals in steps",
     )

@@ -8,23 +8,9 @@ and optionally saves a plot. See docs/fleet-policies.md.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
-
-def _positive(flag: str, integer: bool = False, allow_zero: bool = False):
-    def parse(text: str):
-        try:
-            value = int(text) if integer else float(text)
-        except ValueError:
-            kind = "an integer" if integer else "a number"
-            raise argparse.ArgumentTypeError(f"{flag} expects {kind}, got {text!r}") from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-            raise argparse.ArgumentTypeError(
-                f"{flag} must be {'>= 0' if allow_zero else '> 0'}, got {text!r}")
-        return value
-
-    return parse
+from pipelines.commands.argtypes import number
 
 
 def register(subparsers) -> None:
@@ -39,18 +25,18 @@ def register(subparsers) -> None:
     p.add_argument("--traces", required=True,
                    help="directory of spot-trace JSON files (one per zone), e.g. "
                         "../shared/data/spot-traces/availability/1-node/aws-02-15-2023")
-    p.add_argument("--work-hours", type=_positive("--work-hours"), default=24.0)
-    p.add_argument("--deadline-hours", type=_positive("--deadline-hours"), default=36.0)
-    p.add_argument("--starts", type=_positive("--starts", integer=True), default=100)
-    p.add_argument("--notice-seconds", type=_positive("--notice-seconds", allow_zero=True),
+    p.add_argument("--work-hours", type=number("--work-hours"), default=24.0)
+    p.add_argument("--deadline-hours", type=number("--deadline-hours"), default=36.0)
+    p.add_argument("--starts", type=number("--starts", integer=True), default=100)
+    p.add_argument("--notice-seconds", type=number("--notice-seconds", allow_zero=True),
                    default=0.0, help="preemption notice window (s); 120 = AWS")
-    p.add_argument("--restart-minutes", type=_positive("--restart-minutes", allow_zero=True),
+    p.add_argument("--restart-minutes", type=number("--restart-minutes", allow_zero=True),
                    default=6.0, help="changeover delay on every (re)launch (min)")
-    p.add_argument("--checkpoint-minutes", type=_positive("--checkpoint-minutes", allow_zero=True),
+    p.add_argument("--checkpoint-minutes", type=number("--checkpoint-minutes", allow_zero=True),
                    default=1.0, help="time one checkpoint blocks training (min)")
-    p.add_argument("--on-demand-price", type=_positive("--on-demand-price"), default=3.06)
-    p.add_argument("--spot-price", type=_positive("--spot-price"), default=0.918)
-    p.add_argument("--warmup-hours", type=_positive("--warmup-hours", allow_zero=True),
+    p.add_argument("--on-demand-price", type=number("--on-demand-price"), default=3.06)
+    p.add_argument("--spot-price", type=number("--spot-price"), default=0.918)
+    p.add_argument("--warmup-hours", type=number("--warmup-hours", allow_zero=True),
                    default=168.0, help="history before the first start (h)")
     p.add_argument("--policies", default="",
                    help="comma-separated subset, e.g. failover,spotfleet (default: all)")

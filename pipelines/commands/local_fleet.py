@@ -10,28 +10,15 @@ exact resume; the summary lists sessions, preemptions and cost.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from pipelines.commands.argtypes import number
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "examples" / "train_example.py"
-
-
-def _positive(flag: str, allow_zero: bool = False):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-            raise argparse.ArgumentTypeError(f"{flag} must be {'>= 0' if allow_zero else '> 0'}, "
-                                             f"got {text!r}")
-        return value
-
-    return parse
 
 
 def register(subparsers) -> None:
@@ -49,7 +36,7 @@ def register(subparsers) -> None:
     r.add_argument("--zones", type=int, default=3, help="number of emulated zones")
     r.add_argument("--steps", type=int, default=300, help="training steps")
     r.add_argument("--seed", type=int, default=0, help="seed of the market and the training")
-    r.add_argument("--time-scale", type=_positive("--time-scale"), default=2.0, metavar="SECONDS",
+    r.add_argument("--time-scale", type=number("--time-scale"), default=2.0, metavar="SECONDS",
                    help="wall seconds per emulated (trace) hour")
     r.add_argument("--market", choices=["synthetic", "rotating", "traces"], default="synthetic",
                    help="synthetic: the calibrated synthetic market; rotating: zones fail one "
@@ -57,19 +44,19 @@ def register(subparsers) -> None:
     r.add_argument("--traces-dir", type=Path, help="directory of spot-trace JSON files "
                    "(with --market traces), e.g. ../shared/data/spot-traces/availability/"
                    "1-node/aws-02-15-2023")
-    r.add_argument("--start-hour", type=_positive("--start-hour", True), default=0.0,
+    r.add_argument("--start-hour", type=number("--start-hour", allow_zero=True), default=0.0,
                    help="where in the trace the replay starts (hours)")
     r.add_argument("--cloud", choices=["aws", "gcp", "azure", "signal"], default="aws",
                    help="whose notice protocol the nodes hear")
-    r.add_argument("--grace-scale", type=_positive("--grace-scale"), default=0.05,
+    r.add_argument("--grace-scale", type=number("--grace-scale"), default=0.05,
                    help="grace window = the cloud's (AWS 120 s, GCP/Azure 30 s) x this")
-    r.add_argument("--min-uptime", type=_positive("--min-uptime", True), default=2.0,
+    r.add_argument("--min-uptime", type=number("--min-uptime", allow_zero=True), default=2.0,
                    metavar="SECONDS", help="useful seconds a node gets before a notice")
-    r.add_argument("--step-sleep", type=_positive("--step-sleep", True), default=0.03,
+    r.add_argument("--step-sleep", type=number("--step-sleep", allow_zero=True), default=0.03,
                    metavar="SECONDS", help="extra seconds per training step (a slower GPU)")
     r.add_argument("--periodic-every", type=int, default=100, help="periodic checkpoint every N steps")
     r.add_argument("--model", choices=["mlp", "transformer"], default="mlp")
-    r.add_argument("--deadline", type=_positive("--deadline"), metavar="SECONDS",
+    r.add_argument("--deadline", type=number("--deadline"), metavar="SECONDS",
                    help="wall-clock deadline; the fleet falls back to on-demand to meet it")
     r.add_argument("--policy", choices=["relaunch", "failover", "uniform", "spotfleet"],
                    default="relaunch",

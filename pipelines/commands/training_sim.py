@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
+
+from pipelines.commands.argtypes import number, number_list
 
 
 def _range(flag: str):
@@ -29,19 +30,6 @@ def _range(flag: str):
     return parse
 
 
-def _positive(flag: str, kind=float):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"{flag} must be > 0, got {text!r}")
-        return value
-
-    return parse
-
-
 def _fraction(text: str) -> float:
     try:
         value = float(text)
@@ -52,29 +40,6 @@ def _fraction(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"--notice-probability must be in [0, 1], got {text!r}")
     return value
-
-
-def _list(flag: str):
-    def parse(text: str) -> list[float]:
-        out = []
-        for item in text.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            try:
-                value = float(item)
-            except ValueError:
-                raise argparse.ArgumentTypeError(
-                    f"{flag} expects comma-separated numbers like 1,3,12; {item!r} is not one"
-                ) from None
-            if not math.isfinite(value) or value <= 0:
-                raise argparse.ArgumentTypeError(f"{flag} values must be > 0, got {item!r}")
-            out.append(value)
-        if not out:
-            raise argparse.ArgumentTypeError(f"{flag} is empty")
-        return out
-
-    return parse
 
 
 def _policies(text: str):
@@ -99,18 +64,18 @@ def register(subparsers) -> None:
         ),
     )
     p.add_argument("--thesis-table", choices=("6.2", "6.3"), help="start from a thesis preset")
-    p.add_argument("--steps", type=_positive("--steps", int), help="total training iterations")
+    p.add_argument("--steps", type=number("--steps", integer=True), help="total training iterations")
     p.add_argument("--step-seconds", type=_range("--step-seconds"), help="per-step compute")
     p.add_argument("--ckpt-seconds", type=_range("--ckpt-seconds"), help="checkpoint dump delta")
     p.add_argument("--backup-seconds", type=_range("--backup-seconds"), help="backup beta")
     p.add_argument("--alloc-seconds", type=_range("--alloc-seconds"), help="VM allocation")
     p.add_argument("--prep-seconds", type=_range("--prep-seconds"), help="VM preparation")
-    p.add_argument("--grace-seconds", type=_positive("--grace-seconds"), help="notice window")
-    p.add_argument("--spot-price", type=_positive("--spot-price"), help="$/hour")
-    p.add_argument("--on-demand-price", type=_positive("--on-demand-price"), help="$/hour")
+    p.add_argument("--grace-seconds", type=number("--grace-seconds"), help="notice window")
+    p.add_argument("--spot-price", type=number("--spot-price"), help="$/hour")
+    p.add_argument("--on-demand-price", type=number("--on-demand-price"), help="$/hour")
     p.add_argument(
         "--mttp-hours",
-        type=_list("--mttp-hours"),
+        type=number_list("--mttp-hours", "1,3,12"),
         help="comma-separated mean times to preemption, hours (default 3)",
     )
     p.add_argument(
@@ -139,7 +104,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--seeds",
-        type=_positive("--seeds", int),
+        type=number("--seeds", integer=True),
         default=20,
         help="runs per policy, averaged (default 20; the thesis used 100)",
     )

@@ -1,0 +1,53 @@
+"""Argument types shared by the CLI commands: numbers and number lists with clear errors.
+
+Each factory takes the flag's name so the message says which option is wrong and what
+it needs, e.g. ``--time-scale must be > 0, got '0'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def number(flag: str, *, integer: bool = False, allow_zero: bool = False) -> Callable[[str], float]:
+    """A finite number > 0 (``>= 0`` with ``allow_zero``; an ``int`` with ``integer``)."""
+
+    def parse(text: str):
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            kind = "an integer" if integer else "a number"
+            raise argparse.ArgumentTypeError(f"{flag} expects {kind}, got {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be {'>= 0' if allow_zero else '> 0'}, got {text!r}")
+        return value
+
+    return parse
+
+
+def number_list(flag: str, example: str, unit: str = "") -> Callable[[str], list[float]]:
+    """Comma-separated finite numbers > 0 (at least one); ``unit`` ends the range message."""
+
+    def parse(text: str) -> list[float]:
+        out = []
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            try:
+                value = float(item)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{flag} expects comma-separated numbers like {example}; {item!r} is not one"
+                ) from None
+            if not math.isfinite(value) or value <= 0:
+                raise argparse.ArgumentTypeError(f"{flag} values must be > 0{unit}, got {item!r}")
+            out.append(value)
+        if not out:
+            raise argparse.ArgumentTypeError(f"{flag} is empty; give e.g. {example}")
+        return out
+
+    return parse
