@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleet.figures import pyplot, save_figure
 from fleet.market.traces import Trace
 from fleet.stats.preemption import zone_correlation, zone_stats
 
@@ -52,10 +53,7 @@ def correlation_summary(traces: Sequence[Trace]) -> dict[str, float]:
 def plot_comparison(real: Sequence[Trace], synthetic: Sequence[Trace], path: str | Path,
                     days: float = 7.0) -> Path:
     """Figure: availability timelines (first ``days``) and per-zone statistics, real vs synthetic."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     df = compare_markets(real, synthetic)
     zones = list(df.index)
@@ -85,9 +83,4 @@ def plot_comparison(real: Sequence[Trace], synthetic: Sequence[Trace], path: str
     ax.set_xticks(x, zones, rotation=45, ha="right")
     ax.set_ylabel("MTTP (hours)")
     ax.legend()
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from fleet.figures import pyplot, save_figure
 from fleet.simulation.sweep import OMNISCIENT, SweepResult, summarize
 
 
@@ -13,10 +14,7 @@ def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path,
     """One panel per sweep (title, result): the distribution of cost / on-demand-only cost
     per policy over the start times (box: quartiles, whiskers: p5-p95, triangle: mean),
     each policy labelled with its deadline-met rate."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     n = len(sweeps)
     ncols = max(1, min(ncols, n))
@@ -41,9 +39,4 @@ def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path,
         ax.set_title(title, fontsize=10)
         ax.set_xlim(0.25, 1.05)
         ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path, dpi=110)

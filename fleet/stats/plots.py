@@ -8,15 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
+from fleet.figures import bars_with_interval, pyplot, save_figure
 from fleet.stats.preemption import ZoneStats
 
 
 def plot_zone_stats(stats: Sequence[ZoneStats], path: str | Path, title: str = "") -> Path:
     """Three panels: availability, MTTP with its CI, and the hour-of-day preemption rate."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if not stats:
         raise ValueError("no statistics to plot")
@@ -32,9 +30,7 @@ def plot_zone_stats(stats: Sequence[ZoneStats], path: str | Path, title: str = "
     mttp = np.array([s.mttp_hours if math.isfinite(s.mttp_hours) else np.nan for s in stats])
     lo = np.array([s.mttp_ci[0] for s in stats])
     hi = np.array([s.mttp_ci[1] if math.isfinite(s.mttp_ci[1]) else np.nan for s in stats])
-    ax.bar(x, mttp, color="C1")
-    ax.errorbar(x, mttp, yerr=[np.maximum(mttp - lo, 0), np.maximum(hi - mttp, 0)], fmt="none",
-                ecolor="k", capsize=3)
+    bars_with_interval(ax, x, mttp, lo, hi, color="C1")
     ax.set_xticks(x, zones, rotation=45, ha="right")
     level = int(100 * stats[0].ci_level)
     ax.set_ylabel(f"MTTP, hours ({level}% CI, exponential)")
@@ -47,20 +43,12 @@ def plot_zone_stats(stats: Sequence[ZoneStats], path: str | Path, title: str = "
     fig.colorbar(im, ax=ax, label="preemptions per held hour")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)
 
 
 def plot_forecasts(forecasts: Sequence, path: str | Path, title: str = "") -> Path:
     """Two panels: P(capacity) for each hour ahead, and the available fraction (p10-p90)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if not forecasts:
         raise ValueError("no forecasts to plot")
@@ -79,18 +67,12 @@ def plot_forecasts(forecasts: Sequence, path: str | Path, title: str = "") -> Pa
     mean = np.array([f.availability_mean for f in forecasts])
     lo = np.array([f.availability_p10 for f in forecasts])
     hi = np.array([f.availability_p90 for f in forecasts])
-    ax.bar(x, mean, color="C0", alpha=0.7, label="mean")
-    ax.errorbar(x, mean, yerr=[np.maximum(mean - lo, 0), np.maximum(hi - mean, 0)], fmt="none",
-                ecolor="k", capsize=3, label="p10-p90")
+    bars_with_interval(ax, x, mean, lo, hi, interval_label="p10-p90", color="C0", alpha=0.7,
+                       label="mean")
     ax.set_xticks(x, [f.zone for f in forecasts], rotation=45, ha="right")
     ax.set_ylim(0, 1)
     ax.set_ylabel(f"available fraction of the next {forecasts[0].horizon_hours:g} h")
     ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)

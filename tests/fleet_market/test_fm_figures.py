@@ -1,0 +1,55 @@
+"""Every fleet figure renders to a PNG through the shared helpers in fleet.figures."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from fleet.figures import bars_with_interval, pyplot, save_figure
+from fleet.market.compare import plot_comparison
+from fleet.market.synthetic import default_market_config, generate_market
+from fleet.policies.base import JobSpec
+from fleet.simulation.market import Market
+from fleet.simulation.plot import plot_sweeps
+from fleet.simulation.sweep import make_policies, run_sweep
+from fleet.stats.forecast import forecast_zones
+from fleet.stats.plots import plot_forecasts, plot_zone_stats
+from fleet.stats.preemption import zone_stats
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def traces():
+    return generate_market(default_market_config(n_zones=3), 96.0, seed=1)
+
+
+def _is_png(path) -> bool:
+    return path.exists() and path.read_bytes()[:8] == PNG
+
+
+def test_bars_with_interval_never_draws_negative_error_bars(tmp_path):
+    fig, ax = pyplot().subplots()
+    bars_with_interval(ax, np.arange(3), [2.0, 1.0, 3.0], [1.0, 1.5, 2.0], [3.0, 0.5, 4.0],
+                       interval_label="ci")
+    [err] = ax.containers[1:]
+    lines = err.lines[2][0].get_segments()  # one vertical segment per bar
+    assert [tuple(round(v, 6) for v in (s[0][1], s[1][1])) for s in lines] == \
+        [(1.0, 3.0), (1.0, 1.0), (2.0, 4.0)]  # the 2nd interval lies below its bar: clipped to 0
+    out = save_figure(fig, tmp_path / "sub" / "bars.png")
+    assert _is_png(out) and not plt.fignum_exists(fig.number)
+
+
+def test_fleet_figures_render(tmp_path, traces):
+    assert _is_png(plot_zone_stats(zone_stats(traces), tmp_path / "a" / "stats.png", title="t"))
+    fc = forecast_zones(traces, None, 12.0, n_samples=50, seed=0)
+    assert _is_png(plot_forecasts(fc, tmp_path / "fc.png"))
+    assert _is_png(plot_comparison(traces, generate_market(default_market_config(n_zones=3), 96.0, seed=2),
+                                   tmp_path / "cmp.png"))
+    spec = JobSpec(work_hours=4.0, deadline_hours=8.0)
+    res = run_sweep(Market.from_traces(traces), spec, make_policies()[:2], [0, 12, 24],
+                    with_omniscient=False)
+    assert _is_png(plot_sweeps([("small", res)], tmp_path / "sweep.png"))
+    with pytest.raises(ValueError, match="no statistics"):
+        plot_zone_stats([], tmp_path / "x.png")
