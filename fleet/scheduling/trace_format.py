@@ -61,14 +61,32 @@ class JobTrace:
 
     def hp_demand(self, n_hours: int | None = None) -> np.ndarray:
         """Hourly HP GPU-slot demand per (pool, org) if every HP job ran on arrival:
-        array [pools, orgs, hours]; a job counts in every hour its run overlaps."""
+        array [pools, orgs, hours]; entry h is the *peak* number of slots held at once
+        during [h, h+1) hours (the level SQA must leave to HP), not the sum over every job
+        that touches the hour (that sum counts a GPU once per short job it serves and
+        overstates the demand when jobs are shorter than an hour)."""
         end = self.submit + self.duration
         hours = int(np.ceil(end.max() / 3600.0)) + 1 if n_hours is None else n_hours
-        out = np.zeros((len(self.pool_names), len(self.org_names), hours + 1))
-        hp = self.is_hp
-        h0 = np.minimum((self.submit[hp] // 3600).astype(int), hours)
-        h1 = np.minimum((end[hp] // 3600).astype(int) + 1, hours)
-        slots = (self.g * self.w)[hp]
-        np.add.at(out, (self.pool[hp], self.org[hp], h0), slots)
-        np.add.at(out, (self.pool[hp], self.org[hp], h1), -slots)
-        return np.cumsum(out, axis=2)[:, :, :hours]
+        out = np.zeros((len(self.pool_names), len(self.org_names), hours))
+        hp = np.flatnonzero(self.is_hp)
+        if len(hp) == 0 or hours <= 0:
+            return out
+        slots = (self.g * self.w)[hp].astype(float)
+        key = self.pool[hp].astype(np.int64) * len(self.org_names) + self.org[hp]
+        # events: (series, time, delta); at equal times releases come before starts
+        t = np.concatenate([self.submit[hp], end[hp]])
+        d = np.concatenate([slots, -slots])
+        k = np.concatenate([key, key])
+        o = np.lexsort((d, t, k))
+        t, d, k = t[o], d[o], k[o]
+        edges = np.arange(hours + 1) * 3600.0
+        for series in np.unique(k):
+            lo, hi = np.searchsorted(k, [series, series + 1])
+            ts, lvl = t[lo:hi], np.cumsum(d[lo:hi])
+            # level in force at each hour start (after the events at that instant)
+            at = np.searchsorted(ts, edges[:-1], side="right") - 1
+            peak = np.where(at >= 0, lvl[np.maximum(at, 0)], 0.0)
+            inside = ts < edges[-1]
+            np.maximum.at(peak, (ts[inside] // 3600.0).astype(int), lvl[inside])
+            out[series // len(self.org_names), series % len(self.org_names)] = np.maximum(peak, 0.0)
+        return out
