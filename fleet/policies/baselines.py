@@ -37,6 +37,13 @@ def _far(obs: Observation, state: JobState) -> int:
     return obs.tick + 10 * int(math.ceil(state.spec.deadline_hours / obs.gap_hours)) + 10
 
 
+def _on_demand_to_the_end(state: JobState, obs: Observation) -> Action | None:
+    """The safety net: once on-demand (or once the slack forces it), stay there to the end."""
+    if state.location == ON_DEMAND or must_go_on_demand(state, obs.gap_hours):
+        return Action(ON_DEMAND, None, recheck_tick=_far(obs, state), watch=())
+    return None
+
+
 class OnDemandOnly(Policy):
     """Launch one on-demand instance and run to completion: the cost reference."""
 
@@ -63,10 +70,9 @@ class SingleZoneGreedy(Policy):
         self.interval = default_checkpoint_interval_hours(spec)
 
     def decide(self, state: JobState, obs: Observation) -> Action:
-        g = obs.gap_hours
-        if state.location == ON_DEMAND or must_go_on_demand(state, g):
-            return Action(ON_DEMAND, None, recheck_tick=_far(obs, state), watch=())
-        k = ticks_until_unsafe(state, g)
+        if (final := _on_demand_to_the_end(state, obs)) is not None:
+            return final
+        k = ticks_until_unsafe(state, obs.gap_hours)
         if obs.available[self.zone]:
             return Action(self.zone, self.interval, obs.tick + k, watch=(self.zone,))
         return Action(IDLE, None, obs.tick + k, watch=(self.zone,))
@@ -95,10 +101,9 @@ class Failover(Policy):
         self.interval = default_checkpoint_interval_hours(spec)
 
     def decide(self, state: JobState, obs: Observation) -> Action:
-        g = obs.gap_hours
-        if state.location == ON_DEMAND or must_go_on_demand(state, g):
-            return Action(ON_DEMAND, None, recheck_tick=_far(obs, state), watch=())
-        k = ticks_until_unsafe(state, g)
+        if (final := _on_demand_to_the_end(state, obs)) is not None:
+            return final
+        k = ticks_until_unsafe(state, obs.gap_hours)
         if state.location >= 0:
             return Action(state.location, self.interval, obs.tick + k, watch=(state.location,))
         if state.just_preempted:
