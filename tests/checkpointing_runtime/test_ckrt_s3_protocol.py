@@ -4,10 +4,8 @@ radosgw server in tests/s3)."""
 
 from __future__ import annotations
 
-import boto3
 import pytest
 import torch
-from moto import mock_aws
 
 from checkpointing.manifest import list_checkpoints
 from checkpointing.saver import AsyncSaver, restore_state
@@ -16,14 +14,9 @@ from checkpointing.torch_state import TrainingState, state_sha256
 
 
 @pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch):
-    for var in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with mock_aws():
-        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="ckpt")
-        yield S3Store.from_uri("s3://ckpt/run1", region="us-east-1")
+def s3(moto_s3) -> S3Store:
+    moto_s3.create_bucket(Bucket="ckpt")
+    return S3Store.from_uri("s3://ckpt/run1", region="us-east-1")
 
 
 def test_save_restore_fallback_retention_on_s3(s3: S3Store) -> None:

@@ -7,9 +7,7 @@ reason when the Ceph binaries are missing (scripts/install_test_services.sh inst
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -27,20 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s3"))
 
 @pytest.fixture(scope="module")
 def gateway():
-    from s3_radosgw_server import RadosGateway, missing_binaries
+    from s3_radosgw_server import running_gateway
 
-    missing = missing_binaries()
-    if missing:
-        pytest.skip(f"real S3 server unavailable: {', '.join(missing)} not installed "
-                    "(bash scripts/install_test_services.sh)")
-    work = tempfile.mkdtemp(prefix="spotfleet-pipes-rgw-")
-    gw = RadosGateway(work)
-    try:
-        gw.start()
+    with running_gateway("spotfleet-pipes-rgw-") as gw:
         yield gw
-    finally:
-        gw.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_training_stage_streams_through_the_s3_channel(gateway, tmp_path, monkeypatch):

@@ -7,30 +7,17 @@ Ceph binaries are not installed (``sudo bash scripts/install_test_services.sh``)
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from s3_radosgw_server import RadosGateway, missing_binaries
+from s3_radosgw_server import RadosGateway, running_gateway
 
 
 @pytest.fixture(scope="session")
 def radosgw() -> Iterator[RadosGateway]:
-    missing = missing_binaries()
-    if missing:
-        pytest.skip(f"real S3 server unavailable: {', '.join(missing)} not installed; "
-                    "run `sudo bash scripts/install_test_services.sh` (Debian: ceph-mon ceph-osd "
-                    "radosgw ceph-common)")
-    workdir = tempfile.mkdtemp(prefix="spotfleet-radosgw-")
-    gateway = RadosGateway(workdir)
-    try:
-        gateway.start()
+    with running_gateway() as gateway:
         yield gateway
-    finally:
-        gateway.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -10,16 +10,19 @@ Cold start is ~10-20 s on 2 cores. Debian packages: ceph-mon ceph-osd radosgw ce
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph")
@@ -211,3 +214,26 @@ rgw thread pool size = 64
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def running_gateway(prefix: str = "spotfleet-radosgw-") -> Iterator[RadosGateway]:
+    """A started gateway in a fresh temporary folder, stopped and removed afterwards.
+
+    Skips the calling test (pytest) with the reason when the Ceph binaries are missing.
+    """
+    import pytest
+
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"real S3 server unavailable: {', '.join(missing)} not installed; "
+                    "run `sudo bash scripts/install_test_services.sh` (Debian: ceph-mon ceph-osd "
+                    "radosgw ceph-common)")
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    gateway = RadosGateway(workdir)
+    try:
+        gateway.start()
+        yield gateway
+    finally:
+        gateway.stop()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -5,21 +5,14 @@ from __future__ import annotations
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from checkpointing.stores import StoreError
 from checkpointing.stores.s3 import MIN_PART_SIZE_BYTES, S3Store
 
 
 @pytest.fixture
-def mocked(monkeypatch: pytest.MonkeyPatch):
-    for var in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with mock_aws():
-        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="unit")
-        yield
+def mocked(moto_s3):
+    moto_s3.create_bucket(Bucket="unit")
 
 
 def test_prefix_mapping_and_sizes(mocked) -> None:
