@@ -24,7 +24,7 @@ import numpy as np
 
 from fleet.scheduling.baselines import PolicyConfig
 from fleet.scheduling.pts import fragmentation_table, non_preemptive, preemptive
-from fleet.scheduling.sqa import SQAParams, spot_quota, update_eta
+from fleet.scheduling.sqa import SQAParams, spot_quota, update_eta, window_eviction_rate
 from fleet.scheduling.state import ClusterState, PTSParams, SimJob
 from fleet.scheduling.trace_format import JobTrace
 
@@ -126,6 +126,8 @@ class ClusterSimulator:
         self.running_spot: list[set[int]] = [set() for _ in range(n_pools)]
         self.starts_log: list[deque] = [deque() for _ in range(n_pools)]  # (t, wait_s) spot starts
         self.evict_log: list[deque] = [deque() for _ in range(n_pools)]  # t of spot evictions
+        # (t, run_start) of every spot run that stopped (finish, eviction, lease suspend)
+        self.stop_log: list[deque] = [deque() for _ in range(n_pools)]
         self.next_eta_update = self.sqa.horizon_h * 3600.0
 
     # -- queues -------------------------------------------------------------------
@@ -165,6 +167,7 @@ class ClusterSimulator:
         job.token += 1
         if not job.is_hp:
             self.running_spot[job.pool].discard(job.id)
+            self.stop_log[job.pool].append((t, job.run_start))
 
     def _evict(self, job: SimJob, t: float) -> None:
         saved = job.last_checkpoint(t) - job.run_start
@@ -195,19 +198,29 @@ class ClusterSimulator:
             horizon_s = H * 3600.0
             # S_a: spot GPUs still inside the H-hour guarantee of their current run
             sa = 0
+            lo = t - horizon_s
+            running_before = 0  # spot runs still going that started before the window
             for j in self.running_spot[p]:
                 job = st.jobs[j]
                 if t - job.run_start < horizon_s:
                     sa += job.slots
+                if job.run_start < lo:
+                    running_before += 1
             self.guaranteed[p] = sa
             if update_eta_now:
-                lo = t - horizon_s
-                starts, evs = self.starts_log[p], self.evict_log[p]
+                starts, evs, stops = self.starts_log[p], self.evict_log[p], self.stop_log[p]
                 while starts and starts[0][0] < lo:
                     starts.popleft()
                 while evs and evs[0] < lo:
                     evs.popleft()
-                e = len(evs) / len(starts) if starts else 0.0
+                while stops and stops[0][0] < lo:
+                    stops.popleft()
+                # e = evictions / runs (§4.2) over the spot runs active in the window:
+                # those started in it, plus those started before it and still running or
+                # stopped inside it. (Dividing by starts alone gave e > 1, and e = 0
+                # whenever a window had evictions but no new start.)
+                active = len(starts) + running_before + sum(1 for _, rs in stops if rs < lo)
+                e = window_eviction_rate(len(evs), active)
                 waits = [w for _, w in starts]
                 waits += [t - st.jobs[k[-1]].enqueued for k in self.spot_q[p]]
                 l_max = max(waits) if waits else 0.0
