@@ -123,6 +123,11 @@ def main() -> int:
 
         on_demand_nodes: set[str] = set()
 
+        def inject(node_id: str) -> None:
+            if not preempt_node_now(provider, spec.name, node_id):
+                pipes.log.warning(f"fault injection: could not preempt {node_id} (provider "
+                                  f"{provider.name} has no preempt_now, or the node already ended)")
+
         def on_event(ev: Event) -> None:
             with lock:
                 events.append(ev)
@@ -139,8 +144,7 @@ def main() -> int:
                     while inject_at and step >= inject_at[0]:
                         inject_at.pop(0)
                     pipes.log.warning(f"fault injection: preemption notice to {ev.node_id} at step {step}")
-                    threading.Thread(target=preempt_node_now, args=(provider, spec.name, ev.node_id),
-                                     daemon=True).start()
+                    threading.Thread(target=inject, args=(ev.node_id,), daemon=True).start()
                 if lose_at is not None and attempt == 1 and isinstance(step, (int, float)) \
                         and step >= int(lose_at) and not lost.is_set():
                     lost.set()

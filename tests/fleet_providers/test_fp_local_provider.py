@@ -159,6 +159,26 @@ def test_cancel_stops_the_stage(tmp_path):
     assert [s.end_reason for s in prov.sessions()] == ["cancelled"]
 
 
+def test_preempt_now_injects_one_preemption_and_the_stage_resumes(tmp_path):
+    prov = LocalFleetProvider(_cfg(tmp_path, schedule=CapacitySchedule.rotating(ZONES, up_hours=100)))
+    assert prov.preempt_now("inj", "no-such-node") is False  # stage not running: no-op
+    hits: list[bool] = []
+
+    def on_event(ev: Event) -> None:
+        if ev.kind == "progress" and ev.node_id and not hits and ev.data.get("step", 0) >= 30:
+            hits.append(True)
+            node = ev.node_id
+            threading.Thread(target=lambda: hits.append(prov.preempt_now("inj", node))).start()
+
+    res = prov.run_stage(_spec(tmp_path, steps=150, name="inj"), on_event=on_event)
+    assert hits == [True, True]
+    assert res.completed and res.final_step == 150
+    # the stable market preempts nothing by itself: exactly the one injected preemption
+    assert [s.end_reason for s in res.sessions] == ["preempted", "completed"]
+    assert res.sessions[1].first_step == res.sessions[0].last_checkpoint_step
+    assert prov.preempt_now("inj", res.sessions[1].node_id) is False  # stage over
+
+
 def test_two_node_group_moves_together(tmp_path):
     res = LocalFleetProvider(_cfg(tmp_path)).run_stage(_spec(tmp_path, steps=150, num_nodes=2))
     assert res.completed and len(res.sessions) % 2 == 0 and len(res.sessions) >= 4

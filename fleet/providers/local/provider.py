@@ -35,6 +35,7 @@ from checkpointing import runtime_env as rt
 from checkpointing.events import Event
 from fleet.emulation.injector import CapacitySchedule, PreemptionInjector, TimeScale
 from fleet.market.prices import PriceBook
+from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
 from fleet.providers.local.provider_events import EventTail, provider_event
 from fleet.providers.local.relaunch import Launch, RelaunchContext, RelaunchPolicy
@@ -127,34 +128,44 @@ class LocalFleetProvider(FleetProvider):
         if run is not None:
             run.cancel()
 
+    def preempt_now(self, stage: str, node_id: str, grace_seconds: float | None = None) -> bool:
+        """Fault injection: deliver a preemption notice to one node of a running stage now.
+
+        The node is SIGKILLed after ``grace_seconds`` (default: the cloud's grace, seconds)
+        exactly as for a preemption replayed from the trace, and the stage relaunches.
+        Returns False (and does nothing) when the stage is not running or the node is not
+        a running node of it. To lose the whole attempt instead, call ``cancel(stage)``.
+        """
+        with self._lock:
+            run = self._runs.get(stage)
+        injector = getattr(run, "injector", None)
+        if injector is None:
+            return False
+        try:
+            injector.preempt_now(node_id, grace_seconds)
+        except ValueError:  # the node already ended or was never under this stage's injector
+            return False
+        return True
+
     def sessions(self) -> Iterator[NodeSession]:
         with self._lock:
             return iter(list(self._sessions))
 
 
-class _StageRun:
+class _StageRun(AttemptRecord):
     """One attempt of one stage on the local fleet."""
 
     def __init__(self, provider: LocalFleetProvider, spec: StageSpec, attempt: int,
                  on_event: Callable[[Event], None] | None):
+        super().__init__(spec, attempt, on_event)
         self.provider = provider
         self.cfg = provider.config
-        self.spec = spec
-        self.attempt = attempt
-        self.on_event = on_event
-        self.sessions: list[NodeSession] = []
-        self.events: list[Event] = []
         self._cancelled = threading.Event()
         self._injector_msgs: queue.Queue[tuple[str, str, float | None]] = queue.Queue()
         self._nodes: list[_Node] = []
         self._progress: dict[str, Any] = {}
         self._tmp: str | None = None
-
-    # -- events ---------------------------------------------------------------------------
-    def _emit(self, event: Event) -> None:
-        self.events.append(event)
-        if self.on_event is not None:
-            self.on_event(event)
+        self.injector: PreemptionInjector | None = None  # set by execute()
 
     def cancel(self) -> None:
         self._cancelled.set()

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpointing.events import Event
+from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
 from fleet.providers.local.provider_events import provider_event
 from fleet.providers.local.relaunch import RelaunchContext, RelaunchPolicy
@@ -128,22 +129,15 @@ class SkyPilotProvider(FleetProvider):
                 self._cancelled.discard(spec.name)
 
 
-class _SkyRun:
+class _SkyRun(AttemptRecord):
+    """One attempt of one stage as SkyPilot managed jobs."""
+
     def __init__(self, provider: SkyPilotProvider, spec: StageSpec, attempt: int,
                  on_event: Callable[[Event], None] | None):
+        super().__init__(spec, attempt, on_event)
         self.p = provider
         self.cfg = provider.config
-        self.spec = spec
-        self.attempt = attempt
-        self.on_event = on_event
-        self.sessions: list[NodeSession] = []
-        self.events: list[Event] = []
         self.jobs: list[int] = []
-
-    def _emit(self, event: Event) -> None:
-        self.events.append(event)
-        if self.on_event is not None:
-            self.on_event(event)
 
     def _cancelled(self) -> bool:
         with self.p._lock:
