@@ -94,17 +94,15 @@ def build_provider(kind: str, options: dict[str, Any]) -> FleetProvider:
 
 
 def preempt_node_now(provider: FleetProvider, stage: str, node_id: str) -> bool:
-    """Fault injection on the local fleet: notice + kill one node of a running stage now.
+    """Fault injection: notice + kill one node of a running stage now.
 
-    Returns False when the provider cannot inject (not the local fleet, stage not running).
+    Uses the provider's public ``preempt_now`` (the local fleet has one). Returns False
+    when the provider cannot inject (no such method, stage or node not running).
     """
-    runs = getattr(provider, "_runs", None)
-    run = runs.get(stage) if isinstance(runs, dict) else None
-    injector = getattr(run, "injector", None)
-    if injector is None:
+    preempt = getattr(provider, "preempt_now", None)
+    if preempt is None:
         return False
-    injector.preempt_now(node_id)
-    return True
+    return bool(preempt(stage, node_id))
 
 
 def on_demand_price(market: dict[str, Any]) -> float:
@@ -122,8 +120,22 @@ def price_book(market: dict[str, Any]):
                                         "on_demand": {"p3.2xlarge": {"*": od}}})
 
 
-def zone_stats_from_frame(df) -> list[Any]:
-    """``ZoneStats`` objects back from the preemption_stats table (trace rows only).
+def market_seconds_per_wall_second(market: dict[str, Any]) -> float:
+    """How many market seconds one wall second of the local fleet stands for."""
+    return 3600.0 / float(market.get("wall_seconds_per_market_hour", 10.0))
+
+
+def zone_stats_from_frame(df, local_time_factor: float = 1.0) -> list[Any]:
+    """``ZoneStats`` of the market's zones from the preemption_stats table.
+
+    One object per trace row; its ``restart_latency_s`` is the restart latency measured
+    in the node sessions of that zone (``fleet.stats.preemption.merge_session_latency``),
+    which the planner then uses as R. Session rows of the local fleet (cloud ``local``)
+    ran in the market's emulated zones, on a compressed clock: they are matched by
+    (region, zone, instance type) and their latency is multiplied by
+    ``local_time_factor`` (market seconds per wall second, see
+    ``market_seconds_per_wall_second``). Session rows of zones the market does not know
+    are left out.
 
     The table mixes trace and session rows, so pandas turns missing values into NaN:
     NaN and None become None again, and None rates / MTTPs (non-finite when written)
@@ -131,14 +143,14 @@ def zone_stats_from_frame(df) -> list[Any]:
     """
     import dataclasses
 
-    from fleet.stats.preemption import ZoneStats
+    from fleet.stats.preemption import ZoneStats, merge_session_latency
 
     def missing(v: Any) -> bool:
         return v is None or (isinstance(v, float) and math.isnan(v))
 
     names = {f.name for f in dataclasses.fields(ZoneStats)}
-    out = []
-    for row in df[df["source"] == "trace"].to_dict("records"):
+    rows = []
+    for row in df.to_dict("records"):
         kw: dict[str, Any] = {}
         for k, v in row.items():
             if k not in names:
@@ -151,8 +163,21 @@ def zone_stats_from_frame(df) -> list[Any]:
         for k in ("count", "preemptions", "regain_samples"):
             if k in kw and kw[k] is not None:
                 kw[k] = int(kw[k])
-        out.append(ZoneStats(**kw))
-    return out
+        rows.append(ZoneStats(**kw))
+    traces = [st for st in rows if st.source == "trace"]
+    cloud_of = {(st.region, st.zone, st.instance_type): st.cloud for st in traces}
+    measured = []
+    for st in rows:
+        if st.source != "sessions" or st.restart_latency_s is None:
+            continue
+        if st.cloud == "local":
+            cloud = cloud_of.get((st.region, st.zone, st.instance_type))
+            if cloud is None:
+                continue
+            st = dataclasses.replace(st, cloud=cloud,
+                                     restart_latency_s=st.restart_latency_s * local_time_factor)
+        measured.append(st)
+    return [st for st in merge_session_latency(traces + measured) if st.source == "trace"]
 
 
 def plan_for_stage(stage: dict[str, Any], stats: list[Any], forecasts: list[Any],
@@ -161,7 +186,8 @@ def plan_for_stage(stage: dict[str, Any], stats: list[Any], forecasts: list[Any]
     """The fleet plan of one stage (``fleet.planning.planner.plan_stage``) as a JSON-able dict.
 
     Adds the keys the train asset reads: ``zones`` (failover order), ``use_spot``,
-    ``on_demand_fallback``, ``reason`` (one line).
+    ``on_demand_fallback``, ``reason`` (one line); the planner's per-zone choices
+    (with the restart hours R each used) move to ``zone_choices``.
     """
     from fleet.planning.planner import StageRequest, plan_stage
 
@@ -172,6 +198,7 @@ def plan_for_stage(stage: dict[str, Any], stats: list[Any], forecasts: list[Any]
         candidate_zones=tuple(stage.get("zones") or ()), allow_on_demand=on_demand_fallback)
     plan = plan_stage(req, stats, forecasts, price_book(market))
     d = json_safe(plan.to_dict())
+    d["zone_choices"] = d["zones"]  # per zone: rate, c_eff, restart_hours (R) the plan used
     order = list(plan.failover_order) or list(stage.get("zones") or [])
     d["zones"] = order
     d["use_spot"] = bool(stage.get("spot", True)) and plan.spot_nodes > 0

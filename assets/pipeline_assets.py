@@ -174,7 +174,8 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
            description="Per stage: zones in failover order, spot / on-demand mix, on-demand fallback "
                        "threshold, expected cost and completion, and why (fleet.planning).")
     def fleet_plan(context: AssetExecutionContext, preemption_stats, preemption_forecast) -> Output:
-        stats = fleet_adapter.zone_stats_from_frame(preemption_stats)
+        stats = fleet_adapter.zone_stats_from_frame(
+            preemption_stats, fleet_adapter.market_seconds_per_wall_second(market))
         total_work = sum(s.work_hours for s in cfg.stages)
         plans = {}
         for s in cfg.stages:

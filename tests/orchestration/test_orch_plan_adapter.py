@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
+import pytest
 
 from assets import fleet_adapter
+from fleet.planning.planner import StageRequest
 from fleet.providers.base import NodeSession
 from fleet.stats.forecast import forecast_zones
 from fleet.stats.preemption import session_stats, zone_stats
@@ -34,12 +37,46 @@ def test_plan_is_the_same_with_recorded_sessions_in_the_statistics_table():
     b = fleet_adapter.zone_stats_from_frame(mixed)
     assert [s.zone for s in a] == [s.zone for s in b] == sorted(t.zone for t in traces)
     for x, y in zip(a, b, strict=True):
-        assert x.rate_per_hour == y.rate_per_hour and x.restart_latency_s is None and y.restart_latency_s is None
+        assert x.rate_per_hour == y.rate_per_hour and x.restart_latency_s is None
+        # the sessions' measured restart latency (ready - launch = 5 s) reaches their zone only
+        assert y.restart_latency_s == (5.0 if y.zone == "us-east-1f" else None)
         assert not any(isinstance(v, float) and math.isnan(v) for v in (y.regain_mean_hours, y.mttp_hours))
     fc = forecast_zones(traces, None, 12.0, n_samples=200, seed=0)
     stage = {"name": "pretrain", "zones": [], "spot": True, "nodes": 1, "accelerator": "V100", "count": 1,
              "work_hours": 4.0}
+    a = [dataclasses.replace(x, restart_latency_s=y.restart_latency_s) for x, y in zip(a, b, strict=True)]
     pa = fleet_adapter.plan_for_stage(stage, a, fc, market, 16.0, True)
     pb = fleet_adapter.plan_for_stage(stage, b, fc, market, 16.0, True)
     assert pa["use_spot"] and pb["use_spot"]
     assert pa["zones"] == pb["zones"] and pa["expected_cost"] == pb["expected_cost"]
+
+
+def test_plan_restart_hours_come_from_the_local_fleet_sessions():
+    """R of a zone = latency measured in its local-fleet sessions, on the market clock."""
+    [cfg] = load_pipelines(EXAMPLE_PIPELINES)
+    market = cfg.market.model_dump()
+    traces = fleet_adapter.market_traces(market)
+    zone = traces[0]
+    local = [NodeSession(node_id=f"l{i}", stage="pretrain", attempt=1, provider="local", cloud="local",
+                         region=zone.region, zone=zone.zone, instance_type="p3.2xlarge", spot=True,
+                         price_per_hour=0.918, launched_at=1e9 + 100 * i, ready_at=1e9 + 100 * i + 4 + 2 * i,
+                         ended_at=1e9 + 100 * i + 60, end_reason="preempted") for i in range(3)]
+    elsewhere = [dataclasses.replace(local[0], node_id="x", zone="nowhere-1a", region="nowhere-1")]
+    df = pd.DataFrame([s.to_dict() for s in zone_stats(traces)]
+                      + [s.to_dict() for s in session_stats(local + elsewhere)])
+    factor = fleet_adapter.market_seconds_per_wall_second(market)
+    assert factor == 3600.0 / market["wall_seconds_per_market_hour"]
+    stats = fleet_adapter.zone_stats_from_frame(df, factor)
+    assert sorted(s.zone for s in stats) == sorted(t.zone for t in traces)  # unknown zone left out
+    measured_s = 6.0 * factor  # mean of 4, 6, 8 wall seconds, in market seconds
+    by_zone = {s.zone: s for s in stats}
+    assert by_zone[zone.zone].restart_latency_s == measured_s
+    assert by_zone[zone.zone].cloud == zone.cloud  # matched to the trace row, not a separate row
+    fc = forecast_zones(traces, None, 12.0, n_samples=200, seed=0)
+    stage = {"name": "pretrain", "zones": [t.zone for t in traces], "spot": True, "nodes": 1,
+             "accelerator": "V100", "count": 1, "work_hours": 4.0}
+    plan = fleet_adapter.plan_for_stage(stage, stats, fc, market, 16.0, True)
+    r = {c["zone"]: c["restart_hours"] for c in plan["zone_choices"]}
+    assert r[zone.zone] == pytest.approx(measured_s / 3600.0)
+    default_r = StageRequest(work_hours=1.0).restart_hours
+    assert all(v == pytest.approx(default_r) for z, v in r.items() if z != zone.zone)
