@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ckrt_inprocess import run_main_in_process
 
 from checkpointing.events import Event, read_events
 from checkpointing.manifest import ENV_DEBUG_PERSIST_DELAY, MANIFEST_NAME, list_checkpoints
@@ -86,23 +87,8 @@ def _run_to_end(tmp: Path, attempt: str) -> str:
 @pytest.fixture(scope="module")
 def reference_sha(tmp_path_factory) -> str:
     """The uninterrupted run, in this process (saves a process start-up; same code path)."""
-    import importlib.util
-
-    import torch
-
     tmp = tmp_path_factory.mktemp("reference")
-    spec = importlib.util.spec_from_file_location("train_example_ref", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    saved_env, threads = dict(os.environ), torch.get_num_threads()
-    os.environ.clear()
-    os.environ.update(_env(tmp, "ref"))
-    try:
-        assert module.main(FLAGS) == 0
-    finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
-        torch.set_num_threads(threads)
+    run_main_in_process(EXAMPLE, FLAGS, _env(tmp, "ref"), "train_example_ref")
     return _final_sha(tmp, "ref")
 
 

@@ -5,18 +5,16 @@ used a local directory."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-import torch
+from ckrt_inprocess import run_main_in_process
 
 from checkpointing.events import read_events
 from checkpointing.manifest import ENV_DEBUG_PERSIST_DELAY, list_checkpoints
@@ -29,26 +27,15 @@ FLAGS = ["--steps", "80", "--seed", "5", "--model", "mlp", "--size", "tiny",
          "--step-sleep", "0.01", "--periodic-every", "10", "--progress-every", "5"]
 
 sys.path.insert(0, str(REPO / "tests" / "s3"))
-from s3_radosgw_server import RadosGateway, missing_binaries  # noqa: E402
+from s3_radosgw_server import RadosGateway, running_gateway  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3]
 
 
 @pytest.fixture(scope="module")
 def gateway():
-    missing = missing_binaries()
-    if missing:
-        pytest.skip(f"real S3 server unavailable: {', '.join(missing)} not installed")
-    workdir = tempfile.mkdtemp(prefix="ckrt-radosgw-")
-    gw = RadosGateway(workdir)
-    try:
-        gw.start()
+    with running_gateway("ckrt-radosgw-") as gw:
         yield gw
-    finally:
-        gw.stop()
-        import shutil
-
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _env(tmp: Path, uri: str, gw: RadosGateway | None, attempt: str) -> dict[str, str]:
@@ -67,18 +54,7 @@ def _env(tmp: Path, uri: str, gw: RadosGateway | None, attempt: str) -> dict[str
 
 
 def _reference_sha(tmp: Path) -> str:
-    spec = importlib.util.spec_from_file_location("train_example_ref_s3", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    saved, threads = dict(os.environ), torch.get_num_threads()
-    os.environ.clear()
-    os.environ.update(_env(tmp, str(tmp / "ckpt"), None, "ref"))
-    try:
-        assert module.main(FLAGS) == 0
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        torch.set_num_threads(threads)
+    run_main_in_process(EXAMPLE, FLAGS, _env(tmp, str(tmp / "ckpt"), None, "ref"), "train_example_ref_s3")
     return [e for e in read_events(tmp / "events.jsonl") if e.kind == "exit"][-1].data["state_sha256"]
 
 
