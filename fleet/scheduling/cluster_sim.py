@@ -126,7 +126,7 @@ class ClusterSimulator:
         self.running_spot: list[set[int]] = [set() for _ in range(n_pools)]
         self.starts_log: list[deque] = [deque() for _ in range(n_pools)]  # (t, wait_s) spot starts
         self.evict_log: list[deque] = [deque() for _ in range(n_pools)]  # t of spot evictions
-        # (t, run_start) of every spot run that stopped (finish, eviction, lease suspend)
+        # (t, run_start) of every spot run that ended (finish, eviction, lease suspend)
         self.stop_log: list[deque] = [deque() for _ in range(n_pools)]
         self.next_eta_update = self.sqa.horizon_h * 3600.0
 
@@ -199,13 +199,10 @@ class ClusterSimulator:
             # S_a: spot GPUs still inside the H-hour guarantee of their current run
             sa = 0
             lo = t - horizon_s
-            running_before = 0  # spot runs still going that started before the window
             for j in self.running_spot[p]:
                 job = st.jobs[j]
                 if t - job.run_start < horizon_s:
                     sa += job.slots
-                if job.run_start < lo:
-                    running_before += 1
             self.guaranteed[p] = sa
             if update_eta_now:
                 starts, evs, stops = self.starts_log[p], self.evict_log[p], self.stop_log[p]
@@ -215,12 +212,13 @@ class ClusterSimulator:
                     evs.popleft()
                 while stops and stops[0][0] < lo:
                     stops.popleft()
-                # e = evictions / runs (§4.2) over the spot runs active in the window:
-                # those started in it, plus those started before it and still running or
-                # stopped inside it. (Dividing by starts alone gave e > 1, and e = 0
-                # whenever a window had evictions but no new start.)
-                active = len(starts) + running_before + sum(1 for _, rs in stops if rs < lo)
-                e = window_eviction_rate(len(evs), active)
+                # e = §4.2's evictions / runs, estimated on the spot runs that *ended* in
+                # the window (finished, evicted or suspended): the share of runs that ended
+                # by eviction, in [0, 1]. (Dividing by the runs started in the window gave
+                # e > 1 after a burst of evictions, and e = 0 when no run started; dividing
+                # by the runs active in it measures an hourly hazard, far below the
+                # per-run rate when runs last many hours.)
+                e = window_eviction_rate(len(evs), len(stops))
                 waits = [w for _, w in starts]
                 waits += [t - st.jobs[k[-1]].enqueued for k in self.spot_q[p]]
                 l_max = max(waits) if waits else 0.0

@@ -71,14 +71,15 @@ def spot_quota(inventory: float, eta: float, idle_gpus: float, guaranteed_spot_g
     return min(inventory * eta, idle_gpus + guaranteed_spot_gpus)
 
 
-def window_eviction_rate(evictions: int, active_runs: int) -> float:
+def window_eviction_rate(evictions: int, ended_runs: int) -> float:
     """Eviction rate e of Eq. 11 over the past H hours: spot evictions in the window
-    divided by the spot runs active in it (§4.2's evictions / runs), in [0, 1]."""
-    if evictions < 0 or active_runs < 0:
-        raise ValueError(f"counts must be >= 0, got evictions={evictions}, active_runs={active_runs}")
-    if evictions > active_runs:
-        raise ValueError(f"{evictions} evictions but only {active_runs} active runs: each eviction ends one run")
-    return evictions / active_runs if active_runs else 0.0
+    divided by the spot runs that ended in it (finished, evicted or suspended) -- the
+    share of runs ending by eviction, §4.2's evictions / runs -- in [0, 1]."""
+    if evictions < 0 or ended_runs < 0:
+        raise ValueError(f"counts must be >= 0, got evictions={evictions}, ended_runs={ended_runs}")
+    if evictions > ended_runs:
+        raise ValueError(f"{evictions} evictions but only {ended_runs} ended runs: each eviction ends one run")
+    return evictions / ended_runs if ended_runs else 0.0
 
 
 def update_eta(eta: float, eviction_rate: float, max_queue_s: float, params: SQAParams) -> float:

@@ -20,11 +20,11 @@ def trace(jobs):
                     a[:, 1].astype(int), np.ones(n, dtype=int), a[:, 2], a[:, 3], np.zeros(n))
 
 
-def test_window_rate_is_evictions_per_active_run():
+def test_window_rate_is_the_share_of_ended_runs_that_were_evictions():
     assert window_eviction_rate(2, 2) == 1.0
     assert window_eviction_rate(1, 4) == 0.25
     assert window_eviction_rate(0, 0) == 0.0
-    with pytest.raises(ValueError, match="active runs"):
+    with pytest.raises(ValueError, match="ended runs"):
         window_eviction_rate(3, 1)
 
 
@@ -32,9 +32,9 @@ def test_evictions_of_runs_started_before_the_window_cut_eta():
     # spot A and B (2 GPUs each) start at 3,000 s; HP (4 GPUs) arrives at 4,000 s, evicts
     # both and holds the node until 10,000 s. eta is updated every H = 1 h:
     #  t = 3,600: window [0, 3600]: 2 runs, 0 evictions -> e = 0, no wait > theta: eta 1
-    #  t = 7,200: window [3600, 7200]: no new start, 2 evictions of the 2 runs active in
-    #  it -> e = 1 > 1.5 * 0.1 -> eta = 1 * 0.1 / 1 = 0.1. (Counting only the runs that
-    #  started in the window read e = 0 here and left eta at 1.)
+    #  t = 7,200: window [3600, 7200]: no new start; 2 runs ended, both by eviction ->
+    #  e = 1 > 1.5 * 0.1 -> eta = 1 * 0.1 / 1 = 0.1. (Dividing by the runs that started
+    #  in the window read e = 0 here and left eta at 1.)
     tr = trace([(0, 2, 3000.0, 20000.0), (0, 2, 3000.0, 20000.0), (1, 4, 4000.0, 6000.0)])
     r = simulate(tr, get_policy("GFS"), np.zeros((1, 100)))
     assert r.evictions.tolist() == [1, 1, 0]
