@@ -1,35 +1,76 @@
-"""Spot availability traces in the public SkyPilot spot-traces JSON format.
+"""Spot availability traces of the public collections, loaded into one ``Trace`` each.
 
-File format (one file per zone/accelerator/count)::
+Formats read (see ../shared/data/README.md):
 
-    {"metadata": {"gap_seconds": G}, "data": [n0, n1, ...]}
+* **spot-traces** (SkyPilot, NSDI'24)::
 
-``data[i]`` is the number of spot instances available (1-node traces: 0/1) during
-tick ``i`` of ``G`` seconds. File name: ``<zone>_<accelerator>_<count>.json``.
+      {"metadata": {"gap_seconds": G}, "data": [n0, n1, ...]}
+
+  ``data[i]`` = spot instances obtainable (1-node folders: 0/1) or held (``N-node``
+  folders: 0..N) in tick ``i`` of ``G`` seconds. File name ``<zone>_<instance>.json``
+  where ``<zone>`` is an AWS (``us-east-1a``) or GCP (``us-central1-c``) zone and
+  ``<instance>`` is whatever label the collection used (``v100_1``, ``v100_8``,
+  ``intel_64``, ``c3-88``): the trailing number is part of the instance label (GPUs or
+  vCPUs per instance), NOT a node count.
+* **SkyNomad GCP H100** (``gcp-h100-2025``): the same shape plus
+  ``metadata.price_info`` (spot and on-demand $/h, machine type, region) and a top-level
+  ``prices`` list (spot $/h per tick). Its ``data`` is **inverted**: 1 = preempted /
+  unavailable, 0 = available. Recognised by ``metadata.price_info`` (some spot-traces
+  files also carry a ``prices`` list; they are NOT inverted).
+
+A market is keyed by (cloud, region, zone, instance type, nodes needed): a zone is up in
+a tick when the count is >= the nodes the job needs (``nodes``: argument, else
+``metadata.nodes``, else the ``N-node`` folder the file is in, else 1). Anything the
+loader cannot interpret raises :class:`TraceFormatError` naming the file and the fix;
+a zone that never has the nodes needed is reported with a warning, never silently.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-_NAME_RE = re.compile(r"^(?P<zone>[a-z0-9-]+?)_(?P<accelerator>[A-Za-z0-9]+)_(?P<count>\d+)$")
+#: zone name patterns: AWS ``us-east-1a`` / ``us-gov-west-1a``; GCP ``us-central1-c``
+_AWS_ZONE = re.compile(r"^[a-z]{2}(?:-gov)?-[a-z]+-\d+[a-z]$")
+_GCP_ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
+_NODES_DIR = re.compile(r"^(\d+)-node$")
 
 
 class TraceFormatError(ValueError):
     """A trace file is malformed; the message names the file, the field and the fix."""
 
 
+def zone_cloud(zone: str) -> str | None:
+    """``"aws"`` / ``"gcp"`` from the shape of a zone name, ``None`` when unknown."""
+    if _AWS_ZONE.match(zone):
+        return "aws"
+    if _GCP_ZONE.match(zone):
+        return "gcp"
+    return None
+
+
+def zone_region(zone: str) -> str:
+    """Region of a zone: GCP ``us-central1-c`` -> ``us-central1``; AWS ``us-east-1a`` ->
+    ``us-east-1``; anything else: the name without a trailing letter."""
+    if _GCP_ZONE.match(zone):
+        return zone.rsplit("-", 1)[0]
+    return zone[:-1] if zone and zone[-1].isalpha() else zone
+
+
 @dataclass(frozen=True)
 class Trace:
-    """Availability of one (zone, accelerator, node count) over time.
+    """Availability of one (zone, instance type, node count) over time.
 
-    ``available[i]`` is the number of instances obtainable in tick ``i``; a tick lasts
-    ``gap_seconds`` seconds. ``region`` is the zone without its trailing letter.
+    ``available[i]`` is the number of instances obtainable (or held) in tick ``i``; a
+    tick lasts ``gap_seconds`` seconds. ``count`` is the number of instances the job
+    needs: the zone is up in a tick when ``available >= count``. ``spot_prices`` ($/h per
+    tick, same length as ``available``) and ``on_demand_price`` ($/h) are set when the
+    file carries them.
     """
 
     zone: str
@@ -39,10 +80,23 @@ class Trace:
     available: np.ndarray  # int array, shape (n_ticks,)
     cloud: str = "aws"
     source: str = ""
+    instance_type: str = ""
+    spot_prices: np.ndarray | None = None
+    on_demand_price: float | None = None
 
     @property
     def region(self) -> str:
-        return self.zone[:-1] if self.zone and self.zone[-1].isalpha() else self.zone
+        return zone_region(self.zone)
+
+    @property
+    def nodes(self) -> int:
+        return max(self.count, 1)
+
+    @property
+    def key(self) -> tuple[str, str, str, str, int]:
+        """Market key: (cloud, region, zone, instance type, nodes needed)."""
+        return (self.cloud, self.region, self.zone, self.instance_type or self.accelerator,
+                self.nodes)
 
     @property
     def n_ticks(self) -> int:
@@ -57,13 +111,40 @@ class Trace:
         return self.available >= max(self.count, 1)
 
 
-def load_trace(path: str | Path, cloud: str = "aws") -> Trace:
-    """Load and validate one trace file; raise ``TraceFormatError`` naming the problem."""
+def _parse_name(p: Path) -> tuple[str, str]:
+    """(zone, instance label) from ``<zone>_<instance>.json``."""
+    zone, sep, label = p.stem.partition("_")
+    if not sep or not label or zone_cloud(zone) is None:
+        raise TraceFormatError(
+            f"{p}: file name must be <zone>_<instance>.json with an AWS (us-east-1a) or GCP "
+            "(us-central1-c) zone first, e.g. us-east-1a_v100_1.json or "
+            "us-central1-c_c3-88.json; rename the file")
+    return zone, label
+
+
+def _folder_nodes(p: Path) -> int | None:
+    for part in reversed(p.resolve().parent.parts):
+        m = _NODES_DIR.match(part)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = None,
+               inverted: bool | None = None) -> Trace:
+    """Load and validate one trace file; raise ``TraceFormatError`` naming the problem.
+
+    ``nodes``: instances the job needs (default: ``metadata.nodes``, the ``N-node``
+    folder, or 1). ``inverted``: ``data`` holds 1 for *unavailable* (default: detected,
+    True for the SkyNomad GCP H100 files). ``cloud``: default from the zone name.
+    """
     p = Path(path)
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TraceFormatError(f"{p}: no such trace file; check the path") from None
+    except (UnicodeDecodeError, OSError) as exc:
+        raise TraceFormatError(f"{p}: cannot read the file ({exc}); it must be UTF-8 JSON") from exc
     except json.JSONDecodeError as exc:
         raise TraceFormatError(f"{p}: not valid JSON ({exc}); the file may be truncated") from exc
     if not isinstance(raw, dict):
@@ -80,28 +161,79 @@ def load_trace(path: str | Path, cloud: str = "aws") -> Trace:
     for i, v in enumerate(data):
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise TraceFormatError(f"{p}: data[{i}] = {v!r}; every tick must be a non-negative integer count")
-    m = _NAME_RE.match(p.stem)
-    if m is None:
-        raise TraceFormatError(f"{p}: file name must be <zone>_<accelerator>_<count>.json, e.g. us-east-1a_v100_1.json")
-    return Trace(zone=m["zone"], accelerator=m["accelerator"], count=int(m["count"]),
-                 gap_seconds=float(gap), available=np.asarray(data, dtype=np.int32),
-                 cloud=cloud, source=str(p))
+    zone, label = _parse_name(p)
+    if "zone" in meta and meta["zone"] != zone:
+        raise TraceFormatError(f"{p}: metadata.zone {meta['zone']!r} does not match the file name's "
+                               f"zone {zone!r}; rename the file or fix the metadata")
+    price_info = meta.get("price_info")
+    nomad = isinstance(price_info, dict)  # SkyNomad files carry price_info (and invert)
+    inv = nomad if inverted is None else inverted
+    counts = np.asarray(data, dtype=np.int32)
+    if inv:
+        if counts.max() > 1:
+            raise TraceFormatError(
+                f"{p}: inverted (SkyNomad) traces hold 0 = available / 1 = unavailable, but "
+                f"data has a value {int(counts.max())}; pass inverted=False for a count trace")
+        counts = (1 - counts).astype(np.int32)
+    need = nodes if nodes is not None else meta.get("nodes", _folder_nodes(p) or 1)
+    if not isinstance(need, int) or isinstance(need, bool) or need < 1:
+        raise TraceFormatError(f"{p}: nodes needed must be a positive integer, got {need!r} "
+                               "(metadata.nodes or the nodes argument)")
+    if inv and need > 1:
+        raise TraceFormatError(f"{p}: an inverted 0/1 trace says only whether one instance "
+                               f"launched; it cannot tell whether {need} nodes were available")
+    spot_prices = None
+    od_price = None
+    instance_type = label
+    if nomad or "prices" in raw:
+        prices = raw.get("prices")
+        if prices is not None:
+            if not isinstance(prices, list) or len(prices) != len(data) or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in prices):
+                raise TraceFormatError(
+                    f"{p}: 'prices' must list one positive spot $/h per tick ({len(data)} ticks)")
+            spot_prices = np.asarray(prices, dtype=float)
+        if isinstance(price_info, dict):
+            try:
+                sp = float(price_info["price"])
+                od_price = float(price_info["on_demand_price"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise TraceFormatError(
+                    f"{p}: metadata.price_info needs numeric 'price' and 'on_demand_price' "
+                    f"($/h): {exc}") from exc
+            if spot_prices is None:
+                spot_prices = np.full(len(data), sp)
+            instance_type = str(price_info.get("machine_type") or label)
+    cl = cloud or zone_cloud(zone) or "aws"
+    accelerator = re.split(r"[_-]", label)[0]
+    tr = Trace(zone=zone, accelerator=accelerator, count=int(need), gap_seconds=float(gap),
+               available=counts, cloud=cl, source=str(p), instance_type=instance_type,
+               spot_prices=spot_prices, on_demand_price=od_price)
+    if not tr.up().any():
+        warnings.warn(f"{p}: zone {zone} never has {need} instance(s) available in "
+                      f"{tr.n_ticks} ticks (max count {int(counts.max())}); it will be "
+                      "treated as never available. Lower nodes= if the job needs fewer.",
+                      stacklevel=2)
+    return tr
 
 
-def load_trace_dir(directory: str | Path, cloud: str = "aws") -> list[Trace]:
-    """Load every ``*.json`` trace in a directory, sorted by zone."""
+def load_trace_dir(directory: str | Path, cloud: str | None = None, nodes: int | None = None,
+                   inverted: bool | None = None) -> list[Trace]:
+    """Load every ``*.json`` trace in a directory, sorted by file name (zone first)."""
     d = Path(directory)
     if not d.is_dir():
         raise TraceFormatError(f"{d}: not a directory of trace files")
-    traces = [load_trace(f, cloud=cloud) for f in sorted(d.glob("*.json"))]
+    traces = [load_trace(f, cloud=cloud, nodes=nodes, inverted=inverted)
+              for f in sorted(d.glob("*.json"))]
     if not traces:
         raise TraceFormatError(f"{d}: no *.json trace files found")
     return traces
 
 
 def trace_file_name(trace: Trace) -> str:
-    """``<zone>_<accelerator>_<count>.json``, the public file name of a trace."""
-    return f"{trace.zone}_{trace.accelerator}_{trace.count}.json"
+    """``<zone>_<instance>.json``, the public file name of a trace (``<zone>_<acc>_<count>``
+    for traces made in memory)."""
+    return f"{trace.zone}_{trace.instance_type or f'{trace.accelerator}_{trace.count}'}.json"
 
 
 def save_trace(trace: Trace, directory: str | Path) -> Path:
@@ -109,7 +241,7 @@ def save_trace(trace: Trace, directory: str | Path) -> Path:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     p = d / trace_file_name(trace)
-    payload = {"metadata": {"gap_seconds": trace.gap_seconds},
+    payload = {"metadata": {"gap_seconds": trace.gap_seconds, "nodes": trace.nodes},
                "data": [int(x) for x in trace.available]}
     p.write_text(json.dumps(payload), encoding="utf-8")
     return p

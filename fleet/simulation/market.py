@@ -1,42 +1,81 @@
-"""A multi-zone spot market as one boolean matrix, built from availability traces."""
+"""A multi-zone spot market: availability matrix, per-tick spot prices, regions.
+
+Built from the public trace collections (:mod:`fleet.market.traces`) or synthetic
+regimes (:mod:`fleet.market.regimes`). A market entry is keyed by (cloud, region, zone,
+instance type, nodes needed); several instance types may share a zone.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from fleet.market.traces import Trace, load_trace_dir
+from fleet.market.traces import Trace, TraceFormatError, load_trace_dir, zone_region
+
+MarketKey = tuple[str, str, str, str, int]
+"""(cloud, region, zone, instance type, nodes needed)."""
 
 
 @dataclass(frozen=True)
 class Market:
-    """Spot availability of several zones on a common tick grid.
+    """Spot availability of several zones on a common tick grid, with prices.
 
-    ``available[z, i]`` is True when a spot instance could be held in zone ``z`` during
-    tick ``i`` (``gap_seconds`` long). ``changed[z, i]`` marks ticks whose availability
-    differs from the previous tick; ``any_changed[i]`` is its OR over zones.
+    ``available[z, i]`` is True when the job's instances could be held in zone ``z``
+    during tick ``i`` (``gap_seconds`` long). ``spot_price[z, i]`` ($/h) and
+    ``on_demand_price[z]`` ($/h, on-demand in that zone's region) are ``None`` when the
+    data has no prices: the job's flat :class:`~fleet.policies.base.JobSpec` prices
+    apply then. ``regions[z]`` is the zone's region and ``cloud`` its cloud (moving a
+    checkpoint between regions costs egress, see :mod:`fleet.market.regions`).
+    ``changed[z, i]`` marks ticks whose availability differs from the previous tick.
     """
 
     zones: tuple[str, ...]
     gap_seconds: float
     available: np.ndarray
+    regions: tuple[str, ...] = ()
+    clouds: tuple[str, ...] = ()
+    instance_types: tuple[str, ...] = ()
+    nodes: int = 1
+    spot_price: np.ndarray | None = None
+    on_demand_price: np.ndarray | None = None
     changed: np.ndarray = field(init=False, repr=False)
     any_changed: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         avail = np.ascontiguousarray(self.available, dtype=bool)
-        if avail.ndim != 2 or avail.shape[0] != len(self.zones) or avail.shape[1] < 2:
+        nz = len(self.zones)
+        if avail.ndim != 2 or avail.shape[0] != nz or avail.shape[1] < 2:
             raise ValueError(
-                f"Market.available must have shape (zones={len(self.zones)}, ticks>=2), "
-                f"got {avail.shape}")
+                f"Market.available must have shape (zones={nz}, ticks>=2), got {avail.shape}")
         if not self.gap_seconds > 0:
             raise ValueError(f"Market.gap_seconds must be > 0, got {self.gap_seconds!r}")
+        regions = self.regions or tuple(zone_region(z.split("/")[0]) for z in self.zones)
+        clouds = self.clouds or tuple("aws" for _ in self.zones)
+        itypes = self.instance_types or tuple("" for _ in self.zones)
+        for name, vals in (("regions", regions), ("clouds", clouds), ("instance_types", itypes)):
+            if len(vals) != nz:
+                raise ValueError(f"Market.{name} needs one entry per zone ({nz}), got {len(vals)}")
+        if self.spot_price is not None:
+            sp = np.ascontiguousarray(self.spot_price, dtype=float)
+            if sp.shape != avail.shape or not np.all(sp > 0):
+                raise ValueError(f"Market.spot_price must be positive $/h of shape {avail.shape}, "
+                                 f"got {sp.shape}")
+            object.__setattr__(self, "spot_price", sp)
+        if self.on_demand_price is not None:
+            od = np.ascontiguousarray(self.on_demand_price, dtype=float)
+            if od.shape != (nz,) or not np.all(od > 0):
+                raise ValueError(f"Market.on_demand_price must be positive $/h, one per zone ({nz})")
+            object.__setattr__(self, "on_demand_price", od)
         changed = np.zeros_like(avail)
         changed[:, 1:] = avail[:, 1:] != avail[:, :-1]
         object.__setattr__(self, "available", avail)
+        object.__setattr__(self, "regions", tuple(regions))
+        object.__setattr__(self, "clouds", tuple(clouds))
+        object.__setattr__(self, "instance_types", tuple(itypes))
         object.__setattr__(self, "changed", changed)
         object.__setattr__(self, "any_changed", changed.any(axis=0))
 
@@ -56,31 +95,152 @@ class Market:
     def duration_hours(self) -> float:
         return self.n_ticks * self.gap_hours
 
+    @property
+    def region_names(self) -> tuple[str, ...]:
+        """Distinct regions, in first-appearance order."""
+        return tuple(dict.fromkeys(self.regions))
+
+    @property
+    def region_index(self) -> np.ndarray:
+        """Index into :attr:`region_names` of every zone's region."""
+        names = self.region_names
+        return np.array([names.index(r) for r in self.regions], dtype=np.int64)
+
+    @property
+    def keys(self) -> tuple[MarketKey, ...]:
+        return tuple((c, r, z.split("/")[0], it, self.nodes)
+                     for c, r, z, it in zip(self.clouds, self.regions, self.zones,
+                                            self.instance_types, strict=True))
+
+    def prices_for(self, spot_price: float, on_demand_price: float) -> tuple[np.ndarray, np.ndarray]:
+        """(spot $/h per zone and tick, on-demand $/h per zone), the flat fallbacks where
+        the market has no prices."""
+        sp = self.spot_price if self.spot_price is not None else np.full(
+            self.available.shape, float(spot_price))
+        od = self.on_demand_price if self.on_demand_price is not None else np.full(
+            self.n_zones, float(on_demand_price))
+        return sp, od
+
+    def subset(self, zones: Sequence[str]) -> Market:
+        """The market restricted to ``zones`` (in that order)."""
+        missing = [z for z in zones if z not in self.zones]
+        if missing:
+            raise ValueError(f"zones {missing} not in the market; it has {list(self.zones)}")
+        idx = [self.zones.index(z) for z in zones]
+        return Market(
+            zones=tuple(zones), gap_seconds=self.gap_seconds, available=self.available[idx],
+            regions=tuple(self.regions[i] for i in idx), clouds=tuple(self.clouds[i] for i in idx),
+            instance_types=tuple(self.instance_types[i] for i in idx), nodes=self.nodes,
+            spot_price=None if self.spot_price is None else self.spot_price[idx],
+            on_demand_price=None if self.on_demand_price is None else self.on_demand_price[idx])
+
+    def window(self, first: int, last: int) -> Market:
+        """Ticks ``first .. last-1`` only."""
+        return Market(
+            zones=self.zones, gap_seconds=self.gap_seconds,
+            available=self.available[:, first:last], regions=self.regions, clouds=self.clouds,
+            instance_types=self.instance_types, nodes=self.nodes,
+            spot_price=None if self.spot_price is None else self.spot_price[:, first:last],
+            on_demand_price=self.on_demand_price)
+
+    def with_spot_prices(self, path: str | Path) -> Market:
+        """Attach per-tick spot prices from a ``spot-prices/*.json`` file
+        (``{"<zone>_<instance>": [$/h per tick, ...]}``, aligned with the traces)."""
+        p = Path(path)
+        try:
+            raw = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise TraceFormatError(f"{p}: cannot read the price file ({exc})") from exc
+        if not isinstance(raw, dict):
+            raise TraceFormatError(f"{p}: must map '<zone>_<instance>' to a list of $/h per tick")
+        rows = []
+        for z, it in zip(self.zones, self.instance_types, strict=True):
+            zone = z.split("/")[0]
+            cands = [k for k in raw if k == f"{zone}_{it}" or k.split("_", 1)[0] == zone]
+            if len(cands) != 1:
+                raise TraceFormatError(
+                    f"{p}: no unique price series for zone {zone} (instance {it!r}); keys "
+                    f"found: {sorted(raw)[:12]}; name each series <zone>_<instance>")
+            vals = raw[cands[0]]
+            if not isinstance(vals, list) or len(vals) < self.n_ticks:
+                raise TraceFormatError(
+                    f"{p}: series {cands[0]} has {len(vals) if isinstance(vals, list) else '?'} "
+                    f"prices, the market has {self.n_ticks} ticks; align the files tick for tick")
+            arr = np.asarray(vals[: self.n_ticks], dtype=float)
+            if not np.all(arr > 0):
+                raise TraceFormatError(f"{p}: series {cands[0]} has non-positive prices")
+            rows.append(arr)
+        return Market(zones=self.zones, gap_seconds=self.gap_seconds, available=self.available,
+                      regions=self.regions, clouds=self.clouds,
+                      instance_types=self.instance_types, nodes=self.nodes,
+                      spot_price=np.stack(rows), on_demand_price=self.on_demand_price)
+
+    def with_on_demand_prices(self, prices: float | Sequence[float]) -> Market:
+        """Set on-demand $/h (one value for every zone, or one per zone)."""
+        od = np.broadcast_to(np.asarray(prices, dtype=float), (self.n_zones,)).copy()
+        return Market(zones=self.zones, gap_seconds=self.gap_seconds, available=self.available,
+                      regions=self.regions, clouds=self.clouds,
+                      instance_types=self.instance_types, nodes=self.nodes,
+                      spot_price=self.spot_price, on_demand_price=od)
+
     @classmethod
     def from_traces(cls, traces: Sequence[Trace]) -> Market:
-        """Stack 1-node traces of one gap; longer ones are cut to the shortest."""
+        """Stack traces of one gap; longer ones are cut to the shortest.
+
+        Several instance types in one zone are separate market entries, named
+        ``zone/instance``. Prices are attached when every trace carries them.
+        """
         if not traces:
             raise ValueError("Market.from_traces needs at least one trace")
         gaps = {t.gap_seconds for t in traces}
         if len(gaps) != 1:
+            srcs = {t.gap_seconds: t.source for t in traces}
             raise ValueError(
-                f"traces have different gap_seconds {sorted(gaps)}; load one collection "
-                "(one directory of the spot-traces data) at a time")
-        zones = tuple(t.zone for t in traces)
-        if len(set(zones)) != len(zones):
-            raise ValueError(f"duplicate zones in traces: {zones}; pass one trace per zone")
+                f"traces have different gap_seconds {sorted(gaps)} (e.g. {srcs}); load one "
+                "collection (one folder of the data) at a time")
+        keys = [t.key for t in traces]
+        if len(set(keys)) != len(keys):
+            dup = sorted({k for k in keys if keys.count(k) > 1})
+            raise ValueError(f"the same market entry (cloud, region, zone, instance, nodes) "
+                             f"appears twice: {dup}; pass one trace per entry")
+        nodes = {t.nodes for t in traces}
+        if len(nodes) != 1:
+            raise ValueError(f"traces need different node counts {sorted(nodes)}; one job "
+                             "needs one node count")
+        zone_count: dict[str, int] = {}
+        for t in traces:
+            zone_count[t.zone] = zone_count.get(t.zone, 0) + 1
+        names = tuple(t.zone if zone_count[t.zone] == 1 else f"{t.zone}/{t.instance_type or t.accelerator}"
+                      for t in traces)
         n = min(t.n_ticks for t in traces)
         avail = np.stack([t.up()[:n] for t in traces])
-        return cls(zones=zones, gap_seconds=float(gaps.pop()), available=avail)
+        sp = None
+        if all(t.spot_prices is not None for t in traces):
+            sp = np.stack([np.asarray(t.spot_prices)[:n] for t in traces])
+        od = None
+        if all(t.on_demand_price is not None for t in traces):
+            od = np.array([t.on_demand_price for t in traces], dtype=float)
+        return cls(zones=names, gap_seconds=float(gaps.pop()), available=avail,
+                   regions=tuple(t.region for t in traces), clouds=tuple(t.cloud for t in traces),
+                   instance_types=tuple(t.instance_type or t.accelerator for t in traces),
+                   nodes=nodes.pop(), spot_price=sp, on_demand_price=od)
 
     @classmethod
-    def from_dir(cls, directory: str | Path, zones: Sequence[str] | None = None) -> Market:
-        """Load every trace in ``directory`` (optionally only ``zones``, in that order)."""
-        traces = load_trace_dir(directory)
+    def from_dir(cls, directory: str | Path, zones: Sequence[str] | None = None,
+                 nodes: int | None = None, prices: str | Path | None = None,
+                 instance_types: Sequence[str] | None = None) -> Market:
+        """Load every trace in ``directory`` (optionally only ``zones``, in that order;
+        only ``instance_types``), needing ``nodes`` instances (default: the folder's
+        ``N-node``, else 1); ``prices``: a per-tick spot price file to attach."""
+        traces = load_trace_dir(directory, nodes=nodes)
+        if instance_types:
+            traces = [t for t in traces if (t.instance_type or t.accelerator) in instance_types
+                      or t.accelerator in instance_types]
+            if not traces:
+                raise ValueError(f"no trace in {directory} has instance type {list(instance_types)}")
+        m = cls.from_traces(traces)
         if zones:
-            by_zone = {t.zone: t for t in traces}
-            missing = [z for z in zones if z not in by_zone]
-            if missing:
-                raise ValueError(f"zones {missing} not in {directory}; it has {sorted(by_zone)}")
-            traces = [by_zone[z] for z in zones]
-        return cls.from_traces(traces)
+            m = m.subset(list(zones))
+        if prices is not None:
+            m = m.with_spot_prices(prices)
+        return m
