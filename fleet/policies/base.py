@@ -42,8 +42,18 @@ class JobSpec:
         checkpoint_hours: time one checkpoint save blocks training (h).
         notice_seconds: preemption notice window (s); when >= the checkpoint time an
             emergency save runs inside it and only the save time is lost.
-        on_demand_price: $/h of the on-demand instance.
-        spot_price: $/h of a spot instance (every zone).
+        on_demand_price: $/h of the on-demand instance (fallback when the market has
+            no per-zone on-demand prices).
+        spot_price: $/h of a spot instance (fallback when the market has no per-tick
+            spot prices).
+        checkpoint_gb: size of one checkpoint (GB); moving the job to another region
+            moves it: ``checkpoint_gb x egress $/GB`` plus the transfer time.
+        egress_usd_per_gb: inter-region egress price ($/GB); ``None`` = the cloud's
+            default (:data:`fleet.market.regions.EGRESS_USD_PER_GB`).
+        transfer_seconds: time to copy the checkpoint to another region (s), added to
+            the launch there (billed); ``None`` = size at the default bandwidth,
+            rounded up to whole minutes (:func:`fleet.market.regions.migration_for`).
+        probe_seconds: time one failed launch attempt costs before the next one (s).
     """
 
     work_hours: float
@@ -53,6 +63,10 @@ class JobSpec:
     notice_seconds: float = 0.0
     on_demand_price: float = 3.06
     spot_price: float = 0.918
+    checkpoint_gb: float = 0.0
+    egress_usd_per_gb: float | None = None
+    transfer_seconds: float | None = None
+    probe_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -63,10 +77,14 @@ class JobSpec:
             "notice_seconds": self.notice_seconds >= 0,
             "on_demand_price": self.on_demand_price > 0,
             "spot_price": self.spot_price > 0,
+            "checkpoint_gb": self.checkpoint_gb >= 0,
+            "egress_usd_per_gb": self.egress_usd_per_gb is None or self.egress_usd_per_gb >= 0,
+            "transfer_seconds": self.transfer_seconds is None or self.transfer_seconds >= 0,
+            "probe_seconds": self.probe_seconds >= 0,
         }
         for name, ok in checks.items():
             value = getattr(self, name)
-            if not (ok and math.isfinite(value)):
+            if not (ok and (value is None or math.isfinite(value))):
                 hint = (" (must be >= work_hours: the job cannot finish otherwise)"
                         if name == "deadline_hours" else " (must be a finite, valid number)")
                 raise ValueError(f"JobSpec.{name} = {value!r} is invalid{hint}")
@@ -102,6 +120,8 @@ class JobState:
     last_preempted_zone: int = -1
     just_preempted: bool = False
     launches: int = 0
+    migrations: int = 0
+    failed_probes: int = 0
 
     @property
     def done_hours(self) -> float:
@@ -124,11 +144,29 @@ class JobState:
 
 @dataclass(frozen=True)
 class Observation:
-    """The market up to and including the current tick.
+    """What the job's controller knows at the current tick; nothing after it.
 
-    ``available[z]`` is whether spot capacity exists in zone ``z`` now; ``history`` is
-    the availability matrix (zones x ticks) from the trace start to now inclusive (the
-    last column equals ``available``). Nothing after the current tick is visible.
+    Two modes (``probed``):
+
+    * ``probed=True`` (the simulator's default, and what a live controller has): a zone's
+      availability is known only where the job holds an instance, or where it tried a
+      launch. ``history`` is the availability matrix (zones x ticks) up to now: the
+      market's past **before the job started** (the statistics a live system has), then,
+      from the job's start on, the last *observed* state of each zone carried forward
+      (a zone never observed since the start keeps its state at the start).
+      ``available = history[:, -1]`` is therefore a belief: picking a zone it marks up
+      may fail (a failed probe: ``JobSpec.probe_seconds`` lost, no money), and a zone
+      it marks down may have come back. ``last_seen_tick[z]`` is the tick of the last
+      observation of ``z`` by this job (-1: none since the start).
+    * ``probed=False`` (oracle, for offline checks only): ``available`` and ``history``
+      are the true market.
+
+    Prices are public (a price API / catalog), so ``spot_price[z]`` ($/h now) and
+    ``on_demand_price[z]`` ($/h, on-demand in ``z``'s region) are known everywhere;
+    ``None`` means the job's flat ``JobSpec`` prices. ``regions[z]`` is zone ``z``'s
+    region; ``checkpoint_region`` where the job's checkpoint lives now (``None``: the
+    job never launched); moving it to another region costs ``migration_usd`` and
+    ``migration_hours`` (added to that launch).
     """
 
     tick: int
@@ -136,10 +174,38 @@ class Observation:
     zones: tuple[str, ...]
     available: np.ndarray  # bool, shape (Z,)
     history: np.ndarray  # bool, shape (Z, tick + 1)
+    regions: tuple[str, ...] = ()
+    spot_price: np.ndarray | None = None  # $/h per zone now
+    on_demand_price: np.ndarray | None = None  # $/h per zone
+    probed: bool = False
+    last_seen_tick: np.ndarray | None = None  # int, shape (Z,)
+    checkpoint_region: str | None = None
+    migration_usd: float = 0.0
+    migration_hours: float = 0.0
 
     @property
     def n_zones(self) -> int:
         return len(self.zones)
+
+    def spot_prices(self, spec: JobSpec) -> np.ndarray:
+        """Spot $/h per zone now (the spec's flat price when the market has none)."""
+        if self.spot_price is None:
+            return np.full(self.n_zones, spec.spot_price)
+        return np.asarray(self.spot_price, dtype=float)
+
+    def on_demand_prices(self, spec: JobSpec) -> np.ndarray:
+        """On-demand $/h per zone (the spec's flat price when the market has none)."""
+        if self.on_demand_price is None:
+            return np.full(self.n_zones, spec.on_demand_price)
+        return np.asarray(self.on_demand_price, dtype=float)
+
+    def region_of(self, z: int) -> str:
+        return self.regions[z] if self.regions else ""
+
+    def moves_region(self, z: int) -> bool:
+        """True when launching in zone ``z`` moves the checkpoint to another region."""
+        return (self.checkpoint_region is not None and bool(self.regions)
+                and self.regions[z] != self.checkpoint_region)
 
 
 @dataclass(frozen=True)
@@ -155,12 +221,17 @@ class Action:
             unless an event happens (its instance is preempted, or availability changes
             in a watched zone); ``None`` = ask again next tick.
         watch: zones whose availability changes wake the policy early; ``None`` = all.
+            (With probed observations only the held zone's changes can be seen.)
+        fallbacks: where to go, in order, when launching spot in ``target`` fails (no
+            capacity there now): further zones to try, and optionally ``ON_DEMAND`` or
+            ``IDLE`` last (default: idle). Each failed try costs ``probe_seconds``.
     """
 
     target: int
     checkpoint_interval_hours: float | None = None
     recheck_tick: int | None = None
     watch: tuple[int, ...] | None = field(default=None)
+    fallbacks: tuple[int, ...] = ()
 
 
 class Policy:

@@ -14,9 +14,21 @@ Model (all times in hours; one tick = the trace's gap):
   compute become the save, nothing else is lost.
 * Moving voluntarily (to idle or another location) first saves the uncommitted work on
   the old instance: ``checkpoint_hours`` billed there, overlapping the new launch.
-* Billing is per second of holding: spot price x spot hours + on-demand price x
-  on-demand hours, restart and checkpoint time included; the last tick is billed up
-  to completion. On-demand capacity is always there and never preempted.
+* Billing is per second of holding at the price of the tick: per-tick spot $/h of the
+  zone (``Market.spot_price``, else ``JobSpec.spot_price``) and on-demand $/h of the
+  region (``Market.on_demand_price``, else ``JobSpec.on_demand_price``), restart and
+  checkpoint time included; the last tick is billed up to completion. On-demand
+  capacity is always there and never preempted.
+* Regions: the checkpoint lives in the region of the job's last launch. Launching spot
+  in another region first moves it: egress $ (``checkpoint_gb x $/GB``) and the
+  transfer time, added to that launch's overhead (billed). On-demand runs in the
+  checkpoint's region (the cheapest on-demand region before the first launch).
+* Observation (``observe="probe"``, default): the policy knows a zone's availability
+  only where it holds an instance or tries a launch. A launch in a zone without
+  capacity fails: ``probe_seconds`` of wall time pass (no money), the next entry of
+  ``Action.fallbacks`` is tried (idle when none is left). ``observe="oracle"`` shows
+  the true market (offline checks); there a launch without capacity is a PolicyError
+  unless the action lists fallbacks.
 """
 
 from __future__ import annotations
@@ -24,6 +36,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
+from fleet.market.regions import spec_migration
 from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
 from fleet.simulation.market import Market
 
@@ -52,6 +67,9 @@ class RunResult:
     lost_work_hours: float  # compute redone (or spent on notice-window saves)
     checkpoint_hours: float  # time spent saving (periodic + voluntary + emergency)
     restart_hours: float  # restart overhead paid
+    migrations: int = 0  # cross-region checkpoint moves
+    migration_cost: float = 0.0  # egress $ of those moves (included in ``cost``)
+    failed_probes: int = 0  # launch attempts in zones without capacity
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -62,12 +80,26 @@ def horizon_ticks(spec: JobSpec, gap_hours: float) -> int:
     return int(math.ceil((spec.deadline_hours + spec.work_hours + 1.0) / gap_hours))
 
 
+def region_on_demand_prices(market: Market, spec: JobSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(spot $/h per zone and tick, on-demand $/h per region): a region's on-demand price
+    is the lowest of its zones' (one list price per region in the data)."""
+    sp, od = market.prices_for(spec.spot_price, spec.on_demand_price)
+    reg = market.region_index
+    od_reg = np.array([od[reg == r].min() for r in range(len(market.region_names))])
+    return sp, od_reg
+
+
 def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
-             timeline: list[tuple[int, int]] | None = None) -> RunResult:
+             timeline: list[tuple[int, int]] | None = None,
+             observe: str = "probe") -> RunResult:
     """Run ``policy`` on ``market`` for a job starting at ``start_tick``.
 
     ``timeline``, when given, receives ``(tick, location)`` for every decision taken.
+    ``observe``: ``"probe"`` (what a live controller knows) or ``"oracle"``.
     """
+    if observe not in ("probe", "oracle"):
+        raise ValueError(f"observe must be 'probe' or 'oracle', got {observe!r}")
+    probe = observe == "probe"
     g = market.gap_hours
     avail = market.available
     changed = market.changed
@@ -82,25 +114,65 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
     W, D = spec.work_hours, spec.deadline_hours
     r, C = spec.restart_hours, spec.checkpoint_hours
     notice_saves = spec.notice_saves
-    p_od, p_sp = spec.on_demand_price, spec.spot_price
+    sp, od_reg = region_on_demand_prices(market, spec)
+    reg = market.region_index
+    region_names = market.region_names
+    od_zone = od_reg[reg]
+    mig = spec_migration(spec, market.clouds[0] if market.clouds else "aws")
+    mig_usd, mig_h = (mig.usd, mig.hours) if len(region_names) > 1 else (0.0, 0.0)
+    probe_h = spec.probe_seconds / 3600.0
+    cheapest_od_region = int(np.argmin(od_reg))
 
     loc = IDLE
-    ov = 0.0  # restart overhead left
+    cur_reg = -1  # region of the current location (on-demand included)
+    ck_reg = -1  # region of the checkpoint (-1: never launched)
+    ov = 0.0  # restart overhead left (billed)
+    delay = 0.0  # failed-probe time left (not billed)
     committed = 0.0
     u = 0.0  # uncommitted work
     ck_left = 0.0  # checkpoint in progress: time left
     T = math.inf
     spot_h = od_h = lost = ckpt_h = restart_h = 0.0
-    preemptions = launches = 0
+    spot_cost = od_cost = mig_cost = 0.0
+    preemptions = launches = migrations = failed = 0
     completion = math.inf
     next_decision = start_tick
     watch = None
     watch_one = -1
     state = JobState(tick=start_tick, start_tick=start_tick, elapsed_hours=0.0, spec=spec)
 
+    if probe:
+        kh = np.empty((n_z, end), dtype=bool)
+        kh[:, :start_tick] = avail[:, :start_tick]
+        kstate = avail[:, max(start_tick - 1, 0)].copy() if start_tick > 0 else np.ones(n_z, bool)
+        last_seen = np.full(n_z, -1, dtype=np.int64)
+        filled = start_tick - 1
+
     def obs_at(i: int) -> Observation:
+        nonlocal filled
+        ckr = region_names[ck_reg] if ck_reg >= 0 else None
+        if probe:
+            if loc >= 0:
+                last_seen[loc] = i
+            if filled < i:
+                kh[:, filled + 1:i + 1] = kstate[:, None]
+                filled = i
+            return Observation(tick=i, gap_hours=g, zones=zones, available=kh[:, i].copy(),
+                               history=kh[:, : i + 1], regions=market.regions,
+                               spot_price=sp[:, i], on_demand_price=od_zone, probed=True,
+                               last_seen_tick=last_seen.copy(), checkpoint_region=ckr,
+                               migration_usd=mig_usd, migration_hours=mig_h)
         return Observation(tick=i, gap_hours=g, zones=zones, available=avail[:, i],
-                           history=avail[:, : i + 1])
+                           history=avail[:, : i + 1], regions=market.regions,
+                           spot_price=sp[:, i], on_demand_price=od_zone, probed=False,
+                           checkpoint_region=ckr, migration_usd=mig_usd, migration_hours=mig_h)
+
+    def see(z: int, i: int, up: bool) -> None:
+        if probe:
+            kstate[z] = up
+            last_seen[z] = i
+            if filled >= i:
+                kh[z, i] = up
 
     policy.reset(spec, obs_at(start_tick))
     for i in range(start_tick, end):
@@ -116,9 +188,12 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
             u = ck_left = ov = 0.0
             preemptions += 1
             state.last_preempted_zone = loc
+            see(loc, i, False)
             loc = IDLE
             preempted = True
-        if watch is None:
+        if probe:
+            woken = False
+        elif watch is None:
             woken = any_changed[i]
         elif watch_one >= 0:
             woken = changed[watch_one, i]
@@ -134,21 +209,42 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
             state.preemptions = preemptions
             state.just_preempted = preempted
             state.launches = launches
+            state.migrations = migrations
+            state.failed_probes = failed
             act: Action = policy.decide(state, obs_at(i))
             tgt = act.target
             if tgt != loc:
-                if tgt >= n_z or tgt < ON_DEMAND and tgt != IDLE:
-                    raise PolicyError(f"{policy.name}: tick {i}: target {tgt} is not a location")
-                if tgt >= 0 and not avail[tgt, i]:
-                    raise PolicyError(
-                        f"{policy.name}: tick {i}: chose spot in {zones[tgt]}, which has no "
-                        "capacity now; a policy may only pick zones with obs.available True")
+                chosen = IDLE
+                for k, c in enumerate((tgt, *act.fallbacks)):
+                    if c >= n_z or c < ON_DEMAND and c != IDLE:
+                        raise PolicyError(f"{policy.name}: tick {i}: target {c} is not a location")
+                    if c == loc:
+                        chosen = c
+                        break
+                    if c >= 0 and not avail[c, i]:
+                        if not probe and k == 0 and not act.fallbacks:
+                            raise PolicyError(
+                                f"{policy.name}: tick {i}: chose spot in {zones[c]}, which has no "
+                                "capacity now; a policy may only pick zones with obs.available True")
+                        if probe:
+                            failed += 1
+                            delay += probe_h
+                            see(c, i, False)
+                        continue
+                    chosen = c
+                    break
+                tgt = chosen
+            elif tgt >= 0 and not avail[tgt, i]:
+                raise PolicyError(f"{policy.name}: tick {i}: spot in {zones[tgt]} is unavailable")
+            if tgt != loc:
                 if loc != IDLE and u > 0.0 and ov <= 0.0:
                     # save on the old instance before releasing it (overlaps the new launch)
                     if loc == ON_DEMAND:
                         od_h += C
+                        od_cost += C * od_reg[cur_reg]
                     else:
                         spot_h += C
+                        spot_cost += C * sp[loc, i]
                     ckpt_h += C
                     committed += u
                     u = 0.0
@@ -157,10 +253,17 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
                 if tgt != IDLE:
                     ov = r
                     launches += 1
+                    new_reg = int(reg[tgt]) if tgt >= 0 else (ck_reg if ck_reg >= 0 else cheapest_od_region)
+                    if ck_reg >= 0 and new_reg != ck_reg:
+                        mig_cost += mig_usd
+                        ov += mig_h
+                        migrations += 1
+                    ck_reg = cur_reg = new_reg
+                    if tgt >= 0:
+                        see(tgt, i, True)
                 else:
                     ov = 0.0
-            elif tgt >= 0 and not avail[tgt, i]:
-                raise PolicyError(f"{policy.name}: tick {i}: spot in {zones[tgt]} is unavailable")
+                    delay = 0.0
             T = act.checkpoint_interval_hours if act.checkpoint_interval_hours else math.inf
             next_decision = act.recheck_tick if act.recheck_tick is not None else i + 1
             watch = list(act.watch) if act.watch is not None else None
@@ -171,6 +274,11 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
             continue
         # advance one tick at ``loc``
         t = g
+        if delay > 0.0:
+            a = min(delay, t)
+            delay -= a
+            t -= a
+        t_billed = t
         if ov > 0.0:
             a = min(ov, t)
             ov -= a
@@ -199,17 +307,20 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
             elif u >= T - _EPS:
                 committed += u
                 u = 0.0
-        held = g - (t if completion < math.inf else 0.0)
+        held = t_billed - (t if completion < math.inf else 0.0)
         if loc == ON_DEMAND:
             od_h += held
+            od_cost += held * od_reg[cur_reg]
         else:
             spot_h += held
+            spot_cost += held * sp[loc, i]
         if completion < math.inf:
             break
-    cost = p_od * od_h + p_sp * spot_h
+    cost = spot_cost + od_cost + mig_cost
     return RunResult(
-        policy=policy.name, start_tick=start_tick, cost=cost, spot_cost=p_sp * spot_h,
-        on_demand_cost=p_od * od_h, spot_hours=spot_h, on_demand_hours=od_h,
+        policy=policy.name, start_tick=start_tick, cost=cost, spot_cost=spot_cost,
+        on_demand_cost=od_cost, spot_hours=spot_h, on_demand_hours=od_h,
         completion_hours=completion, deadline_met=completion <= D + 1e-6,
         preemptions=preemptions, launches=launches, lost_work_hours=lost,
-        checkpoint_hours=ckpt_h, restart_hours=restart_h)
+        checkpoint_hours=ckpt_h, restart_hours=restart_h, migrations=migrations,
+        migration_cost=mig_cost, failed_probes=failed)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fleet.market.regions import spec_migration
 from fleet.policies.base import IDLE, ON_DEMAND, JobSpec
 from fleet.simulation.market import Market
 
@@ -50,6 +51,7 @@ class OmniscientResult:
     completion_hours: float
     plan: tuple[int, ...] | None = None
     quantum_seconds: int = 0
+    exact: bool = True  # False: a coarser quantum was needed; still a lower bound
 
 
 def quantum_seconds(gap_seconds: float, restart_hours: float, checkpoint_hours: float) -> int:
@@ -72,7 +74,8 @@ def quantum_seconds(gap_seconds: float, restart_hours: float, checkpoint_hours: 
 
 @njit(cache=True)
 def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pragma: no cover
-    """Core DP (compiled). ``unit_cost[L]``: $ per quantum held at location L.
+    """Single-region DP with parent pointers (compiled). ``unit_cost[L, j]``: $ per
+    quantum held at location L during tick j.
 
     Returns (best cost, completion quanta, end tick, end location, end p, end mode).
     """
@@ -115,7 +118,7 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
             if not alive[loc]:
                 continue
             ride = loc >= 2 and not avail[loc - 2, j]
-            cs = c_u * unit_cost[loc]
+            cs = c_u * unit_cost[loc, j]
             for p in range(lo, hi + 1):
                 x = v[loc, p + off]
                 if x >= _INF:
@@ -149,7 +152,7 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
         for loc in range(1, n_l):
             if loc >= 2 and not avail[loc - 2, j]:
                 continue
-            uc = unit_cost[loc]
+            uc = unit_cost[loc, j]
             tick_cost = g_u * uc
             for p in range(lo, hi + 1 if alive[loc] else lo):  # stay
                 x = v[loc, p + off]
@@ -198,18 +201,25 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
 
 
 @njit(cache=True)
-def _dp_cost(avail, g_u, r_u, c_u, w_u, d_u, unit_cost):  # pragma: no cover
-    """Same recursion as :func:`_dp`, cost only, written branch-free so it vectorizes.
+def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
+             mig_usd):  # pragma: no cover
+    """Cost-only DP over regions (compiled). Returns (best cost, completion quanta).
 
-    Returns (best cost, completion quanta).
+    Locations: 0 = fresh (never launched), 1..R = idle with the checkpoint in region r,
+    R+1..2R = on-demand in region r, 2R+1+z = spot in zone z (region ``zreg[z]``).
+    ``spot_uc[z, j]`` / ``od_uc[r]``: $ per quantum held. A spot launch in another region
+    than the checkpoint's costs ``mig_usd`` and ``m_u`` more quanta of overhead.
     """
     n_z, n_t = avail.shape
-    n_l = n_z + 2
-    off = r_u + 2 * c_u + 2 * g_u
+    n_l = 1 + 2 * n_r + n_z
+    off = r_u + m_u + 2 * c_u + 2 * g_u
     size = w_u + off + 1
     v = np.full((n_l, size), _INF)
     v2 = np.full((n_l, size), _INF)
-    leave = np.full(size, _INF)
+    leave = np.full((n_r, size), _INF)
+    m1 = np.full(size, _INF)
+    m2 = np.full(size, _INF)
+    a1 = np.zeros(size, dtype=np.int64)
     alive = np.zeros(n_l, dtype=np.bool_)
     alive2 = np.zeros(n_l, dtype=np.bool_)
     v[0, off] = 0.0
@@ -226,108 +236,235 @@ def _dp_cost(avail, g_u, r_u, c_u, w_u, d_u, unit_cost):  # pragma: no cover
             break
         lo2 = max(-off + c_u, w_u - (d_u - t0 - g_u))
         hi2 = min((j + 1) * g_u, w_u - 1)
-        # 1. leave vector
-        leave[lo - c_u + off:lo + off] = _INF
-        leave[lo + off:hi + 1 + off] = v[0, lo + off:hi + 1 + off]
-        for loc in range(1, n_l):
+        fresh = alive[0] and lo <= 0 and v[0, off] < _INF
+        # 1. leave vectors per region
+        for r in range(n_r):
+            for p in range(lo - c_u + off, hi + 1 + off):
+                leave[r, p] = _INF
+            if alive[1 + r]:
+                for p in range(lo + off, hi + 1 + off):
+                    leave[r, p] = v[1 + r, p]
+        for loc in range(1 + n_r, n_l):
             if not alive[loc]:
                 continue
             row = v[loc]
-            if loc >= 2 and not avail[loc - 2, j]:
-                for p in range(lo + off, hi + 1 + off):
-                    leave[p - c_u] = min(leave[p - c_u], row[p])
+            if loc >= 1 + 2 * n_r:
+                z = loc - 1 - 2 * n_r
+                rl = zreg[z]
+                if not avail[z, j]:
+                    for p in range(lo + off, hi + 1 + off):
+                        if row[p] < leave[rl, p - c_u]:
+                            leave[rl, p - c_u] = row[p]
+                    continue
+                cs = c_u * spot_uc[z, j]
             else:
-                cs = c_u * unit_cost[loc]
-                for p in range(lo + off, hi + 1 + off):
-                    leave[p] = min(leave[p], row[p] + cs)
-        # 2. next tick: v2 rows are fully rewritten over the new band
+                rl = loc - 1 - n_r
+                cs = c_u * od_uc[rl]
+            for p in range(lo + off, hi + 1 + off):
+                y = row[p] + cs
+                if y < leave[rl, p]:
+                    leave[rl, p] = y
+        if n_r > 1:
+            for p in range(lo - c_u + off, hi + 1 + off):
+                b1 = _INF
+                b2 = _INF
+                i1 = -1
+                for r in range(n_r):
+                    x = leave[r, p]
+                    if x < b1:
+                        b2 = b1
+                        b1 = x
+                        i1 = r
+                    elif x < b2:
+                        b2 = x
+                m1[p] = b1
+                m2[p] = b2
+                a1[p] = i1
+        # 2. next tick
         for loc in range(n_l):
-            v2[loc, lo2 + off:hi2 + 1 + off] = _INF
+            for p in range(lo2 + off, hi2 + 1 + off):
+                v2[loc, p] = _INF
             alive2[loc] = False
+        if fresh and lo2 <= 0:
+            v2[0, off] = v[0, off]
+            alive2[0] = True
         pa = max(lo - c_u, lo2)
         pb = min(hi, hi2)
         if pa <= pb:
-            v2[0, pa + off:pb + 1 + off] = leave[pa + off:pb + 1 + off]
-            alive2[0] = True
-        for loc in range(1, n_l):
-            if loc >= 2 and not avail[loc - 2, j]:
-                continue
+            for r in range(n_r):
+                for p in range(pa + off, pb + 1 + off):
+                    v2[1 + r, p] = leave[r, p]
+                alive2[1 + r] = True
+        for loc in range(1 + n_r, n_l):
+            spot = loc >= 1 + 2 * n_r
+            if spot:
+                z = loc - 1 - 2 * n_r
+                if not avail[z, j]:
+                    continue
+                rl = zreg[z]
+                uc = spot_uc[z, j]
+            else:
+                z = -1
+                rl = loc - 1 - n_r
+                uc = od_uc[rl]
             alive2[loc] = True
-            uc = unit_cost[loc]
             tc = g_u * uc
             dst = v2[loc]
-            if alive[loc]:
+            if alive[loc]:  # stay
                 src = v[loc]
                 for p in range(max(lo, lo2 - g_u), min(hi, w_u - 1 - g_u) + 1):
-                    dst[p + g_u + off] = src[p + off] + tc
+                    y = src[p + off] + tc
+                    if y < dst[p + g_u + off]:
+                        dst[p + g_u + off] = y
                 for p in range(max(lo, w_u - g_u), hi + 1):
                     need = w_u - p
                     if t0 + need <= d_u and src[p + off] + need * uc < best:
                         best = src[p + off] + need * uc
                         best_t = t0 + need
+            # launch from the same region
             for p in range(max(lo - c_u, lo2 + r_u - g_u), min(hi, w_u - 1 + r_u - g_u) + 1):
                 q = p - r_u + g_u + off
-                dst[q] = min(dst[q], leave[p + off] + tc)
+                y = leave[rl, p + off] + tc
+                if y < dst[q]:
+                    dst[q] = y
             for p in range(max(lo - c_u, w_u + r_u - g_u), hi + 1):
                 need = w_u - p + r_u
-                if t0 + need <= d_u and leave[p + off] + need * uc < best:
-                    best = leave[p + off] + need * uc
+                if t0 + need <= d_u and leave[rl, p + off] + need * uc < best:
+                    best = leave[rl, p + off] + need * uc
                     best_t = t0 + need
+            # launch from another region (spot only: on-demand runs where the checkpoint is)
+            if spot and n_r > 1:
+                rm = r_u + m_u
+                for p in range(max(lo - c_u, lo2 + rm - g_u), hi + 1):
+                    x = m1[p + off] if a1[p + off] != rl else m2[p + off]
+                    if x >= _INF:
+                        continue
+                    q = p - rm + g_u
+                    if q >= w_u:
+                        need = w_u - p + rm
+                        if t0 + need <= d_u and x + mig_usd + need * uc < best:
+                            best = x + mig_usd + need * uc
+                            best_t = t0 + need
+                    else:
+                        y = x + mig_usd + tc
+                        if y < dst[q + off]:
+                            dst[q + off] = y
+            # first launch (nothing to move)
+            if fresh:
+                q = -r_u + g_u
+                if q >= w_u:
+                    need = w_u + r_u
+                    if t0 + need <= d_u and v[0, off] + need * uc < best:
+                        best = v[0, off] + need * uc
+                        best_t = t0 + need
+                elif q >= lo2:
+                    y = v[0, off] + tc
+                    if y < dst[q + off]:
+                        dst[q + off] = y
         v, v2 = v2, v
         alive, alive2 = alive2, alive
     return best, best_t
 
 
-def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
-                     want_plan: bool = False) -> OmniscientResult:
-    """Cheapest offline schedule for ``spec`` starting at ``start_tick`` ($, hours).
-
-    ``want_plan`` also returns the location of every tick up to completion (memory grows
-    with ticks x zones x work; meant for small checks and plots).
-    """
-    q = quantum_seconds(market.gap_seconds, spec.restart_hours, spec.checkpoint_hours)
+def _cells(market: Market, spec: JobSpec, q: int, g_u: int, r_u: int, c_u: int, m_u: int) -> int:
     qh = q / 3600.0
-    g_u = int(round(market.gap_seconds / q))
-    r_u = int(round(spec.restart_hours / qh))
-    c_u = int(round(spec.checkpoint_hours / qh))
     w_u = int(math.ceil(spec.work_hours / qh - 1e-9))
     d_u = int(math.floor(spec.deadline_hours / qh + 1e-9))
+    n_t = int(math.ceil(d_u / g_u))
+    n_l = market.n_zones + 2 * len(market.region_names) + 1
+    band = max(1, min(d_u - w_u, w_u) + 2 * (r_u + c_u + g_u + m_u))
+    return n_t * n_l * band
+
+
+def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
+                     want_plan: bool = False, max_cells: int = _MAX_CELLS) -> OmniscientResult:
+    """Cheapest offline schedule for ``spec`` starting at ``start_tick`` ($, hours).
+
+    Per-tick spot prices, per-region on-demand prices and cross-region migration (egress
+    $ and transfer time, :mod:`fleet.market.regions`) are those the simulator charges.
+    The time quantum is gcd(gap, restart, checkpoint, transfer) in whole seconds (exact).
+    When that DP would exceed ``max_cells`` (tiny ticks or odd durations), a coarser
+    quantum dividing the gap is used with restart, checkpoint and transfer times and the
+    work rounded DOWN and the deadline UP: still a lower bound, marked ``exact=False``.
+
+    ``want_plan`` also returns the location of every tick up to completion (single-region
+    markets only; memory grows with ticks x zones x work; meant for checks and plots).
+    """
+    mig = spec_migration(spec, market.clouds[0] if market.clouds else "aws")
+    n_r = len(market.region_names)
+    mig_usd, mig_s = (mig.usd, mig.seconds) if n_r > 1 else (0.0, 0.0)
+    exact = True
+    try:
+        q = quantum_seconds(market.gap_seconds, spec.restart_hours, spec.checkpoint_hours)
+        if mig_s:
+            q = math.gcd(q, int(round(mig_s))) if abs(mig_s - round(mig_s)) < 1e-6 else 0
+            if q == 0:
+                raise ValueError("transfer time is not whole seconds")
+        units = [int(round(x * 3600.0 / q)) for x in (market.gap_hours, spec.restart_hours,
+                                                      spec.checkpoint_hours, mig_s / 3600.0)]
+        if _cells(market, spec, q, *units) > max_cells:
+            raise ValueError("too large")
+    except ValueError:
+        gap = market.gap_seconds
+        if abs(gap - round(gap)) > 1e-6:
+            raise ValueError(f"omniscient bound needs a whole-second tick, got {gap!r} s") from None
+        gap_i = int(round(gap))
+        exact = False
+        q = 0
+        for cand in sorted(d for d in range(1, gap_i + 1) if gap_i % d == 0):
+            units = [gap_i // cand] + [int(math.floor(x * 3600.0 / cand + 1e-9)) for x in (
+                spec.restart_hours, spec.checkpoint_hours, mig_s / 3600.0)]
+            if _cells(market, spec, cand, *units) <= max_cells:
+                q = cand
+                break
+        if q == 0:
+            raise ValueError(f"omniscient DP too large even with one quantum per tick "
+                             f"({gap_i} s); shorten the job or the deadline") from None
+    qh = q / 3600.0
+    g_u = int(round(market.gap_seconds / q))
+    r_u = int(math.floor(spec.restart_hours / qh + 1e-9))
+    c_u = int(math.floor(spec.checkpoint_hours / qh + 1e-9))
+    m_u = int(math.floor(mig_s / q + 1e-9))
+    if exact:
+        w_u = int(math.ceil(spec.work_hours / qh - 1e-9))
+        d_u = int(math.floor(spec.deadline_hours / qh + 1e-9))
+    else:
+        w_u = max(1, int(math.floor(spec.work_hours / qh + 1e-9)))
+        d_u = int(math.ceil(spec.deadline_hours / qh - 1e-9))
     n_t = int(math.ceil(d_u / g_u))
     if start_tick < 0 or start_tick + n_t > market.n_ticks:
         raise ValueError(f"start_tick={start_tick}: the deadline window needs {n_t} ticks; "
                          f"the market has {market.n_ticks}")
     avail = np.ascontiguousarray(market.available[:, start_tick:start_tick + n_t])
-    n_l = market.n_zones + 2
-    band = max(1, min(d_u - w_u, w_u) + 2 * (r_u + c_u + g_u))
-    if n_t * n_l * band > _MAX_CELLS:
-        raise ValueError(
-            f"omniscient DP too large ({n_t} ticks x {n_l} locations x {band} progress "
-            f"quanta of {q} s); use restart/checkpoint times that share a larger divisor "
-            "with the trace gap")
-    unit = np.empty(n_l)
-    unit[0] = 0.0
-    unit[1] = spec.on_demand_price * qh
-    unit[2:] = spec.spot_price * qh
-    off = r_u + 2 * c_u + 2 * g_u
-    size = w_u + off + 1
+    sp, od = market.prices_for(spec.spot_price, spec.on_demand_price)
+    spot_uc = np.ascontiguousarray(sp[:, start_tick:start_tick + n_t]) * qh
+    zreg = market.region_index
+    od_uc = np.array([od[zreg == r].min() for r in range(n_r)]) * qh
     if want_plan:
+        if n_r > 1:
+            raise ValueError("want_plan supports single-region markets only; pass a subset of "
+                             "one region (Market.subset) or ask for the cost alone")
+        n_l = market.n_zones + 2
+        unit = np.empty((n_l, n_t))
+        unit[0] = 0.0
+        unit[1] = od_uc[0]
+        unit[2:] = spot_uc
+        off = r_u + 2 * c_u + 2 * g_u
+        size = w_u + off + 1
         par = np.zeros((n_t, n_l, size), dtype=np.int8)
         lsrc = np.zeros((n_t, size), dtype=np.int8)
-    else:
-        par = np.zeros((1, 1, 1), dtype=np.int8)
-        lsrc = np.zeros((1, 1), dtype=np.int8)
-    if want_plan:
         best, best_t, j, loc, p, mode = _dp(avail, g_u, r_u, c_u, w_u, d_u, unit, True,
                                             par, lsrc)
     else:
-        best, best_t = _dp_cost(avail, g_u, r_u, c_u, w_u, d_u, unit)
+        best, best_t = _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc,
+                                od_uc, mig_usd)
     if best >= _INF:
         raise ValueError("no offline schedule meets the deadline (deadline < work + restart?)")
     plan = None
     if want_plan:
         plan = _reconstruct(par, lsrc, avail, g_u, r_u, c_u, off, j, loc, p, mode)
     return OmniscientResult(cost=float(best), completion_hours=best_t * qh, plan=plan,
-                            quantum_seconds=q)
+                            quantum_seconds=q, exact=exact)
 
 
 def _to_loc(code: int) -> int:

@@ -79,10 +79,17 @@ def test_idle_costs_nothing_and_missed_deadline_is_reported():
     assert r.cost == pytest.approx(3.06 * 1.1)
 
 
-def test_policy_choosing_a_zone_without_capacity_is_an_error():
+def test_policy_choosing_a_zone_without_capacity_is_an_error_with_an_oracle():
     spec = JobSpec(work_hours=1.0, deadline_hours=2.0)
     with pytest.raises(PolicyError, match="z0.*no capacity"):
-        simulate(ScriptedPolicy([0], 0), market([[0] * 10]), spec, 0)
+        simulate(ScriptedPolicy([0], 0), market([[0] * 10]), spec, 0, observe="oracle")
+
+
+def test_launch_without_capacity_is_a_failed_probe_when_observing_by_probes():
+    spec = JobSpec(work_hours=1.0, deadline_hours=2.0)
+    r = simulate(ScriptedPolicy([0] * 3, 0), market([[0] * 20]), spec, 0)
+    assert r.failed_probes == 3 and r.launches == 1  # three failed tries, then on-demand
+    assert r.spot_hours == 0.0
 
 
 @pytest.mark.parametrize("field,kwargs", [

@@ -15,6 +15,7 @@ from fleet.simulation.omniscient import omniscient_bound, quantum_seconds
 from fleet.simulation.sweep import make_policies, start_ticks
 
 AVAIL = "spot-traces/availability/1-node/aws-02-15-2023"
+PRICES = "spot-prices/aws-v100-02-15-2023.json"
 
 
 def _brute_force(m: Market, spec: JobSpec, n_ticks: int) -> float:
@@ -25,7 +26,7 @@ def _brute_force(m: Market, spec: JobSpec, n_ticks: int) -> float:
         if any(z >= 0 and not m.available[z, k] for k, z in enumerate(plan)):
             continue
         try:
-            r = simulate(ScriptedPolicy(plan, 0), m, spec, 0)
+            r = simulate(ScriptedPolicy(plan, 0), m, spec, 0, observe="oracle")
         except PolicyError:
             continue
         if r.deadline_met:
@@ -49,6 +50,45 @@ def test_dp_equals_brute_force_on_tiny_markets(seed):
     assert dp.cost == pytest.approx(bf, rel=1e-9)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dp_equals_brute_force_with_regions_prices_and_migration(seed):
+    """Two regions, per-tick spot prices, per-region on-demand prices, a checkpoint move
+    of 5 GB x 0.1 $/GB and 60 s: the DP equals the cheapest of every action sequence."""
+    rng = np.random.default_rng(100 + seed)
+    spec = JobSpec(work_hours=8 / 60, deadline_hours=12 / 60, restart_hours=2 / 60,
+                   checkpoint_hours=1 / 60, notice_seconds=60.0 * (seed % 2),
+                   checkpoint_gb=5.0, egress_usd_per_gb=0.1, transfer_seconds=60.0)
+    n = 6
+    avail = rng.random((3, n)) < 0.6
+    full = np.concatenate([avail, np.ones((3, 60), bool)], axis=1)
+    prices = np.concatenate([rng.uniform(0.5, 2.0, (3, n)), np.ones((3, 60))], axis=1)
+    m = Market(zones=("us-east-1a", "us-east-1b", "us-west-2a"), gap_seconds=120.0,
+               available=full, spot_price=prices, on_demand_price=np.array([3.0, 3.0, 2.5]))
+    assert len(m.region_names) == 2
+    bf = _brute_force(m, spec, n)
+    dp = omniscient_bound(m, spec, 0)
+    assert dp.exact and dp.cost == pytest.approx(bf, rel=1e-9)
+
+
+def test_dp_handles_ticks_shorter_than_the_checkpoint_and_huge_grids():
+    rng = np.random.default_rng(5)
+    m = Market(zones=("us-east-1a", "us-east-1b"), gap_seconds=20.0,
+               available=rng.random((2, 40_000)) < 0.7)
+    spec = JobSpec(work_hours=4.0, deadline_hours=6.0, restart_hours=0.1, checkpoint_hours=1 / 60)
+    exact = omniscient_bound(m, spec, 100)
+    assert exact.exact and exact.quantum_seconds == 20
+    # odd durations (gcd 1 s with the tick): exact on a 1 s grid, or, when that grid is
+    # too large, a coarser grid that is still a lower bound instead of an abort
+    odd = JobSpec(work_hours=4.0, deadline_hours=6.0, restart_hours=361 / 3600,
+                  checkpoint_hours=61 / 3600)
+    fine = omniscient_bound(m, odd, 100)
+    assert fine.exact and fine.quantum_seconds == 1
+    coarse = omniscient_bound(m, odd, 100, max_cells=3_000_000)
+    assert not coarse.exact and coarse.quantum_seconds > 1
+    assert coarse.cost <= fine.cost + 1e-9
+    assert fine.cost >= exact.cost - 1e-9  # longer restart and save cannot be cheaper
+
+
 @pytest.fixture(scope="module")
 def real_market(shared_data):
     return Market.from_dir(shared_data / AVAIL)
@@ -60,12 +100,15 @@ def test_quantum_is_the_gcd_of_gap_restart_and_checkpoint():
         quantum_seconds(195.0, 0.1 + 1e-4, 1 / 60)
 
 
-def test_dp_plan_replays_to_the_same_cost_on_a_real_trace(real_market):
+def test_dp_plan_replays_to_the_same_cost_on_a_real_trace(shared_data):
+    # one region (plans are single-region), real per-tick prices
+    m = Market.from_dir(shared_data / AVAIL, prices=shared_data / PRICES).subset(
+        ["us-east-1a", "us-east-1c", "us-east-1d", "us-east-1f"])
     spec = JobSpec(12.0, 14.0, restart_hours=0.1, checkpoint_hours=1 / 60, notice_seconds=120)
-    start = start_ticks(real_market, spec, 7)[3]
-    res = omniscient_bound(real_market, spec, start, want_plan=True)
-    assert omniscient_bound(real_market, spec, start).cost == pytest.approx(res.cost, rel=1e-12)
-    run = simulate(ScriptedPolicy(res.plan, start), real_market, spec, start)
+    start = start_ticks(m, spec, 7)[3]
+    res = omniscient_bound(m, spec, start, want_plan=True)
+    assert omniscient_bound(m, spec, start).cost == pytest.approx(res.cost, rel=1e-12)
+    run = simulate(ScriptedPolicy(res.plan, start), m, spec, start)
     assert run.deadline_met
     assert run.cost == pytest.approx(res.cost, rel=1e-9)
     assert run.completion_hours == pytest.approx(res.completion_hours, abs=1e-9)
