@@ -67,6 +67,15 @@ class TinyTransformer(nn.Module):
         return self.head(self.encoder(h, mask=self.mask, is_causal=True))
 
 
+def say(message: str) -> None:
+    """Print one progress line. A full or broken log disk must not stop training: on the
+    first failed write, stdout is switched to /dev/null and training goes on."""
+    try:
+        print(message, flush=True)
+    except OSError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (lives until exit)
+
+
 def batch_for_step(kind: str, seed: int, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch of ``step``: a pure function of (seed, step) (so resume is exact)."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
@@ -139,9 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     with session:
         start = session.restore()
-        print(f"{'resuming at' if start else 'starting at'} step {start}/{args.steps} "
-              f"({args.model}/{args.size}, {sum(p.numel() for p in model.parameters())} parameters)",
-              flush=True)
+        say(f"{'resuming at' if start else 'starting at'} step {start}/{args.steps} "
+            f"({args.model}/{args.size}, {sum(p.numel() for p in model.parameters())} parameters)")
         model.train()
         t_last = time.perf_counter()
         for step in range(start, args.steps):
@@ -159,18 +167,18 @@ def main(argv: list[str] | None = None) -> int:
                 st.loss = float(loss.detach())
             if (step + 1) % args.progress_every == 0:
                 now = time.perf_counter()
-                print(f"step {step + 1}/{args.steps} loss {st.loss:.5f} "
-                      f"({(now - t_last) / args.progress_every:.4f} s/step)", flush=True)
+                say(f"step {step + 1}/{args.steps} loss {st.loss:.5f} "
+                    f"({(now - t_last) / args.progress_every:.4f} s/step)")
                 t_last = now
             if session.should_stop():
-                print(f"preemption notice: stopping at step {session.step_count} "
-                      f"(exit {75}); resume continues from the latest checkpoint", flush=True)
+                say(f"preemption notice: stopping at step {session.step_count} "
+                    f"(exit {75}); resume continues from the latest checkpoint")
                 break
         if session.should_stop():
             return session.finish()
         digest = state_sha256(model, opt)
         code = session.finish(state_sha256=digest)
-        print(f"done: {args.steps} steps; state_sha256={digest}", flush=True)
+        say(f"done: {args.steps} steps; state_sha256={digest}")
         return code
 
 

@@ -256,7 +256,7 @@ def test_emergency_that_cannot_fit_the_window_says_so(tmp_path: Path, monkeypatc
     saver, events = _saver(tmp_path)
     state = TrainingState(model, opt, sched, step=1)
     result = saver.save(state.capture, 1, "emergency", deadline=time.time() + 0.6)
-    assert result is None
+    assert result is not None and not result.ok and "deadline" in (result.error or "")
     failed = [e for e in read_events(events) if e.kind == "save_failed"]
     assert failed and "before the preemption deadline" in failed[0].data["reason"]
     saver.close()
