@@ -1,9 +1,29 @@
-"""Reference fleet policies: on-demand only, single-zone greedy, SkyPilot-style failover,
-and Uniform Progress (Can't Be Late, NSDI'24) in one zone and across zones.
+"""Reference fleet policies, each as its authors run it, plus the shared deadline net.
 
-All of them checkpoint at one fixed interval (Young's, from a prior mean time to
-preemption, see :func:`default_checkpoint_interval_hours`) and, except on-demand only,
-carry the same deadline safety net (:mod:`fleet.policies.safety`).
+* ``on_demand`` — one on-demand instance from start to finish: the cost reference.
+* ``greedy_1zone`` — spot in the zone with the best availability before the start
+  whenever a launch there succeeds, else wait; on-demand to the end once the slack
+  forces it.
+* ``uniform_progress_1zone`` / ``uniform_progress_multi`` — Uniform Progress (Can't Be
+  Late, NSDI'24), price-blind as published: take spot whenever a launch succeeds and
+  stay until preempted; idle and behind ``ep(t) = W t / D`` -> on-demand; on on-demand
+  stay until ahead of ``ep(t + 2d)`` AND a spot launch succeeds (it never leaves
+  on-demand for idle, so it never pays a restart to come back).
+* ``failover_sky`` — SkyPilot managed-job recovery as SkyPilot 0.14 runs it: every
+  (re)launch tries the zones cheapest first (the optimizer's order), the preempted zone
+  included (skypilot#10021: EAGER_NEXT_REGION never blocks the preempted region).
+* ``failover`` — the same with #10021 fixed, as documented: the first recovery attempt
+  after a preemption tries the other regions first, then falls back to every zone
+  (the preempted one included) in the same attempt — it never blocks a zone for good.
+* ``up_eager_failover`` — the multi-region baseline of SkyNomad: Uniform Progress's
+  spot/on-demand/idle logic with eager failover's zone order.
+
+Launches are probes (:class:`~fleet.policies.base.Observation` with ``probed``): a policy
+lists the zones to try in order; each failed try costs ``probe_seconds``.
+
+Checkpoints: with a usable notice (``JobSpec.notice_saves``) every baseline relies on the
+emergency save and takes no periodic checkpoints; without one, Young's interval for a
+prior MTTP of 4 h. All but on-demand carry the safety net of :mod:`fleet.policies.safety`.
 """
 
 from __future__ import annotations
@@ -14,6 +34,7 @@ import numpy as np
 
 from checkpointing.costmodel import young_interval_hours
 from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
+from fleet.policies.market_view import launch_action
 from fleet.policies.safety import must_go_on_demand, ticks_until_unsafe
 
 PRIOR_MTTP_HOURS = 4.0
@@ -28,8 +49,13 @@ def default_checkpoint_interval_hours(spec: JobSpec, mttp_hours: float = PRIOR_M
     return young_interval_hours(spec.checkpoint_hours, 1.0 / mttp_hours)
 
 
+def baseline_interval_hours(spec: JobSpec) -> float | None:
+    """None (emergency save only) with a usable notice, else Young's interval."""
+    return None if spec.notice_saves else default_checkpoint_interval_hours(spec)
+
+
 def best_history_zone(obs: Observation) -> int:
-    """Zone with the highest availability so far (ties: the first listed)."""
+    """Zone with the highest availability in the history (ties: the first listed)."""
     return int(np.argmax(obs.history.mean(axis=1)))
 
 
@@ -44,6 +70,22 @@ def _on_demand_to_the_end(state: JobState, obs: Observation) -> Action | None:
     return None
 
 
+def price_order(obs: Observation, spec: JobSpec, zones=None) -> list[int]:
+    """Zones cheapest spot price first (listed order on ties), as SkyPilot's optimizer."""
+    zs = list(range(obs.n_zones)) if zones is None else list(zones)
+    price = obs.spot_prices(spec)
+    return sorted(zs, key=lambda z: (price[z], z))
+
+
+def eager_failover_order(obs: Observation, spec: JobSpec, preempted_zone: int) -> list[int]:
+    """#10021 fixed: other regions first (cheapest first), then the preempted region."""
+    order = price_order(obs, spec)
+    if preempted_zone < 0 or not obs.regions:
+        return order
+    bad = obs.regions[preempted_zone]
+    return [z for z in order if obs.regions[z] != bad] + [z for z in order if obs.regions[z] == bad]
+
+
 class OnDemandOnly(Policy):
     """Launch one on-demand instance and run to completion: the cost reference."""
 
@@ -54,51 +96,43 @@ class OnDemandOnly(Policy):
 
 
 class SingleZoneGreedy(Policy):
-    """Spot in one zone whenever it has capacity, else wait; on-demand (to the end) once
-    the slack forces it. ``zone=None`` picks the zone with the best availability history
-    at the job's start (what a user reading the past would pick)."""
+    """Spot in one zone whenever a launch there succeeds, else wait; on-demand (to the end)
+    once the slack forces it. ``zone=None``: the zone with the best availability before
+    the job's start."""
 
     name = "greedy_1zone"
 
     def __init__(self, zone: int | None = None) -> None:
         self.zone_arg = zone
         self.zone = 0
-        self.interval = math.inf
+        self.interval: float | None = None
 
     def reset(self, spec: JobSpec, obs: Observation) -> None:
         self.zone = best_history_zone(obs) if self.zone_arg is None else self.zone_arg
-        self.interval = default_checkpoint_interval_hours(spec)
+        self.interval = baseline_interval_hours(spec)
 
     def decide(self, state: JobState, obs: Observation) -> Action:
         if (final := _on_demand_to_the_end(state, obs)) is not None:
             return final
         k = ticks_until_unsafe(state, obs.gap_hours)
-        if obs.available[self.zone]:
+        if state.location == self.zone:
             return Action(self.zone, self.interval, obs.tick + k, watch=(self.zone,))
-        return Action(IDLE, None, obs.tick + k, watch=(self.zone,))
+        return launch_action([self.zone], IDLE, self.interval, obs.tick + 1)
 
 
-class Failover(Policy):
-    """SkyPilot managed-job recovery, EAGER_NEXT_REGION style, plus the safety net.
+class SkyPilotFailover(Policy):
+    """SkyPilot managed-job recovery as 0.14 runs it (see the module docstring)."""
 
-    Launch in the first zone (listed order) with capacity; after a preemption relaunch in
-    the next zone with capacity, round robin. The preempted zone is blocked until the job
-    has launched elsewhere (SkyPilot 0.14 does not block it, skypilot issue #10021;
-    spotfleet does). Waits while no zone has capacity; on-demand to the end once the
-    slack forces it.
-    """
-
-    name = "failover"
+    name = "failover_sky"
+    eager = False
 
     def __init__(self) -> None:
-        self.blocked = -1
-        self.next_from = 0
-        self.interval = math.inf
+        self.interval: float | None = None
+        self.first_try_after: int = -1  # zone whose region the next attempt skips first
 
     def reset(self, spec: JobSpec, obs: Observation) -> None:
-        self.blocked = -1
-        self.next_from = 0
-        self.interval = default_checkpoint_interval_hours(spec)
+        self.interval = baseline_interval_hours(spec)
+        self.first_try_after = -1
 
     def decide(self, state: JobState, obs: Observation) -> Action:
         if (final := _on_demand_to_the_end(state, obs)) is not None:
@@ -106,49 +140,56 @@ class Failover(Policy):
         k = ticks_until_unsafe(state, obs.gap_hours)
         if state.location >= 0:
             return Action(state.location, self.interval, obs.tick + k, watch=(state.location,))
-        if state.just_preempted:
-            self.blocked = state.last_preempted_zone
-            self.next_from = (state.last_preempted_zone + 1) % obs.n_zones
-        n = obs.n_zones
-        for step in range(n):
-            z = (self.next_from + step) % n
-            if z != self.blocked and obs.available[z]:
-                self.blocked = -1
-                return Action(z, self.interval, obs.tick + k, watch=(z,))
-        return Action(IDLE, None, obs.tick + k, watch=None)
+        if self.eager and state.just_preempted:
+            order = eager_failover_order(obs, state.spec, state.last_preempted_zone)
+        else:
+            order = price_order(obs, state.spec)
+        return launch_action(order, IDLE, self.interval, obs.tick + 1)
+
+
+class Failover(SkyPilotFailover):
+    """EAGER_NEXT_REGION with skypilot#10021 fixed (see the module docstring)."""
+
+    name = "failover"
+    eager = True
 
 
 class UniformProgress(Policy):
     """Uniform Progress (Can't Be Late, NSDI'24), single zone or across zones.
 
     Expected progress ``ep(t) = W t / D``; ``cp`` = checkpointed progress.
-    1. Exploitation: take spot whenever it is available (even when behind) and stay until
-       preempted. 2. Uniform progress: idle and ``cp < ep(t)`` -> on-demand to catch up.
-    3. Hysteresis: on on-demand, stay until ``cp >= ep(t + 2d)``. 4. Safety net (shared
-    with the other policies). The multi-zone variant takes spot in any zone with capacity
-    (the last used zone first, then the listed order).
+    1. Exploitation: take spot whenever a launch succeeds (even when behind) and stay
+       until preempted. 2. Idle and ``cp < ep(t)`` -> on-demand. 3. Hysteresis: on
+       on-demand, stay until ``cp >= ep(t + 2d)`` and then only for spot (never idle).
+    4. The safety net. Multi-zone: the last used zone first, then the listed order
+    (``eager=True``: SkyPilot's eager-failover order, cheapest first, the preempted
+    region last — SkyNomad's "UP with eager failover").
     """
 
-    def __init__(self, multi_zone: bool = False, zone: int | None = None) -> None:
-        self.multi = multi_zone
+    def __init__(self, multi_zone: bool = False, zone: int | None = None,
+                 eager: bool = False) -> None:
+        self.multi = multi_zone or eager
+        self.eager = eager
         self.zone_arg = zone
         self.zone = 0
         self.last = -1
-        self.interval = math.inf
-        self.name = "uniform_progress_multi" if multi_zone else "uniform_progress_1zone"
+        self.interval: float | None = None
+        self.name = ("up_eager_failover" if eager else
+                     "uniform_progress_multi" if multi_zone else "uniform_progress_1zone")
 
     def reset(self, spec: JobSpec, obs: Observation) -> None:
         self.zone = best_history_zone(obs) if self.zone_arg is None else self.zone_arg
         self.last = self.zone
-        self.interval = default_checkpoint_interval_hours(spec)
+        self.interval = baseline_interval_hours(spec)
 
-    def _spot_zone(self, obs: Observation) -> int:
+    def _order(self, state: JobState, obs: Observation) -> list[int]:
         if not self.multi:
-            return self.zone if obs.available[self.zone] else -1
-        if self.last >= 0 and obs.available[self.last]:
-            return self.last
-        up = np.flatnonzero(obs.available)
-        return int(up[0]) if up.size else -1
+            return [self.zone]
+        if self.eager:
+            return eager_failover_order(obs, state.spec, state.last_preempted_zone
+                                        if state.just_preempted else -1)
+        rest = [z for z in range(obs.n_zones) if z != self.last]
+        return ([self.last] if self.last >= 0 else []) + rest
 
     def decide(self, state: JobState, obs: Observation) -> Action:
         g = obs.gap_hours
@@ -159,20 +200,30 @@ class UniformProgress(Policy):
         t = state.elapsed_hours
         ep = spec.work_hours * t / spec.deadline_hours
         cp = state.committed_hours + (state.uncommitted_hours if state.location == ON_DEMAND else 0.0)
-        watch = None if self.multi else (self.zone,)
         if state.location >= 0:  # exploitation: stay until preempted
+            self.last = state.location
             return Action(state.location, self.interval, obs.tick + k, watch=(state.location,))
+        order = self._order(state, obs)
         if state.location == ON_DEMAND:
             ep_ahead = spec.work_hours * (t + 2 * spec.restart_hours) / spec.deadline_hours
             if cp < ep_ahead:
                 return Action(ON_DEMAND, None, obs.tick + 1, watch=())
-        z = self._spot_zone(obs)
-        if z >= 0:
-            self.last = z
-            return Action(z, self.interval, obs.tick + k, watch=(z,))
-        if cp < ep:
-            return Action(ON_DEMAND, None, obs.tick + 1, watch=())
-        # idle until we fall behind the line or capacity returns
-        behind_at = cp * spec.deadline_hours / spec.work_hours  # elapsed hours where ep = cp
-        k_behind = max(1, int(math.ceil((behind_at - t) / g)))
-        return Action(IDLE, None, obs.tick + min(k, k_behind), watch=watch)
+            return launch_action(order, ON_DEMAND, self.interval, obs.tick + 1)
+        return launch_action(order, ON_DEMAND if cp < ep else IDLE, self.interval, obs.tick + 1)
+
+
+def builtin_policy_factories() -> dict:
+    """Name -> zero-argument factory of every built-in policy, in table order (the
+    registry in :mod:`fleet.policies.registry` and the sweeps use this list)."""
+    from fleet.policies.spotfleet import SpotfleetPolicy
+
+    return {
+        "on_demand": OnDemandOnly,
+        "greedy_1zone": SingleZoneGreedy,
+        "uniform_progress_1zone": lambda: UniformProgress(multi_zone=False),
+        "uniform_progress_multi": lambda: UniformProgress(multi_zone=True),
+        "failover_sky": SkyPilotFailover,
+        "failover": Failover,
+        "up_eager_failover": lambda: UniformProgress(eager=True),
+        "spotfleet": SpotfleetPolicy,
+    }

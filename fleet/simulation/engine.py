@@ -218,8 +218,9 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
                 for k, c in enumerate((tgt, *act.fallbacks)):
                     if c >= n_z or c < ON_DEMAND and c != IDLE:
                         raise PolicyError(f"{policy.name}: tick {i}: target {c} is not a location")
-                    if c == loc:
+                    if c == loc:  # the held instance ran on while the others were tried
                         chosen = c
+                        delay = 0.0
                         break
                     if c >= 0 and not avail[c, i]:
                         if not probe and k == 0 and not act.fallbacks:
@@ -265,6 +266,8 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
                     ov = 0.0
                     delay = 0.0
             T = act.checkpoint_interval_hours if act.checkpoint_interval_hours else math.inf
+            if loc == ON_DEMAND:  # never preempted: periodic saves would only cost time
+                T = math.inf
             next_decision = act.recheck_tick if act.recheck_tick is not None else i + 1
             watch = list(act.watch) if act.watch is not None else None
             watch_one = watch[0] if watch is not None and len(watch) == 1 else -1

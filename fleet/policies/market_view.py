@@ -1,0 +1,71 @@
+"""What a policy can know about the market, computed once per job (pure numpy).
+
+* :class:`PriorStats`: per-zone statistics from the market's past **before the job
+  started** (``obs.history[:, :start]``: the statistics DB / public traces a live system
+  has): availability, mean up-run (time to preemption) and mean down-run (time to
+  regain), all over ``lookback_hours``.
+* :func:`belief_up`: the chance a launch in each zone succeeds now, from the job's own
+  observations (``last_seen_tick``) and the prior.
+* :func:`launch_action`: an :class:`~fleet.policies.base.Action` that tries zones in
+  order (the first as ``target``, the rest as ``fallbacks``) and ends on a last resort.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleet.policies.base import IDLE, Action, Observation
+
+
+@dataclass(frozen=True)
+class PriorStats:
+    """Per-zone statistics over the lookback window (hours)."""
+
+    availability: np.ndarray  # share of ticks up
+    mean_up_hours: np.ndarray  # held hours / (preemptions + 1): conservative MTTP
+    mean_down_hours: np.ndarray  # down hours / (regains + 1)
+    all_down: float  # share of ticks with no zone up
+
+    @classmethod
+    def from_history(cls, history: np.ndarray, gap_hours: float,
+                     lookback_hours: float = 24.0 * 30) -> PriorStats:
+        n = max(2, int(lookback_hours / gap_hours))
+        h = np.asarray(history[:, -n:], dtype=bool)
+        if h.shape[1] < 2:
+            z = h.shape[0]
+            return cls(np.full(z, 0.5), np.full(z, 1.0), np.full(z, 1.0), 0.5)
+        up_ticks = h.sum(axis=1)
+        pre = np.count_nonzero(h[:, :-1] & ~h[:, 1:], axis=1)
+        reg = np.count_nonzero(~h[:, :-1] & h[:, 1:], axis=1)
+        return cls(availability=up_ticks / h.shape[1],
+                   mean_up_hours=np.maximum(up_ticks * gap_hours / (pre + 1), gap_hours),
+                   mean_down_hours=np.maximum((h.shape[1] - up_ticks) * gap_hours / (reg + 1),
+                                              gap_hours),
+                   all_down=float(np.mean(~h.any(axis=0))))
+
+
+def belief_up(obs: Observation, prior: PriorStats) -> np.ndarray:
+    """P(a launch in each zone succeeds now): the observed state when it is fresh, decaying
+    toward the prior availability with the time since it was seen (a two-state chain
+    with the zone's mean up / down run lengths)."""
+    a = prior.availability
+    if not obs.probed or obs.last_seen_tick is None:
+        return np.where(obs.available, 1.0, 0.0)
+    seen = obs.last_seen_tick
+    age = np.where(seen >= 0, (obs.tick - seen) * obs.gap_hours, np.inf)
+    rate = 1.0 / prior.mean_up_hours + 1.0 / prior.mean_down_hours
+    decay = np.exp(-rate * np.minimum(age, 1e6))
+    last_up = obs.available.astype(float)
+    b = a + (last_up - a) * decay
+    return np.where(np.isfinite(age), b, np.where(obs.available, np.maximum(a, 0.5), a))
+
+
+def launch_action(order, last_resort: int = IDLE, interval: float | None = None,
+                  recheck_tick: int | None = None) -> Action:
+    """Try the zones of ``order`` in turn, then ``last_resort`` (idle or on-demand)."""
+    order = [int(z) for z in order]
+    if not order:
+        return Action(last_resort, interval if last_resort >= 0 else None, recheck_tick)
+    return Action(order[0], interval, recheck_tick, fallbacks=(*order[1:], last_resort))
