@@ -1,18 +1,19 @@
-"""Fleet simulator speed: the full 9-zone Must-show sweep.
+"""Fleet simulator: the three-family sweep of docs/fleet-policies.md, and its speed.
 
-Every online policy x three job shapes (24/36 h, 48/72 h, 12/14 h) x 100 start times x
-{no notice, 120 s notice}, plus the exact omniscient DP per (shape, start) (the bound
-does not depend on the notice, so it is computed once). Prints simulated job-hours per
-second (simulated wall-clock hours of all runs / CPU seconds) and the sweep's wall time
-as a ratio to the 60 s budget.
+Families v100 (9 AWS zones, real per-tick prices), h100 (13 GCP zones in 8 regions,
+migration cost) and volatile (synthetic) x D/W in {1.05, 1.2, 1.5, 2, 3} x notice
+{0, 120 s} x every policy, ``--starts`` start times per cell (same starts for every
+policy), plus the exact omniscient DP per (ratio, start). Prints progress, the tables
+(Markdown with ``--markdown``) and the speed: simulated job-hours (sum of run completion
+times) per CPU second, whole sweep and online policies alone.
 
-    python benchmarks/bench_fleet_sim.py [--starts 100] [--markdown out.md] [--plot out.png]
+    nice -n 10 python benchmarks/bench_fleet_sim.py [--starts 100] [--families v100,h100,volatile]
+        [--markdown out.md] [--plot out.png]
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import sys
@@ -22,78 +23,70 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fleet.policies.base import JobSpec  # noqa: E402
-from fleet.simulation.market import Market  # noqa: E402
-from fleet.simulation.omniscient import omniscient_bound  # noqa: E402
-from fleet.simulation.sweep import (  # noqa: E402
-    SweepResult,
-    format_table,
-    make_policies,
-    run_sweep,
-    start_ticks,
-    summarize,
+from fleet.policies.baselines import builtin_policy_factories  # noqa: E402
+from fleet.simulation.families import (  # noqa: E402
+    FAMILIES,
+    NOTICES,
+    RATIOS,
+    family_table,
+    goal_table,
+    run_family,
 )
 
 DATA = Path(os.environ.get("SPOTFLEET_SHARED_DATA", ROOT.parent / "shared" / "data"))
-TRACES = DATA / "spot-traces/availability/1-node/aws-02-15-2023"
-SHAPES = [(24.0, 36.0), (48.0, 72.0), (12.0, 14.0)]
-BUDGET_S = 60.0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--starts", type=int, default=100)
+    ap.add_argument("--families", default="v100,h100,volatile")
+    ap.add_argument("--ratios", default=",".join(f"{r:g}" for r in RATIOS))
+    ap.add_argument("--policies", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--markdown", default="", help="write the tables (Markdown) here")
-    ap.add_argument("--plot", default="", help="save the cost-distribution plot here")
+    ap.add_argument("--plot", default="", help="save a cost-ratio plot here")
     args = ap.parse_args()
-    if not TRACES.is_dir():
-        print(f"skip: {TRACES} not found (set SPOTFLEET_SHARED_DATA)")
+    names = [f for f in args.families.split(",") if f]
+    if any(f in ("v100", "h100") for f in names) and not DATA.is_dir():
+        print(f"skip: {DATA} not found (set SPOTFLEET_SHARED_DATA)")
         return 0
-    market = Market.from_dir(TRACES)
-    omniscient_bound(market, JobSpec(1.0, 2.0), 0)  # compile the DP outside the timing
+    pols = builtin_policy_factories()
+    if args.policies:
+        pols = {k: v for k, v in pols.items() if k in args.policies.split(",")}
+    ratios = [float(x) for x in args.ratios.split(",")]
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"python {platform.python_version()}; {market.n_zones} zones, {args.starts} starts")
+          f"python {platform.python_version()}; {args.starts} starts per cell", flush=True)
+    from fleet.simulation.families import FAMILIES as F
+    from fleet.simulation.omniscient import omniscient_bound  # compile outside the timing
+
+    m, _ = F["volatile"].load(DATA, 1)[0]
+    omniscient_bound(m, F["volatile"].spec(1.5, 0.0), 2100)
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    sim_hours = 0.0
-    dp_cpu = 0.0
-    sweeps: list[tuple[str, SweepResult]] = []
     md: list[str] = []
-    for work, deadline in SHAPES:
-        base = JobSpec(work, deadline)
-        starts = start_ticks(market, base, args.starts)
-        t = time.process_time()
-        bound = [omniscient_bound(market, base, s).cost for s in starts]
-        dp_cpu += time.process_time() - t
-        print(f"W={work:g} D={deadline:g}: omniscient DP {len(starts)} starts "
-              f"({time.process_time() - t:.1f} s CPU)", flush=True)
-        for notice in (0.0, 120.0):
-            spec = JobSpec(work, deadline, notice_seconds=notice)
-            res = run_sweep(market, spec, make_policies(), starts, with_omniscient=False,
-                            progress=lambda line: print(line, flush=True))
-            res.omniscient = bound
-            sim_hours += sum(r.completion_hours for runs in res.runs.values() for r in runs
-                             if math.isfinite(r.completion_hours))
-            title = f"W={work:g} h, D={deadline:g} h, notice {notice:g} s"
-            sweeps.append((title, res))
-            rows = summarize(res)
-            ours = next(r for r in rows if r.policy == "spotfleet")
-            print(f"{title}: spotfleet / omniscient = {ours.cost_vs_omniscient:.3f}, "
-                  f"deadlines met {ours.deadline_met_rate:.0%}")
-            md += [f"### {title}", "", format_table(rows), ""]
+    all_cells = []
+    sim_hours = 0.0
+    for fname in names:
+        fam = FAMILIES[fname]
+        cells = run_family(fam, DATA, pols, args.starts, ratios, NOTICES,
+                           progress=lambda line: print(line, flush=True))
+        all_cells += cells
+        sim_hours += sum(c.sim_hours for c in cells)
+        for notice in NOTICES:
+            md += [f"#### {fam.title}: mean cost / omniscient, notice {notice:g} s", "",
+                   family_table(cells, notice), ""]
+    md += ["#### spotfleet against the best baseline of each cell", "", goal_table(all_cells), ""]
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0
-    print(f"\nsimulated job-hours: {sim_hours:,.0f} in {cpu:.1f} s CPU "
-          f"({sim_hours / cpu:,.0f} job-hours/s; online policies alone "
-          f"{sim_hours / max(cpu - dp_cpu, 1e-9):,.0f} job-hours/s, DP {dp_cpu:.1f} s CPU)")
-    print(f"sweep wall time {wall:.1f} s = {wall / BUDGET_S:.2f} x the {BUDGET_S:.0f} s budget "
-          f"(CPU {cpu:.1f} s = {cpu / BUDGET_S:.2f} x)")
+    print()
+    print("\n".join(md))
+    print(f"\nsimulated job-hours: {sim_hours:,.0f} in {cpu:.1f} s CPU = {sim_hours / cpu:,.0f} "
+          f"job-hours/s (wall {wall:.1f} s)")
     if args.markdown:
         Path(args.markdown).write_text("\n".join(md) + "\n", encoding="utf-8")
         print(f"tables written to {args.markdown}")
     if args.plot:
-        from fleet.simulation.plot import plot_sweeps
+        from fleet.simulation.plot import plot_families
 
-        print(f"plot saved to {plot_sweeps(sweeps, args.plot)}")
+        print(f"plot saved to {plot_families(all_cells, args.plot)}")
     return 0
 
 

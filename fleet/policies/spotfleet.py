@@ -119,10 +119,13 @@ class SpotfleetPolicy(Policy):
             t_opt = optimal_interval_hours(c, rate, spec.restart_hours)
         except ValueError:
             t_opt = 2.0 * c
-        if spec.notice_saves:
-            return t_opt
         slack_if_saved = state.remaining_time_hours - (spec.work_hours - state.done_hours)
         spare = slack_if_saved - safety_threshold_hours(state, gap_hours) - c - gap_hours
+        if spec.notice_saves:
+            # insurance saves only while they cost at most half the spare slack (each one
+            # burns C of slack; near the deadline they would push the job onto on-demand)
+            rem = max(spec.work_hours - state.done_hours, 0.0)
+            return t_opt if rem / t_opt * c <= 0.5 * max(spare, 0.0) else None
         return max(min(t_opt, self.p.risk_fraction * spare), 2.0 * c)
 
     # ------------------------------------------------------------------ decisions

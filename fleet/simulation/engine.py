@@ -215,12 +215,14 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
             tgt = act.target
             if tgt != loc:
                 chosen = IDLE
+                delay_before = delay
+                delay = 0.0  # a new decision supersedes the tries of the previous one
                 for k, c in enumerate((tgt, *act.fallbacks)):
                     if c >= n_z or c < ON_DEMAND and c != IDLE:
                         raise PolicyError(f"{policy.name}: tick {i}: target {c} is not a location")
                     if c == loc:  # the held instance ran on while the others were tried
                         chosen = c
-                        delay = 0.0
+                        delay = delay_before
                         break
                     if c >= 0 and not avail[c, i]:
                         if not probe and k == 0 and not act.fallbacks:

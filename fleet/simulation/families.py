@@ -1,0 +1,197 @@
+"""The three evaluation families of docs/fleet-policies.md, swept with bootstrap intervals.
+
+Families (``FAMILIES``):
+
+* ``v100`` — the 9-zone AWS p3.2xlarge availability traces (aws-02-15-2023, 3 regions,
+  195 s ticks) with the real per-tick spot prices (spot-prices/aws-v100-02-15-2023.json),
+  on-demand 3.06 $/h; W = 12 h; checkpoint 25 GB (AWS egress 0.02 $/GB: 0.50 $ and
+  60 s per cross-region move); 168 h of history before the first start.
+* ``h100`` — the 13 GCP H100 zones in 8 regions (gcp-h100-2025, 600 s ticks, 4.8 days),
+  the files' spot and per-region on-demand prices (a3-highgpu-8g); W = 8 h (the window
+  is short); checkpoint 100 GB (GCP egress 0.05 $/GB: 5.00 $ and 180 s per move); 12 h of
+  history before the first start.
+* ``volatile`` — synthetic (:func:`fleet.market.regimes.volatile_config`): 9 zones in 3
+  regions, all zones down together 24-54 % of the time, region and market outages, multi-day
+  droughts, price spikes, cheap-flaky vs expensive-reliable zones; W = 12 h; checkpoint
+  25 GB on AWS rates; report seeds 10-14 (20 starts each), 168 h of history each.
+
+Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
+the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
+with a paired bootstrap interval over starts, deadline-met share, and the ratio of the
+project's policy to the best baseline of the cell (paired bootstrap interval).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fleet.policies.base import JobSpec
+from fleet.simulation.engine import RunResult, horizon_ticks, simulate
+from fleet.simulation.market import Market
+from fleet.simulation.omniscient import omniscient_bound
+
+RATIOS = (1.05, 1.2, 1.5, 2.0, 3.0)
+NOTICES = (0.0, 120.0)
+OURS = "spotfleet"
+
+
+@dataclass(frozen=True)
+class Family:
+    """One market family: markets with their start times, and the job template."""
+
+    name: str
+    title: str
+    work_hours: float
+    checkpoint_gb: float
+    warmup_hours: float
+    load: Callable[[Path, int], list[tuple[Market, list[int] | None]]]
+    spot_price: float = 0.918
+    on_demand_price: float = 3.06
+
+    def spec(self, ratio: float, notice: float) -> JobSpec:
+        return JobSpec(work_hours=self.work_hours, deadline_hours=round(self.work_hours * ratio, 6),
+                       restart_hours=0.1, checkpoint_hours=1 / 60, notice_seconds=notice,
+                       checkpoint_gb=self.checkpoint_gb, spot_price=self.spot_price,
+                       on_demand_price=self.on_demand_price)
+
+
+def spread_starts(market: Market, spec: JobSpec, n: int, warmup_hours: float,
+                  offset: float = 0.0) -> list[int]:
+    """``n`` start ticks evenly spread after the warm-up (may overlap in time)."""
+    g = market.gap_hours
+    first = int(math.ceil(warmup_hours / g))
+    last = market.n_ticks - horizon_ticks(spec, g) - 1
+    if last <= first:
+        raise ValueError(f"market of {market.duration_hours:.0f} h too short for {warmup_hours} h "
+                         f"of history and a {spec.deadline_hours:g} h deadline")
+    step = (last - first) / n
+    return [int(first + (k + offset) * step) for k in range(n)]
+
+
+def _v100(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
+    m = Market.from_dir(data / "spot-traces/availability/1-node/aws-02-15-2023",
+                        prices=data / "spot-prices/aws-v100-02-15-2023.json")
+    return [(m.with_on_demand_prices(3.06), None)]
+
+
+def _h100(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
+    return [(Market.from_dir(data / "gcp-h100-2025"), None)]
+
+
+def _volatile(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
+    from fleet.market.regimes import regime_market, volatile_config
+
+    cfg = volatile_config(hours=24.0 * 12)
+    return [(regime_market(cfg, seed), None) for seed in range(10, 15)]
+
+
+FAMILIES: dict[str, Family] = {
+    "v100": Family("v100", "9-zone AWS V100, real per-tick prices", 12.0, 25.0, 168.0, _v100),
+    "h100": Family("h100", "13-zone GCP H100 (8 regions), file prices", 8.0, 100.0, 12.0, _h100,
+                   spot_price=18.0, on_demand_price=85.0),
+    "volatile": Family("volatile", "synthetic volatile (9 zones, 3 regions)", 12.0, 25.0, 168.0,
+                       _volatile, spot_price=1.0, on_demand_price=3.4),
+}
+
+
+@dataclass
+class Cell:
+    """All runs of one (family, ratio, notice)."""
+
+    family: str
+    ratio: float
+    notice: float
+    omniscient: np.ndarray
+    costs: dict[str, np.ndarray] = field(default_factory=dict)
+    met: dict[str, np.ndarray] = field(default_factory=dict)
+    sim_hours: float = 0.0
+    migrations: dict[str, float] = field(default_factory=dict)
+
+
+def bootstrap_ratio(num: np.ndarray, den: np.ndarray, n_boot: int = 2000, seed: int = 0,
+                    level: float = 0.95) -> tuple[float, float, float]:
+    """``mean(num) / mean(den)`` and its paired percentile bootstrap interval."""
+    rng = np.random.default_rng(seed)
+    k = num.size
+    idx = rng.integers(0, k, size=(n_boot, k))
+    boots = num[idx].mean(axis=1) / den[idx].mean(axis=1)
+    a = (1 - level) / 2
+    return float(num.mean() / den.mean()), float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a))
+
+
+def run_family(family: Family, data: Path, policies: dict[str, Callable], starts: int = 100,
+               ratios: Sequence[float] = RATIOS, notices: Sequence[float] = NOTICES,
+               progress: Callable[[str], None] | None = None) -> list[Cell]:
+    """Every (ratio, notice) cell of ``family`` for ``policies`` (name -> factory)."""
+    markets = family.load(data, starts)
+    per_market = max(1, math.ceil(starts / len(markets)))
+    cells = []
+    for ratio in ratios:
+        base = family.spec(ratio, 0.0)
+        plan = [(m, spread_starts(m, base, per_market, family.warmup_hours)) for m, _ in markets]
+        t0 = time.perf_counter()
+        omni = np.array([omniscient_bound(m, base, s).cost for m, ss in plan for s in ss])
+        if progress:
+            progress(f"{family.name} D/W={ratio:g}: omniscient x{omni.size} "
+                     f"({time.perf_counter() - t0:.1f} s)")
+        for notice in notices:
+            spec = family.spec(ratio, notice)
+            cell = Cell(family.name, ratio, notice, omni)
+            t1 = time.perf_counter()
+            for name, factory in policies.items():
+                runs: list[RunResult] = [simulate(factory(), m, spec, s) for m, ss in plan for s in ss]
+                cell.costs[name] = np.array([r.cost for r in runs])
+                cell.met[name] = np.array([r.deadline_met for r in runs])
+                cell.migrations[name] = float(np.mean([r.migrations for r in runs]))
+                cell.sim_hours += sum(r.completion_hours for r in runs if math.isfinite(r.completion_hours))
+            cells.append(cell)
+            if progress:
+                ours = cell.costs.get(OURS)
+                msg = f" spotfleet {ours.mean() / omni.mean():.3f}x" if ours is not None else ""
+                progress(f"  notice {notice:g} s: {len(policies)} policies x {omni.size} starts"
+                         f"{msg} ({time.perf_counter() - t1:.1f} s)")
+    return cells
+
+
+def best_baseline(cell: Cell) -> str:
+    """The cheapest baseline (not the project's policy, not on-demand) of the cell."""
+    cands = [n for n in cell.costs if n not in (OURS, "on_demand")]
+    return min(cands, key=lambda n: cell.costs[n].mean())
+
+
+def family_table(cells: Sequence[Cell], notice: float) -> str:
+    """Markdown: one row per policy, one column per D/W: mean cost / omniscient [95 % CI]
+    and deadline-met share."""
+    cs = [c for c in cells if c.notice == notice]
+    names = list(cs[0].costs)
+    head = "| policy | " + " | ".join(f"D/W={c.ratio:g}" for c in cs) + " |"
+    lines = [head, "|---|" + "---|" * len(cs)]
+    for n in names:
+        row = []
+        for c in cs:
+            r, lo, hi = bootstrap_ratio(c.costs[n], c.omniscient)
+            row.append(f"{r:.3f} [{lo:.3f}, {hi:.3f}] {c.met[n].mean():.0%}")
+        lines.append(f"| {n} | " + " | ".join(row) + " |")
+    lines.append("| omniscient $ (mean) | " + " | ".join(f"{c.omniscient.mean():.2f}" for c in cs) + " |")
+    return "\n".join(lines)
+
+
+def goal_table(cells: Sequence[Cell]) -> str:
+    """Markdown: spotfleet / best baseline of each cell, paired bootstrap interval."""
+    lines = ["| family | D/W | notice s | best baseline | spotfleet / best [95 % CI] | "
+             "spotfleet / omniscient | deadlines met |", "|---|---|---|---|---|---|---|"]
+    for c in cells:
+        if OURS not in c.costs:
+            continue
+        b = best_baseline(c)
+        r, lo, hi = bootstrap_ratio(c.costs[OURS], c.costs[b])
+        o = c.costs[OURS].mean() / c.omniscient.mean()
+        lines.append(f"| {c.family} | {c.ratio:g} | {c.notice:g} | {b} | {r:.3f} [{lo:.3f}, {hi:.3f}] "
+                     f"| {o:.3f} | {c.met[OURS].mean():.0%} |")
+    return "\n".join(lines)
