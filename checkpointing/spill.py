@@ -141,3 +141,22 @@ class Promotion:
         if self._on_done is not None:
             with contextlib.suppress(Exception):
                 self._on_done(self)
+
+
+def newer_spill(primary: CheckpointStore, spill: CheckpointStore
+                ) -> tuple[CheckpointInfo | None, CheckpointInfo | None]:
+    """(the newest spilled checkpoint when it is newer than the primary store's newest,
+    else None; the primary's newest). Spilled checkpoints the primary covers are pruned.
+    A primary-store error propagates (``restore`` must not guess)."""
+    primary_infos = list_checkpoints(primary)
+    primary_newest = primary_infos[-1] if primary_infos else None
+    try:
+        spilled = list_checkpoints(spill)
+    except (StoreError, OSError) as exc:
+        log.warning("cannot list the spill area %s: %s", spill.location, exc)
+        return None, primary_newest
+    if spilled and (primary_newest is None or spilled[-1].step > primary_newest.step):
+        return spilled[-1], primary_newest
+    if spilled:
+        prune_spill(spill, primary_newest.step if primary_newest is not None else None)
+    return None, primary_newest

@@ -62,7 +62,8 @@ def test_session_saves_restores_and_reports(tmp_path: Path) -> None:
     evs = read_events(tmp_path / "events.jsonl")
     kinds = [e.kind for e in evs]
     assert kinds[0] == "start" and kinds[-1] == "exit"
-    assert evs[-1].data == {"reason": "completed", "step": 12, "note": "x"}
+    assert {k: evs[-1].data[k] for k in ("reason", "step", "note", "saved_step")} == \
+        {"reason": "completed", "step": 12, "note": "x", "saved_step": 12}
     progress = [e.data for e in evs if e.kind == "progress"]
     assert [p["step"] for p in progress] == [4, 8, 12]
     assert all(p["loss"] is not None and p["mean_step_seconds"] > 0 for p in progress)
