@@ -35,6 +35,7 @@ from dagster import (
 )
 
 from assets import fleet_adapter
+from assets.config_failure import config_failure
 from assets.cost_tables import (
     break_even,
     cost_table,
@@ -121,7 +122,8 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
     @asset(key=[p, "spot_market"], group_name=p, kinds={"pandas"},
            description=f"The spot market of {p}: the synthetic market (seed {cfg.market.seed}) or the "
                        "trace folder, one availability trace per zone.")
-    def spot_market(context: AssetExecutionContext) -> Output:
+    def spot_market(context: AssetExecutionContext, fleet: FleetResource) -> Output:
+        _recheck_config(context, cfg, fleet)  # job start: what changed since the code location loaded
         traces = fleet_adapter.market_traces(market)
         summary = pd.DataFrame([{"zone": t.zone, "region": t.region, "accelerator": t.accelerator,
                                  "hours": round(t.duration_hours, 1),
@@ -184,7 +186,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
                 plans[s.name] = fleet_adapter.plan_for_stage(
                     _stage_dict(s), stats, preemption_forecast, market, share, cfg.on_demand_fallback)
             except ValueError as exc:
-                raise Failure(description=f"cannot plan stage {s.name}: {exc}", allow_retries=False) from exc
+                raise config_failure(context, f"cannot plan stage {s.name}: {exc}") from None
             context.log.info(plans[s.name]["explain"])
         md = "\n\n".join(f"**{k}**\n\n```\n{v['explain']}\n```" for k, v in plans.items())
         meta = {"plan": MetadataValue.md(md)}
@@ -243,7 +245,18 @@ def _stage_deadline_seconds(cfg: PipelineConfig, stage: StageConfig) -> float:
     return hours * cfg.market.wall_seconds_per_market_hour if cfg.provider == "local" else hours * 3600.0
 
 
-def _resolve_command(stage: StageConfig, python: str, cwd: str) -> list[str]:
+def _recheck_config(context: AssetExecutionContext, cfg: PipelineConfig, fleet: FleetResource) -> None:
+    """Semantic validation again at job start (scripts, trace folders may have changed since the
+    code location loaded); a problem fails the run once, without step or run retries."""
+    from pipelines.validation import check_pipeline
+
+    problems = check_pipeline(cfg, cwd=Path(fleet.cwd()))
+    if problems:
+        raise config_failure(context, f"pipeline {cfg.name} ({len(problems)} problem(s)):\n"
+                             + "\n".join(p.line() for p in problems))
+
+
+def _resolve_command(stage: StageConfig, python: str, cwd: str, context: Any = None) -> list[str]:
     argv = stage.argv(python)
     if stage.script is not None:
         script = Path(stage.script)
@@ -251,9 +264,11 @@ def _resolve_command(stage: StageConfig, python: str, cwd: str) -> list[str]:
             roots = [Path(cwd), PROJECT_ROOT]
             cand = next((r / script for r in roots if (r / script).exists()), None)
             if cand is None:
-                raise Failure(description=f"stage {stage.name}: script {stage.script!r} not found under "
-                                          f"{cwd} or {PROJECT_ROOT}; give a path relative to one of them "
-                                          "or an absolute one", allow_retries=False)
+                msg = (f"stage {stage.name}: script {stage.script!r} not found under {cwd} or "
+                       f"{PROJECT_ROOT}; give a path relative to one of them or an absolute one")
+                if context is not None:
+                    raise config_failure(context, msg)
+                raise Failure(description=msg, allow_retries=False)
             argv[1] = str(cand.resolve())
     return argv
 
@@ -291,7 +306,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     zones = list(plan.get("zones") or stage.resources.zones)
     use_spot = bool(plan.get("use_spot", stage.resources.spot))
     spec = StageSpec(
-        name=stage.name, command=_resolve_command(stage, fleet.python_exe(), cwd), checkpoint_uri=ckpt_uri,
+        name=stage.name, command=_resolve_command(stage, fleet.python_exe(), cwd, context), checkpoint_uri=ckpt_uri,
         accelerator=stage.resources.accelerator, accelerator_count=stage.resources.count,
         num_nodes=stage.resources.nodes, clouds=tuple(stage.resources.clouds),
         regions=tuple(stage.resources.regions), zones=tuple(zones), use_spot=use_spot,

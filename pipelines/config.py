@@ -241,16 +241,31 @@ def _format_errors(source: str, exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def parse_pipelines(data: object, source: str = "<config>") -> list[PipelineConfig]:
-    """Validate already-parsed YAML/JSON data (a mapping with ``pipelines:`` or one pipeline)."""
+def parse_pipelines(data: object, source: str = "<config>", *, semantic: bool = True) -> list[PipelineConfig]:
+    """Validate already-parsed YAML/JSON data (a mapping with ``pipelines:`` or one pipeline).
+
+    First the shape (pydantic), then, with ``semantic``, what the values mean against the
+    catalog and the market (``pipelines/validation.py``: accelerator, instance type,
+    zones, deadline feasibility, script paths). Either raises one
+    :class:`PipelineConfigError` listing every problem with its field and fix.
+    """
     if isinstance(data, dict) and "pipelines" not in data and "stages" in data:
         data = {"pipelines": [data]}
     if not isinstance(data, dict):
         raise PipelineConfigError(f"{source}: top level must be a mapping with a 'pipelines:' list")
     try:
-        return list(PipelinesFile.model_validate(data).pipelines)
+        pipelines = list(PipelinesFile.model_validate(data).pipelines)
     except ValidationError as exc:
         raise PipelineConfigError(_format_errors(source, exc)) from None
+    if semantic:
+        from pipelines.validation import check_pipelines
+
+        problems = check_pipelines(pipelines)
+        if problems:
+            raise PipelineConfigError("\n".join(
+                [f"{source}: invalid pipeline configuration ({len(problems)} problem(s)):"]
+                + [p.line() for p in problems]))
+    return pipelines
 
 
 def load_pipelines(path: str | Path) -> list[PipelineConfig]:

@@ -23,7 +23,7 @@ from dagster import (
 )
 
 from assets.pipeline_assets import PipelineAssets, build_pipeline_assets
-from pipelines.config import PipelineConfig, load_default_pipelines
+from pipelines.config import PipelineConfig, PipelineConfigError, load_default_pipelines
 from pipelines.resources import FleetResource, StatsDB
 
 
@@ -93,4 +93,13 @@ def build_definitions(pipelines: list[PipelineConfig] | None = None,
                        sensors=sensors, resources=res, executor=in_process_executor)
 
 
-defs = build_definitions()
+def _load() -> Definitions:
+    try:
+        return build_definitions()
+    except PipelineConfigError as exc:
+        # the message lists every problem with its file, field and fix; the code location
+        # fails to load with it (nothing runs, nothing is retried), without our call stack
+        raise PipelineConfigError(str(exc)) from None
+
+
+defs = _load()

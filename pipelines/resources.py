@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -89,9 +90,25 @@ class FleetResource(ConfigurableResource):
             return PipesSubprocessClient(
                 cwd=self.cwd(),
                 context_injector=PipesS3ContextInjector(bucket=self.pipes_bucket, client=client),
-                message_reader=PipesS3MessageReader(bucket=self.pipes_bucket, client=client,
-                                                    interval=self.pipes_poll_seconds),
+                message_reader=_single_writer(PipesS3MessageReader)(
+                    bucket=self.pipes_bucket, client=client, interval=self.pipes_poll_seconds),
             )
         from dagster import PipesTempFileMessageReader
 
-        return PipesSubprocessClient(cwd=self.cwd(), message_reader=PipesTempFileMessageReader())
+        return PipesSubprocessClient(cwd=self.cwd(), message_reader=_single_writer(PipesTempFileMessageReader)())
+
+
+@functools.cache
+def _single_writer(reader_cls: type) -> type:
+    """``reader_cls`` with a plain ``expected_writer_count = 1`` (one node runner writes).
+
+    Dagster 1.13's ``PipesMessageHandler`` reads the reader's ``expected_writer_count``
+    when every Pipes session opens; on the stock readers that property is marked
+    ``@preview``, so each stage attempt printed the same ``PreviewWarning`` (three times in
+    the main job). Our readers have exactly one writer, the default the property returns;
+    defining it here as an ordinary attribute gives Dagster the same value without the
+    preview API call, so there is nothing to warn about.
+    """
+    return type(reader_cls.__name__, (reader_cls,), {
+        "__module__": __name__, "__doc__": reader_cls.__doc__,
+        "expected_writer_count": property(lambda self: 1)})

@@ -32,14 +32,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_db(args) -> int:
     from infra.db.session import current_revision, db_url, head_revision, upgrade
+    from pipelines.commands.db_errors import shown_url, with_db
 
     url = db_url(args.url)
-    shown = url.split("@")[-1] if "@" in url else url
+    shown = shown_url(url)
+    flag = "--url" if args.url else None
     if args.action == "upgrade":
-        rev = upgrade(url)
+        rev = with_db(url, flag, lambda: upgrade(url))
         print(f"statistics DB {shown} is at revision {rev} (head {head_revision()})")
     else:
-        rev = current_revision(url)
+        rev = with_db(url, flag, lambda: current_revision(url))
         head = head_revision()
         state = "up to date" if rev == head else "behind: run `spotfleet db upgrade`"
         print(f"statistics DB {shown}: revision {rev or '(none)'}; code head {head} ({state})")
@@ -58,18 +60,23 @@ def run_main(args) -> int:
         os.environ["SPOTFLEET_PIPELINES"] = str(Path(args.pipelines).resolve())
     print(f"[spotfleet main] state in {var} (DAGSTER_HOME={home})", flush=True)
 
-    from dagster import DagsterInstance
-
+    # configuration first (no Dagster import yet): a wrong YAML is reported once, with no run
     from pipelines.config import load_default_pipelines
-    from pipelines.definitions import build_definitions, pipeline_job_name
-    from pipelines.resources import FleetResource, StatsDB
 
     configs = load_default_pipelines()
     cfg = next((c for c in configs if c.name == args.pipeline), None) if args.pipeline else configs[0]
     if cfg is None:
         raise ValueError(f"--pipeline {args.pipeline!r} is not in the file; choose from {[c.name for c in configs]}")
+    from pipelines.commands.db_errors import with_db
+    from pipelines.resources import FleetResource, StatsDB
+
     stats_db = StatsDB(url=args.db_url or "", var_dir=str(var))
-    stats_db.engine()  # migrate before the run
+    with_db(stats_db.resolved_url(), "--db-url" if args.db_url else None, stats_db.engine)  # migrate first
+    print("[spotfleet main] loading the Dagster code location ...", flush=True)
+
+    from dagster import DagsterInstance
+
+    from pipelines.definitions import build_definitions, pipeline_job_name
     defs = build_definitions(configs, resources={"stats_db": stats_db,
                                                  "fleet": FleetResource(var_dir=str(var))})
     job = defs.resolve_job_def(pipeline_job_name(cfg.name))
@@ -98,12 +105,41 @@ def run_main(args) -> int:
     print(f"               {reports / 'cost_report.md'} | {reports / 'cost_report.csv'}")
     print(f"  plot:        {reports / 'cost_report.png'}")
     print(f"  statistics DB: {stats_db.resolved_url()}")
-    print(f"  UI:          DAGSTER_HOME={home} dagster dev -m pipelines.definitions")
+    print(f"  UI:          {ui_command(home, var, args.pipelines)}")
     if not result.success:
+        config_errors = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"
+                         and "configuration error" in str(getattr(e.event_specific_data.error, "message", ""))]
+        if config_errors:  # printed once more, without the stack, where the user reads last
+            err = config_errors[0].event_specific_data.error
+            print(f"spotfleet main: {err.message.strip().removeprefix('dagster._core.definitions.events.Failure: ')}"
+                  "\n  (not retried: a configuration error fails the same way every time; fix it and rerun)",
+                  file=sys.stderr)
+            return 2
         print("  the run failed: read the step errors above; fix the config or the cause and rerun "
               "(stages resume from their checkpoints only within a run and its retries)", file=sys.stderr)
         return 1
     return 1 if any(c.severity.value == "ERROR" for c in failed_checks) else 0
+
+
+def ui_command(home: Path, var: Path, pipelines: str | None = None) -> str:
+    """The shell line that opens this state in the Dagster UI (works in a fresh shell).
+
+    ``dagster`` is not on PATH unless the venv is activated, so the command names the
+    ``dagster`` next to this interpreter (``.venv/bin/dagster`` from the checkout).
+    """
+    import shlex
+
+    exe = Path(sys.executable).with_name("dagster")
+    try:
+        shown = f"./{exe.relative_to(Path.cwd())}" if exe.is_relative_to(Path.cwd()) else str(exe)
+    except ValueError:
+        shown = str(exe)
+    env = [f"DAGSTER_HOME={shlex.quote(str(home))}"]
+    if var != (Path.cwd() / "var").resolve():
+        env.append(f"SPOTFLEET_VAR_DIR={shlex.quote(str(var))}")
+    if pipelines:
+        env.append(f"SPOTFLEET_PIPELINES={shlex.quote(str(Path(pipelines).resolve()))}")
+    return f"{' '.join(env)} {shlex.quote(shown)} dev -m pipelines.definitions"
 
 
 def _summary(cfg, stats_db, run_id: str, var: Path) -> None:

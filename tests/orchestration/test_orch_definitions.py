@@ -15,7 +15,8 @@ from pipelines.definitions import build_definitions, pipeline_job_name
 
 def _two_pipelines():
     raw = yaml.safe_load(EXAMPLE_PIPELINES.read_text())["pipelines"][0]
-    other = dict(raw, name="nightly")
+    other = dict(raw, name="nightly",  # one stage "train": fault injections named the example's stages
+                 market={**raw["market"], "inject_preemptions_at_steps": {}, "lose_attempt_at_step": {}})
     other["stages"] = [dict(raw["stages"][0], name="train")]
     return parse_pipelines({"pipelines": [raw, other]})
 
