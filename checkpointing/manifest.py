@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from checkpointing.snapshot import BufferReader
-from checkpointing.stores.base import CheckpointStore, StoreError
+from checkpointing.stores.base import CheckpointStore, PartialUpload, StoreError
 
 log = logging.getLogger("checkpointing.manifest")
 
@@ -57,6 +57,11 @@ class CorruptCheckpoint(RuntimeError):
 
 class SaveAbandoned(RuntimeError):
     """The save was cancelled (superseded by an emergency save) before its manifest."""
+
+
+class NoRoom(StoreError):
+    """The store has not enough free space for the next checkpoint, even after deleting
+    garbage and what the retention policy allows. Nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -144,8 +149,12 @@ class CheckpointWriter:
 
     def __init__(self, store: CheckpointStore, step: int, kind: str, *,
                  cancel: threading.Event | None = None,
-                 hash_pool: ThreadPoolExecutor | None = None):
+                 hash_pool: ThreadPoolExecutor | None = None,
+                 before_commit: Callable[[], None] | None = None):
         self.store = store
+        #: called right before the manifest is written (the prefix lease check); raising
+        #: there aborts the save with nothing committed
+        self.before_commit = before_commit
         self.step = step
         self.kind = kind
         self.name = new_checkpoint_name(step, kind)
@@ -199,6 +208,8 @@ class CheckpointWriter:
                meta: dict[str, Any] | None = None) -> CheckpointInfo:
         """Write the manifest last; from this moment the checkpoint is loadable."""
         self._check_cancel()
+        if self.before_commit is not None:
+            self.before_commit()
         created = time.time()
         body = {
             "format": MANIFEST_FORMAT,
@@ -351,6 +362,8 @@ class RestoreOutcome:
     value: Any
     fell_back: bool
     reason: str
+    #: checkpoints skipped as unusable (corrupt blobs, invalid manifests): garbage to collect
+    skipped: tuple[str, ...] = ()
 
 
 def restore_latest(store: CheckpointStore, load: Callable[[CheckpointInfo], T], *,
@@ -368,6 +381,7 @@ def restore_latest(store: CheckpointStore, load: Callable[[CheckpointInfo], T], 
     else:
         committed, invalid = list(candidates), {}
     reasons: list[str] = [f"{store.uri(n)}: {why}" for n, why in invalid.items()]
+    skipped: list[str] = list(invalid)
     for info in sorted(committed, key=_sort_key, reverse=True):
         try:
             check_blob_sizes(store, info)
@@ -381,11 +395,13 @@ def restore_latest(store: CheckpointStore, load: Callable[[CheckpointInfo], T], 
             msg = f"{info.location} (step {info.step}, {info.kind}): {exc}"
             log.warning("checkpoint unusable, falling back to the previous one: %s", msg)
             reasons.append(msg)
+            skipped.append(info.name)
             continue
         fell_back = bool(reasons)
         reason = ("latest complete checkpoint" if not fell_back
                   else "fell back: " + "; ".join(reasons))
-        return RestoreOutcome(info=info, value=value, fell_back=fell_back, reason=reason)
+        return RestoreOutcome(info=info, value=value, fell_back=fell_back, reason=reason,
+                              skipped=tuple(skipped))
     if reasons:
         log.warning("no loadable checkpoint in %s (%s); starting from scratch",
                     store.location, "; ".join(reasons))
@@ -442,3 +458,123 @@ def apply_retention(store: CheckpointStore, *, keep_periodic: int = 3,
         except (StoreError, OSError) as exc:
             log.warning("retention could not delete %s: %s", store.uri(name), exc)
     return doomed
+
+
+# -- garbage collection and room before writing --------------------------------------
+
+@dataclass(frozen=True)
+class GcReport:
+    """What ``collect_garbage`` removed: checkpoint prefixes and unfinished puts."""
+
+    deleted: tuple[str, ...] = ()
+    aborted: tuple[PartialUpload, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.deleted or self.aborted)
+
+
+def collect_garbage(store: CheckpointStore, *, keep: Iterable[str] = (),
+                    discard: Iterable[str] = ()) -> GcReport:
+    """Delete what can never be loaded, except the prefixes named in ``keep`` (the save
+    in flight):
+
+    - checkpoint prefixes without a manifest (torn by a kill, or an abandoned save whose
+      cleanup failed) and prefixes whose manifest is invalid (torn or edited);
+    - unfinished puts under ``ckpt-`` (a killed writer's temp files on a local disk,
+      orphan multipart uploads on S3: invisible, but they take space);
+    - the committed checkpoints named in ``discard`` (restore found them corrupt and
+      fell back past them).
+
+    Only the lease holder writes a prefix, so apart from ``keep`` no save is in flight:
+    everything matched is older than any save that could still commit. Failures are
+    logged and skipped (GC is best effort). Returns what was removed.
+    """
+    keep = set(keep)
+    discard = set(discard) - keep
+    committed, incomplete, invalid = scan(store)
+    committed_names = {c.name for c in committed}
+    aborted: list[PartialUpload] = []
+    partial_names: set[str] = set()
+    try:
+        partials = store.list_partial(PREFIX)
+    except (StoreError, OSError) as exc:
+        log.warning("could not list unfinished uploads in %s: %s", store.location, exc)
+        partials = []
+    for up in partials:
+        name = up.key.partition("/")[0]
+        if name in keep:
+            continue
+        try:
+            store.abort_partial(up)
+            aborted.append(up)
+            partial_names.add(name)
+        except (StoreError, OSError) as exc:
+            log.warning("could not abort the unfinished upload %s: %s", store.uri(up.key), exc)
+    doomed = [n for n in dict.fromkeys([*incomplete, *invalid, *sorted(partial_names - committed_names),
+                                        *sorted(discard & committed_names)]) if n not in keep]
+    deleted: list[str] = []
+    for name in doomed:
+        try:
+            store.delete_prefix(f"{name}/")
+            deleted.append(name)
+        except (StoreError, OSError) as exc:
+            log.warning("could not delete unusable checkpoint %s: %s", store.uri(name), exc)
+    if deleted or aborted:
+        log.info("garbage collection in %s: deleted %s; aborted %d unfinished upload(s)", store.location,
+                 ", ".join(deleted) or "nothing", len(aborted))
+    return GcReport(tuple(deleted), tuple(aborted))
+
+
+#: slack (bytes) added to a checkpoint's size when checking free space: manifest,
+#: directory entries and filesystem block rounding
+ROOM_SLACK_BYTES = 256 << 10
+
+
+def make_room(store: CheckpointStore, needed_bytes: int, kind: str, *, keep_periodic: int,
+              keep_insurance: int, keep: Iterable[str] = ()) -> list[str]:
+    """Before writing a checkpoint of ``needed_bytes``: if the store reports less free
+    space (``free_bytes``), delete -- oldest first, and only until it fits -- the
+    checkpoints that the retention policy would delete once this new checkpoint of
+    ``kind`` commits. The newest complete checkpoint is never deleted.
+
+    Returns the deleted names. Raises ``NoRoom`` (nothing written) when it still does
+    not fit; the message says how much is needed and free, and what is kept.
+    """
+    free = store.free_bytes()
+    need = int(needed_bytes) + ROOM_SLACK_BYTES
+    if free is None or free >= need:
+        return []
+    committed = list_checkpoints(store)
+    newest = max(committed, key=lambda c: (c.created, c.step)) if committed else None
+    placeholder = CheckpointInfo(name="\0new", kind=kind, step=(newest.step if newest else 0) + 1,
+                                 bytes=int(needed_bytes), save_seconds=0.0, stall_seconds=0.0,
+                                 location="", created=max(time.time(), newest.created + 1 if newest else 0.0))
+    protected = set(keep) | {placeholder.name} | ({newest.name} if newest else set())
+    allowed = [n for n in plan_retention([*committed, placeholder], [], keep_periodic=keep_periodic,
+                                         keep_insurance=keep_insurance) if n not in protected]
+    by_name = {c.name: c for c in committed}
+    allowed.sort(key=lambda n: (by_name[n].created, by_name[n].step) if n in by_name else (0.0, 0))
+    deleted: list[str] = []
+    for name in allowed:
+        if free >= need:
+            break
+        try:
+            store.delete_prefix(f"{name}/")
+        except (StoreError, OSError) as exc:
+            log.warning("could not delete %s to make room: %s", store.uri(name), exc)
+            continue
+        deleted.append(name)
+        free = store.free_bytes() or 0
+    if deleted:
+        log.warning("store %s was short of space: deleted %s ahead of the retention pass (the policy "
+                    "would delete them after this save)", store.location, ", ".join(deleted))
+    if free < need:
+        kept = (f"the newest complete checkpoint (step {newest.step}, {newest.kind}, {newest.location}) "
+                "is kept and used on restart" if newest else "no complete checkpoint exists yet")
+        raise NoRoom(
+            f"not enough space in {store.location} for the {kind} checkpoint: it needs "
+            f"{need / 2**20:.2f} MiB, {free / 2**20:.2f} MiB free after removing garbage"
+            f"{' and ' + ', '.join(deleted) if deleted else ''} (the retention policy allows deleting "
+            f"nothing more); nothing was written and {kept}. Fix: free space on that volume, "
+            "point SPOTFLEET_CHECKPOINT_URI at a larger one, or lower keep_periodic/keep_insurance.")
+    return deleted

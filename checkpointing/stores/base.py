@@ -11,7 +11,9 @@ a PUT or completed multipart upload is atomic by protocol).
 from __future__ import annotations
 
 import abc
+import hashlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import BinaryIO
 
 
@@ -20,6 +22,22 @@ class StoreError(RuntimeError):
 
     The message names the location and what the user can do about it.
     """
+
+
+class StorePreconditionFailed(StoreError):
+    """A conditional put lost: the key already exists (create-only put) or it changed
+    since it was read (compare-and-swap put). Used by the prefix lease."""
+
+
+@dataclass(frozen=True)
+class PartialUpload:
+    """A put that started but never finished (its writer was killed): a local temp file
+    or an S3 multipart upload. ``key`` is the key it was writing, ``upload_id`` what
+    ``abort_partial`` needs, ``started`` a unix time in seconds (None if unknown)."""
+
+    key: str
+    upload_id: str
+    started: float | None = None
 
 
 class CheckpointStore(abc.ABC):
@@ -54,6 +72,31 @@ class CheckpointStore(abc.ABC):
 
     def uri(self, key: str) -> str:
         return f"{self.location.rstrip('/')}/{key}"
+
+    # -- optional capabilities (defaults: none) ---------------------------------------
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        """(data, version token) of a small blob, for ``put_if``; ``KeyError`` if missing."""
+        data = self.get_bytes(key)
+        return data, hashlib.sha256(data).hexdigest()
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        """Atomic conditional put: create only if absent (``expected_version`` None) or
+        replace only if the blob is still at ``expected_version``; returns the new
+        version. Raises ``StorePreconditionFailed`` when the condition does not hold."""
+        raise StoreError(f"{type(self).__name__} at {self.location} does not support conditional "
+                         "writes (needed for the prefix lease); pass lease=False to TrainingSession")
+
+    def list_partial(self, prefix: str = "") -> list[PartialUpload]:
+        """Puts under ``prefix`` that started and never finished (killed writers)."""
+        return []
+
+    def abort_partial(self, upload: PartialUpload) -> None:
+        """Discard one unfinished put (delete the temp file / abort the multipart upload)."""
+        return None
+
+    def free_bytes(self) -> int | None:
+        """Bytes still writable under the root, or None when the store has no such limit."""
+        return None
 
 
 def open_store(uri: str, **kwargs) -> CheckpointStore:

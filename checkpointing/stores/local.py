@@ -10,6 +10,8 @@ whole blob or nothing. (The multi-blob commit protocol lives in
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import uuid
@@ -17,11 +19,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from checkpointing.stores.base import CheckpointStore, StoreError
+from checkpointing.stores.base import (
+    CheckpointStore,
+    PartialUpload,
+    StoreError,
+    StorePreconditionFailed,
+)
 
 #: bytes per ``write`` call when streaming a blob to disk
 CHUNK_BYTES = 8 << 20
 _TMP_MARK = ".tmp-"
+#: suffix of the lock file beside a blob written with ``put_if`` (hidden from ``list``)
+_LOCK_MARK = ".tmp-lock"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -187,6 +196,75 @@ class LocalStore(CheckpointStore):
                 except FileNotFoundError:  # deleted while listing
                     continue
                 yield key, size
+
+    # -- conditional puts, partial uploads, free space ------------------------------
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        data = self.get_bytes(key)
+        return data, hashlib.sha256(data).hexdigest()
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        """Compare-and-swap under an exclusive ``flock`` on a lock file beside the blob
+        (works between processes of one host and on NFSv4); the put itself stays atomic."""
+        final = self._path(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = final.with_name(final.name + _LOCK_MARK)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot open lock file {lock_path}: {exc}; check permissions") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = hashlib.sha256(final.read_bytes()).hexdigest()
+            except FileNotFoundError:
+                current = None
+            except OSError as exc:
+                raise StoreError(f"reading {final} failed: {exc}") from exc
+            if current != expected_version:
+                state = "exists" if expected_version is None else (
+                    "is gone" if current is None else "changed since it was read")
+                raise StorePreconditionFailed(f"conditional write of {final} refused: it {state}")
+            self.put_bytes(key, data)
+            return hashlib.sha256(bytes(data)).hexdigest()
+        finally:
+            os.close(fd)  # releases the flock
+
+    def list_partial(self, prefix: str = "") -> list[PartialUpload]:
+        """Temp files of puts whose writer died before the rename (invisible to ``list``)."""
+        prefix = prefix.lstrip("/")
+        out: list[PartialUpload] = []
+        if not self.root.is_dir():
+            return out
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if _TMP_MARK not in name or name.endswith(_LOCK_MARK):
+                    continue
+                full = Path(dirpath) / name
+                rel = full.relative_to(self.root).as_posix()
+                key = rel.rsplit(_TMP_MARK, 1)[0]
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    started = full.stat().st_mtime
+                except FileNotFoundError:
+                    continue
+                out.append(PartialUpload(key=key, upload_id=rel, started=started))
+        return out
+
+    def abort_partial(self, upload: PartialUpload) -> None:
+        path = self.root / upload.upload_id
+        if _TMP_MARK not in path.name or not path.resolve().is_relative_to(self.root.resolve()):
+            raise StoreError(f"{upload.upload_id!r} is not a temp file of {self.root}")
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+    def free_bytes(self) -> int | None:
+        """Bytes an unprivileged writer can still use on the root's filesystem."""
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
 
     def delete_prefix(self, prefix: str) -> None:
         prefix = prefix.strip("/")

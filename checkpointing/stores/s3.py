@@ -20,11 +20,28 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from checkpointing.stores.base import CheckpointStore, StoreError
+from checkpointing.redact import redact, strip_userinfo
+from checkpointing.stores.base import (
+    CheckpointStore,
+    PartialUpload,
+    StoreError,
+    StorePreconditionFailed,
+)
 
 DEFAULT_PART_SIZE_BYTES = 64 << 20
 DEFAULT_MAX_CONCURRENCY = 8
 MIN_PART_SIZE_BYTES = 5 << 20  # S3 protocol minimum for every part but the last
+#: per-request socket timeouts (seconds) and total tries; each overridable by the
+#: environment (``ENV_*``) or the constructor. A request against a frozen endpoint gives
+#: up after at most ``request_bound_seconds`` (attempts x (connect + read) + backoff).
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 3.0
+DEFAULT_READ_TIMEOUT_SECONDS = 20.0
+DEFAULT_MAX_ATTEMPTS = 3
+ENV_CONNECT_TIMEOUT = "SPOTFLEET_S3_CONNECT_TIMEOUT_SECONDS"
+ENV_READ_TIMEOUT = "SPOTFLEET_S3_READ_TIMEOUT_SECONDS"
+ENV_MAX_ATTEMPTS = "SPOTFLEET_S3_MAX_ATTEMPTS"
+#: botocore "standard" retry mode: sleep random() * 2**(retry) seconds, capped at 20 s
+MAX_BACKOFF_SECONDS = 20.0
 #: download size kept in memory by ``open_read`` before spilling to a temp file
 SPOOL_BYTES = 256 << 20
 
@@ -36,9 +53,14 @@ _MISSING_KEY = ("NoSuchKey", "404", "NotFound")
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` -> ``("bucket", "some/prefix")``; StoreError if malformed."""
+    """``s3://bucket/some/prefix`` -> ``("bucket", "some/prefix")``; StoreError if malformed.
+
+    Credentials in the URI (``s3://KEY:SECRET@bucket/prefix``) are dropped here (see
+    ``S3Store.from_uri``, which uses them) and never appear in a message.
+    """
     if not uri.startswith("s3://"):
-        raise StoreError(f"{uri!r} is not an s3:// URI; write it as s3://bucket/prefix")
+        raise StoreError(f"{redact(uri)!r} is not an s3:// URI; write it as s3://bucket/prefix")
+    uri = strip_userinfo(uri)[0]
     bucket, _, prefix = uri[len("s3://"):].partition("/")
     if not bucket:
         raise StoreError(f"{uri!r} has no bucket name; write it as s3://bucket/prefix")
@@ -66,24 +88,39 @@ class S3Store(CheckpointStore):
         region: str | None = None,
         part_size_bytes: int = DEFAULT_PART_SIZE_BYTES,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-        connect_timeout_seconds: float = 3.0,
-        read_timeout_seconds: float = 60.0,
-        max_attempts: int = 3,
+        connect_timeout_seconds: float | None = None,
+        read_timeout_seconds: float | None = None,
+        max_attempts: int | None = None,
         client: Any = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
     ):
         if part_size_bytes < MIN_PART_SIZE_BYTES:
             raise StoreError(f"part_size_bytes={part_size_bytes} is below the S3 minimum part size "
                              f"of {MIN_PART_SIZE_BYTES} bytes (5 MiB); use e.g. 64 MiB")
         if max_concurrency < 1:
             raise StoreError(f"max_concurrency={max_concurrency} must be >= 1")
+        connect_timeout_seconds = _setting(connect_timeout_seconds, ENV_CONNECT_TIMEOUT,
+                                           DEFAULT_CONNECT_TIMEOUT_SECONDS)
+        read_timeout_seconds = _setting(read_timeout_seconds, ENV_READ_TIMEOUT,
+                                        DEFAULT_READ_TIMEOUT_SECONDS)
+        max_attempts = int(_setting(max_attempts, ENV_MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS))
+        if max_attempts < 1:
+            raise StoreError(f"max_attempts={max_attempts} must be >= 1 (set {ENV_MAX_ATTEMPTS})")
+        self.connect_timeout_seconds = connect_timeout_seconds
+        self.read_timeout_seconds = read_timeout_seconds
+        self.max_attempts = max_attempts
         import boto3
         from boto3.s3.transfer import TransferConfig
         from botocore.config import Config
 
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") \
+        endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") \
             or os.environ.get("AWS_ENDPOINT_URL") or None
+        # user:pass@ in an endpoint URL means nothing to S3 (requests are signed with the
+        # access key); drop it so that neither boto3 nor any message ever shows it
+        self.endpoint_url = strip_userinfo(endpoint)[0] if endpoint else None
         self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") \
             or "us-east-1"
         self.part_size_bytes = int(part_size_bytes)
@@ -101,20 +138,37 @@ class S3Store(CheckpointStore):
                 request_checksum_calculation="when_required",
                 response_checksum_validation="when_required",
             )
-            client = boto3.session.Session().client(
-                "s3", endpoint_url=self.endpoint_url, region_name=self.region, config=config)
+            client = boto3.session.Session(
+                aws_access_key_id=access_key_id, aws_secret_access_key=secret_access_key,
+            ).client("s3", endpoint_url=self.endpoint_url, region_name=self.region, config=config)
         self.client = client
         self.transfer_config = TransferConfig(
             multipart_threshold=self.part_size_bytes,
             multipart_chunksize=self.part_size_bytes,
             max_concurrency=self.max_concurrency,
             use_threads=self.max_concurrency > 1,
+            num_download_attempts=self.max_attempts,
         )
+
+    @property
+    def request_bound_seconds(self) -> float:
+        """Worst case (seconds) for one request against an endpoint that stopped answering:
+        every attempt runs into its connect or read timeout, plus the retry backoff."""
+        backoff = sum(min(MAX_BACKOFF_SECONDS, 2.0 ** k) for k in range(self.max_attempts - 1))
+        return self.max_attempts * (self.connect_timeout_seconds + self.read_timeout_seconds) + backoff
 
     @classmethod
     def from_uri(cls, uri: str, endpoint_url: str | None = None, region: str | None = None,
                  **kwargs: Any) -> S3Store:
-        """Open ``s3://bucket/prefix``; keyword arguments as in the constructor."""
+        """Open ``s3://bucket/prefix``; keyword arguments as in the constructor.
+
+        ``s3://KEY:SECRET@bucket/prefix`` uses KEY/SECRET as the credentials (prefer the
+        usual AWS variables: a URI ends up in configs and process listings); the store's
+        ``location`` and every message show the URI without them.
+        """
+        _clean, user, password = strip_userinfo(uri) if uri.startswith("s3://") else (uri, None, None)
+        if user and password and "access_key_id" not in kwargs:
+            kwargs["access_key_id"], kwargs["secret_access_key"] = user, password
         bucket, prefix = parse_s3_uri(uri)
         return cls(bucket, prefix, endpoint_url=endpoint_url, region=region, **kwargs)
 
@@ -152,7 +206,7 @@ class S3Store(CheckpointStore):
                     f"for {self.bucket!r}")
         else:
             hint = f"{code or name}; check the endpoint, bucket {self.bucket!r} and credentials"
-        return StoreError(f"S3 {action} of {where} failed: {hint}. ({name}: {exc})")
+        return StoreError(redact(f"S3 {action} of {where} failed: {hint}. ({name}: {exc})"))
 
     # -- CheckpointStore -------------------------------------------------------------
     def put_file(self, key: str, src: BinaryIO | str, size: int | None = None) -> None:
@@ -227,6 +281,78 @@ class S3Store(CheckpointStore):
                                  f"left {len(errors)} objects: {first.get('Key')}: {first.get('Code')} "
                                  f"{first.get('Message')}; check delete permission on the bucket")
 
+    # -- conditional puts (prefix lease), partial uploads ------------------------------
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        """(data, ETag) of a small object; ``KeyError`` if missing."""
+        full = self._key(key)
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=full)
+            return resp["Body"].read(), str(resp["ETag"])
+        except Exception as exc:
+            if _describe(exc)[1] in _MISSING_KEY:
+                raise KeyError(f"{key} (s3://{self.bucket}/{full})") from exc
+            raise self._error("download", f"s3://{self.bucket}/{full}", exc) from exc
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        """PutObject with ``If-None-Match: *`` (create) or ``If-Match: <ETag>`` (replace).
+
+        Some servers (Ceph radosgw 16) compare If-Match against the ETag WITHOUT its
+        quotes: after a 412 the current ETag is read back and, when it is the expected
+        one, the put is retried with the unquoted form -- still conditional.
+        """
+        full = self._key(key)
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "Body": bytes(data)}
+        if expected_version is None:
+            kwargs["IfNoneMatch"] = "*"
+        else:
+            kwargs["IfMatch"] = expected_version
+        for attempt in range(2):
+            try:
+                return str(self.client.put_object(**kwargs)["ETag"])
+            except Exception as exc:
+                code = _describe(exc)[1]
+                if code not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                    raise self._error("conditional upload", f"s3://{self.bucket}/{full}", exc) from exc
+                unquoted = (expected_version or "").strip('"')
+                if attempt == 0 and expected_version is not None and unquoted != expected_version:
+                    try:
+                        current = str(self.client.head_object(Bucket=self.bucket, Key=full)["ETag"])
+                    except Exception:  # noqa: BLE001 - gone or unreadable: the condition failed
+                        current = None
+                    if current == expected_version:
+                        kwargs["IfMatch"] = unquoted
+                        continue
+                raise StorePreconditionFailed(
+                    f"conditional write of s3://{self.bucket}/{full} refused ({code}): it "
+                    f"{'exists' if expected_version is None else 'changed since it was read'}") from exc
+        raise StorePreconditionFailed(f"conditional write of s3://{self.bucket}/{full} refused")
+
+    def list_partial(self, prefix: str = "") -> list[PartialUpload]:
+        """Multipart uploads under ``prefix`` that were started and never completed or
+        aborted (their writer was killed): invisible objects that still cost storage."""
+        full = self._list_prefix(prefix)
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        out: list[PartialUpload] = []
+        try:
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=full)
+            for page in pages:
+                for up in page.get("Uploads", []) or []:
+                    started = up.get("Initiated")
+                    out.append(PartialUpload(key=up["Key"][strip:], upload_id=up["UploadId"],
+                                             started=started.timestamp() if started else None))
+        except Exception as exc:
+            raise self._error("multipart listing", f"s3://{self.bucket}/{full}", exc) from exc
+        return out
+
+    def abort_partial(self, upload: PartialUpload) -> None:
+        full = self._key(upload.key)
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload.upload_id)
+        except Exception as exc:
+            if _describe(exc)[1] in ("NoSuchUpload", "404"):
+                return
+            raise self._error("multipart abort", f"s3://{self.bucket}/{full}", exc) from exc
+
     # -- extras ----------------------------------------------------------------------
     def ensure_bucket(self) -> None:
         """Create the bucket if it does not exist (for local servers and first runs)."""
@@ -244,6 +370,21 @@ class S3Store(CheckpointStore):
         except Exception as exc:
             if _describe(exc)[1] not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 raise self._error("bucket creation", f"s3://{self.bucket}", exc) from exc
+
+
+def _setting(value: float | None, env: str, default: float) -> float:
+    """An explicit value, else the environment variable ``env``, else ``default``."""
+    if value is None:
+        raw = os.environ.get(env, "").strip()
+        if not raw:
+            return float(default)
+        try:
+            value = float(raw)
+        except ValueError:
+            raise StoreError(f"{env}={raw!r} is not a number; set it to e.g. {default:g}") from None
+    if value <= 0:
+        raise StoreError(f"{env}={value} must be > 0")
+    return float(value)
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:
