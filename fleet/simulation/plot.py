@@ -24,7 +24,7 @@ def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path,
         ax.set_visible(False)
     for i, (title, res) in enumerate(sweeps):
         row_i, col = divmod(i, ncols)
-        od = res.spec.on_demand_cost
+        od = getattr(res, "on_demand_cost", 0.0) or res.spec.on_demand_cost
         met = {r.policy: r.deadline_met_rate for r in summarize(res)}
         names = list(res.runs)
         data = [[r.cost / od for r in res.runs[k]] for k in names]
@@ -39,4 +39,35 @@ def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path,
         ax.set_title(title, fontsize=10)
         ax.set_xlim(0.25, 1.05)
         ax.grid(axis="x", alpha=0.3)
+    return save_figure(fig, path, dpi=110)
+
+
+def plot_families(cells, path: str | Path) -> Path:
+    """One panel per (family, notice): mean cost / omniscient against D/W for every policy
+    (on-demand left out: it is off the scale)."""
+    plt = pyplot()
+
+    keys = list(dict.fromkeys((c.family, c.notice) for c in cells))
+    ncols = 2
+    nrows = (len(keys) + 1) // 2
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.6 * ncols, 3.4 * nrows), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for i, (fam, notice) in enumerate(keys):
+        ax = axes.flat[i]
+        cs = sorted((c for c in cells if c.family == fam and c.notice == notice), key=lambda c: c.ratio)
+        for name in cs[0].costs:
+            if name == "on_demand":
+                continue
+            ys = [c.costs[name].mean() / c.omniscient.mean() for c in cs]
+            ax.plot([c.ratio for c in cs], ys, marker="o", ms=3,
+                    lw=2.2 if name == "spotfleet" else 1.0, label=name)
+        ax.set_xscale("log")
+        ax.set_xticks([c.ratio for c in cs], [f"{c.ratio:g}" for c in cs])
+        ax.set_ylim(0.98, 1.6)
+        ax.set_xlabel("deadline / work (D/W)")
+        ax.set_ylabel("mean cost / omniscient")
+        ax.set_title(f"{fam}, notice {notice:g} s", fontsize=10)
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=7, ncol=2)
     return save_figure(fig, path, dpi=110)
