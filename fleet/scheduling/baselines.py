@@ -1,7 +1,19 @@
-"""Scheduler configurations: GFS, its ablations (Tables 8-10) and the four baselines (§4.1).
+"""Scheduler configurations: GFS, its ablations (Tables 8-10), the four baselines (§4.1)
+in two families, and one variant beyond the paper.
 
 Each policy is a combination of a node placement rule (Alg. 1 or a replacement), a
 preemption rule (Alg. 2 or a replacement), a queue discipline, and a spot quota source.
+
+Baseline families:
+
+* **ungated** (``YARN-CS``, ``Chronus``, ``Lyra``, ``FGD``): spot may take any idle GPU
+  and is evicted later; the honest comparison for a provider that has no forecaster.
+* **quota-gated** (``YARN-CS+Q``, ``Lyra+Q``, ``FGD+Q``): the same baseline placement,
+  preemption and queue, but spot is admitted through the *same* GDE forecast and SQA
+  quota (Eq. 9-10) as GFS with eta fixed at 1 -- the setting of the GFS authors' code,
+  where only Chronus is ungated. Compared with these, GFS differs only by PTS and eta.
+
+Beyond the paper: ``GFS-BF`` = GFS plus a best-effort spot tier (see cluster_sim).
 """
 
 from __future__ import annotations
@@ -21,29 +33,40 @@ class PolicyConfig:
     eta_feedback: bool = True  # False: eta fixed at 1.0 (GFS-d)
     lease_hp_s: float = 0.0  # Chronus-like leases (0 = none), seconds
     lease_spot_s: float = 0.0
+    backfill: bool = False  # GFS-BF: best-effort spot runs beyond the quota (see cluster_sim)
+    family: str = "gfs"  # "gfs", "ablation", "ungated", "gated", "beyond" (table grouping)
 
+
+_YARN = dict(placement="bestfit", preemption="youngest", queue_order="fcfs", strict_fcfs=True)
+_LYRA = dict(placement="bestfit", preemption="lyra", queue_order="fcfs")
+_FGD = dict(placement="fgd", preemption="youngest", queue_order="fcfs")
 
 POLICIES: dict[str, PolicyConfig] = {
     "GFS": PolicyConfig("GFS"),
     # ablations
-    "GFS-e": PolicyConfig("GFS-e", forecaster="lastweek_peak"),
-    "GFS-d": PolicyConfig("GFS-d", eta_feedback=False),
-    "GFS-s": PolicyConfig("GFS-s", placement="pack"),
-    "GFS-p": PolicyConfig("GFS-p", preemption="random"),
-    "GFS-sp": PolicyConfig("GFS-sp", placement="pack", preemption="random"),
-    # baselines
-    "YARN-CS": PolicyConfig("YARN-CS", placement="bestfit", preemption="youngest",
-                            queue_order="fcfs", strict_fcfs=True, quota="none"),
+    "GFS-e": PolicyConfig("GFS-e", forecaster="lastweek_peak", family="ablation"),
+    "GFS-d": PolicyConfig("GFS-d", eta_feedback=False, family="ablation"),
+    "GFS-s": PolicyConfig("GFS-s", placement="pack", family="ablation"),
+    "GFS-p": PolicyConfig("GFS-p", preemption="random", family="ablation"),
+    "GFS-sp": PolicyConfig("GFS-sp", placement="pack", preemption="random", family="ablation"),
+    # baselines, ungated: spot may take any idle GPU
+    "YARN-CS": PolicyConfig("YARN-CS", quota="none", family="ungated", **_YARN),
     "Chronus": PolicyConfig("Chronus", placement="bestfit", preemption="none",
                             queue_order="fcfs", quota="none", lease_hp_s=1200.0,
-                            lease_spot_s=300.0),
-    "Lyra": PolicyConfig("Lyra", placement="bestfit", preemption="lyra",
-                         queue_order="fcfs", quota="none"),
-    "FGD": PolicyConfig("FGD", placement="fgd", preemption="youngest",
-                        queue_order="fcfs", quota="none"),
+                            lease_spot_s=300.0, family="ungated"),
+    "Lyra": PolicyConfig("Lyra", quota="none", family="ungated", **_LYRA),
+    "FGD": PolicyConfig("FGD", quota="none", family="ungated", **_FGD),
+    # baselines, quota-gated: the same GDE + SQA as GFS, eta fixed at 1 (authors' code)
+    "YARN-CS+Q": PolicyConfig("YARN-CS+Q", eta_feedback=False, family="gated", **_YARN),
+    "Lyra+Q": PolicyConfig("Lyra+Q", eta_feedback=False, family="gated", **_LYRA),
+    "FGD+Q": PolicyConfig("FGD+Q", eta_feedback=False, family="gated", **_FGD),
+    # beyond the paper: guaranteed tier under the SQA quota + best-effort tier on idle GPUs
+    "GFS-BF": PolicyConfig("GFS-BF", preemption="gfs-bf", backfill=True, family="beyond"),
 }
 
-BASELINES = ("YARN-CS", "Chronus", "Lyra", "FGD", "GFS")
+UNGATED = ("YARN-CS", "Chronus", "Lyra", "FGD")
+GATED = ("YARN-CS+Q", "Lyra+Q", "FGD+Q")
+BASELINES = UNGATED + GATED + ("GFS", "GFS-BF")
 ABLATIONS_GDE = ("GFS-e", "GFS")
 ABLATIONS_SQA = ("GFS-d", "GFS")
 ABLATIONS_PTS = ("GFS-sp", "GFS-s", "GFS-p", "GFS")

@@ -6,6 +6,13 @@ of the touched pools are scanned in the policy's order and each job is tried wit
 Alg. 3 (quota -> Alg. 1 -> Alg. 2 for HP). Spot jobs checkpoint every ``ckpt`` seconds;
 an eviction loses the work since the last checkpoint and requeues the job.
 
+A spot run admitted under the quota is *guaranteed* for H hours (it counts in S_a).
+With ``PolicyConfig.backfill`` (GFS-BF, beyond the paper) a spot job the quota refuses
+may still start on idle GPUs as a *best-effort* run, within a second, looser bound
+(total spot <= C - the ``backfill_p``-quantile HP bound, the mean by default); Alg. 2
+evicts best-effort runs before guaranteed ones, and a best-effort run is promoted to
+guaranteed at a quota update when the quota has room for it.
+
 Speed: per-node numpy arrays; per-pool free/spot counters for O(1) fast fails; within
 one scan a failed (g, w) shape makes every larger shape skip (capacity only shrinks
 while a scan places jobs).
@@ -18,7 +25,7 @@ import time
 from bisect import insort
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -50,6 +57,7 @@ class SimResult:
     quota_t: np.ndarray = field(default_factory=lambda: np.zeros(0))
     quota: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # [updates, pools]
     eta: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    guar_periods: np.ndarray = field(default_factory=lambda: np.zeros(0))  # H-hour guarantees completed
     wall_s: float = 0.0
     events: int = 0
     unfinished: int = 0
@@ -77,6 +85,9 @@ class SimResult:
             return float(np.mean(x[sel])) if np.any(sel) else float("nan")
 
         runs = self.runs[sp].sum()
+        ev = float(self.evictions[sp].sum())
+        completions = float(np.sum(sp & done))
+        gh = float(self.guar_periods[sp].sum()) if len(self.guar_periods) else 0.0
         return {
             "hp_jct_p99": float(np.percentile(self.jct[hp & done], 99)) if np.any(hp & done) else float("nan"),
             "hp_jct": mean(self.jct, hp),
@@ -84,6 +95,11 @@ class SimResult:
             "spot_jct": mean(self.jct, sp),
             "spot_jqt": mean(self.jqt, sp),
             "spot_evict_pct": float(100.0 * self.evictions[sp].sum() / runs) if runs else 0.0,
+            # the GFS authors' logger: evictions / (evictions + guarantee periods completed +
+            # completions); every run that outlives its H-hour guarantee adds a success
+            "spot_evict_gh_pct": 100.0 * ev / (ev + gh + completions) if ev + gh + completions else 0.0,
+            # evictions + lease suspensions (Chronus) per run: the Pareto plot's preemption axis
+            "spot_preempt_pct": float(100.0 * (ev + self.suspends[sp].sum()) / runs) if runs else 0.0,
             "alloc_rate_pct": self.mean_alloc_pct(),
             "unfinished": float(self.unfinished),
         }
@@ -94,18 +110,23 @@ class ClusterSimulator:
 
     ``hp_upper``: [pools, hours] forecast of the HP demand upper bound used by SQA (the
     sum over organizations of the max p-quantile over the next H hours, in slots); needed
-    when the policy uses a quota.
+    when the policy uses a quota. ``hp_backfill``: the same at ``sqa.backfill_p``, the
+    bound of GFS-BF's best-effort tier (needed when ``policy.backfill``).
     """
 
     def __init__(self, trace: JobTrace, policy: PolicyConfig, hp_upper: np.ndarray | None = None,
                  sqa: SQAParams | None = None, pts: PTSParams | None = None, seed: int = 0,
-                 sample_s: float = 3600.0, max_time_s: float | None = None) -> None:
+                 sample_s: float = 3600.0, max_time_s: float | None = None,
+                 hp_backfill: np.ndarray | None = None) -> None:
         if policy.quota == "sqa" and hp_upper is None:
             raise ValueError(f"policy {policy.name} uses a spot quota: pass hp_upper (a GDE forecast)")
+        if policy.backfill and hp_backfill is None:
+            raise ValueError(f"policy {policy.name} backfills: pass hp_backfill (the GDE bound at backfill_p)")
         self.trace, self.policy = trace, policy
         self.hp_upper = hp_upper
+        self.hp_backfill = hp_backfill
         self.sqa = sqa or SQAParams()
-        self.pts = pts or PTSParams()
+        self.pts = pts or replace(PTSParams(), guarantee_s=self.sqa.horizon_h * 3600.0)
         self.rng = np.random.default_rng(seed)
         self.sample_s = sample_s
         end = float(np.max(trace.submit + trace.duration)) if trace.n_jobs else 0.0
@@ -118,6 +139,7 @@ class ClusterSimulator:
             shares = {int(s): c / counts.sum() for s, c in zip(sizes, counts, strict=True)}
             self.frag = fragmentation_table(int(trace.node_total.max()), shares)
         self.quota = np.full(n_pools, np.inf)
+        self.bf_quota = np.zeros(n_pools)  # GFS-BF: cap on all spot slots (best-effort tier)
         # spot slots under guarantee (run started < H hours ago); the quota caps this sum
         self.guaranteed = np.zeros(n_pools)
         self.eta = np.full(n_pools, self.sqa.eta_init)
@@ -141,7 +163,7 @@ class ClusterSimulator:
         insort(self.hp_q[job.pool] if job.is_hp else self.spot_q[job.pool], self._key(job))
 
     # -- job life cycle -----------------------------------------------------------
-    def _start(self, job: SimJob, nodes: list[int], t: float) -> None:
+    def _start(self, job: SimJob, nodes: list[int], t: float, guaranteed: bool = True) -> None:
         st = self.state
         st.allocate(job, nodes)
         wait = t - job.enqueued
@@ -158,16 +180,24 @@ class ClusterSimulator:
         if not job.is_hp:
             self.running_spot[job.pool].add(job.id)
             self.starts_log[job.pool].append((t, wait))
-            self.guaranteed[job.pool] += job.slots
+            if guaranteed:
+                job.guar_start = t
+                self.guaranteed[job.pool] += job.slots
+            else:
+                job.guar_start = -1.0
 
     def _stop(self, job: SimJob, t: float) -> None:
-        if not job.is_hp and t - job.run_start < self.sqa.horizon_h * 3600.0:
-            self.guaranteed[job.pool] = max(0.0, self.guaranteed[job.pool] - job.slots)
+        H = self.sqa.horizon_h * 3600.0
+        if not job.is_hp and job.guar_start >= 0:
+            if t - job.guar_start < H:
+                self.guaranteed[job.pool] = max(0.0, self.guaranteed[job.pool] - job.slots)
+            job.guar_periods += int((t - job.guar_start) // H)
         self.state.release(job)
         job.token += 1
         if not job.is_hp:
             self.running_spot[job.pool].discard(job.id)
-            self.stop_log[job.pool].append((t, job.run_start))
+            if job.guar_start >= 0:  # eta's e counts runs that had a guarantee
+                self.stop_log[job.pool].append((t, job.run_start))
 
     def _evict(self, job: SimJob, t: float) -> None:
         saved = job.last_checkpoint(t) - job.run_start
@@ -176,7 +206,8 @@ class ClusterSimulator:
         self.state.record_eviction(list(job.pods), t)
         job.evictions += 1
         self.state.spot_evicted += 1
-        self.evict_log[job.pool].append(t)
+        if job.guar_start >= 0:
+            self.evict_log[job.pool].append(t)
         self._stop(job, t)
         self._enqueue(job, t)
 
@@ -201,7 +232,7 @@ class ClusterSimulator:
             lo = t - horizon_s
             for j in self.running_spot[p]:
                 job = st.jobs[j]
-                if t - job.run_start < horizon_s:
+                if job.guar_start >= 0 and t - job.guar_start < horizon_s:
                     sa += job.slots
             self.guaranteed[p] = sa
             if update_eta_now:
@@ -224,6 +255,16 @@ class ClusterSimulator:
                 l_max = max(waits) if waits else 0.0
                 self.eta[p] = update_eta(self.eta[p], e, l_max, self.sqa)
             self.quota[p] = spot_quota(inventory, self.eta[p], float(st.pool_free[p]), float(sa))
+            if self.policy.backfill:
+                bf = float(self.hp_backfill[p, min(hour, self.hp_backfill.shape[1] - 1)])
+                self.bf_quota[p] = max(self.quota[p], cap - min(cap, bf))
+                # promote best-effort runs (oldest first) while the quota has room
+                waiting = sorted((st.jobs[j] for j in self.running_spot[p] if st.jobs[j].guar_start < 0),
+                                 key=lambda x: x.run_start)
+                for job in waiting:
+                    if self.guaranteed[p] + job.slots <= self.quota[p]:
+                        job.guar_start = t
+                        self.guaranteed[p] += job.slots
         self.quota_log.append((t, self.quota.copy(), self.eta.copy()))
 
     # -- scheduling scan ----------------------------------------------------------
@@ -245,14 +286,18 @@ class ClusterSimulator:
                     break
                 reclaim = st.pool_free[p] + (st.pool_spot[p] if is_hp and can_preempt else 0)
                 room = reclaim if is_hp else min(reclaim, self.quota[p] - self.guaranteed[p])
+                if not is_hp and pol.backfill:
+                    room = max(room, min(reclaim, self.bf_quota[p] - st.pool_spot[p]))
                 # in size order every later job has g >= this one: none can fit either
                 if room < 1 or (by_size and (job.g > room or any(
                         b == 1 and job.g >= a for a, b in failed))):
                     keep.extend(queue[i:])
                     break
                 shape = (job.g, job.w)
+                guaranteed = is_hp or self.guaranteed[p] + job.slots <= self.quota[p]
+                admissible = guaranteed or (pol.backfill and st.pool_spot[p] + job.slots <= self.bf_quota[p])
                 if job.slots > reclaim or any(shape[0] >= a and shape[1] >= b for a, b in failed) \
-                        or (not is_hp and self.guaranteed[p] + job.slots > self.quota[p]):
+                        or not admissible:
                     keep.append(key)
                     blocked = pol.strict_fcfs
                     continue
@@ -268,7 +313,7 @@ class ClusterSimulator:
                     for v in plan.victims:
                         self._evict(st.jobs[v], t)
                     failed.clear()  # evicted gangs free pods elsewhere
-                self._start(job, plan.nodes, t)
+                self._start(job, plan.nodes, t, guaranteed)
             # spot jobs evicted during the HP scan were insorted into spot_q before the
             # spot scan read it; the spot scan itself never evicts, so `keep` is complete
             if is_hp:
@@ -362,6 +407,7 @@ class ClusterSimulator:
             runs=np.array([j.runs for j in jobs]), evictions=np.array([j.evictions for j in jobs]),
             suspends=np.array([j.suspends for j in jobs]),
             lost_gpu_s=np.array([j.lost_gpu_s for j in jobs]) / tr.slots_per_gpu,
+            guar_periods=np.array([j.guar_periods for j in jobs]),
             alloc_t=np.array(alloc_t), alloc_rate=np.array(alloc).reshape(-1, n_pools + 1),
             spot_share=np.array(spot_share),
             quota_t=np.array([q[0] for q in ql]),

@@ -46,11 +46,19 @@ class DemandSeries:
         return np.stack([hour, wday, self.holidays.astype(np.int64)], axis=1)
 
 
-def windows(series: DemandSeries, lookback: int, horizon: int, origins: np.ndarray):
+def windows(series: DemandSeries, lookback: int, horizon: int, origins: np.ndarray, pad: str = "reflect"):
     """Stack samples at forecast origins (first forecast hour index). History before index
-    0 is reflection-padded so early origins still get a full window."""
+    0 is reflection-padded (``pad="reflect"``, which reads hours 1..lookback: future data
+    for early origins) or zero-padded (``pad="zeros"``: causal, for a simulated cluster that
+    starts empty) so early origins still get a full window."""
     v = series.values
-    pad = np.concatenate([v[:, lookback:0:-1] if v.shape[1] > lookback else np.repeat(v[:, :1], lookback, 1), v], axis=1)
+    if pad == "zeros":
+        left = np.zeros((v.shape[0], lookback))
+    elif pad == "reflect":
+        left = v[:, lookback:0:-1] if v.shape[1] > lookback else np.repeat(v[:, :1], lookback, 1)
+    else:
+        raise ValueError(f"unknown pad {pad!r}; use 'reflect' or 'zeros'")
+    pad = np.concatenate([left, v], axis=1)
     tf = series.time_features()
     xs, ys, ss, ts, valid = [], [], [], [], []
     T = v.shape[1]
@@ -140,6 +148,7 @@ class Forecaster:
     name = "base"
     lookback = 168
     horizon = 24
+    pad = "reflect"  # history before hour 0 (see windows())
 
     def fit(self, series: DemandSeries, origins: np.ndarray) -> Forecaster:
         return self
@@ -157,7 +166,7 @@ class LastWeekPeak(Forecaster):
         self.lookback, self.horizon = lookback, horizon
 
     def predict(self, series, origins):
-        x, *_ = windows(series, self.lookback, self.horizon, origins)
+        x, *_ = windows(series, self.lookback, self.horizon, origins, self.pad)
         mu = np.repeat(x.max(1, keepdims=True), self.horizon, 1)
         return Forecast(mu, np.zeros_like(mu))
 
@@ -191,21 +200,27 @@ class _TorchForecaster(Forecaster):
     def _loss(self, mu, sigma, y):  # pragma: no cover
         raise NotImplementedError
 
-    def fit(self, series, origins):
+    def fit(self, series, origins, epochs: int | None = None, warm_start: bool = False):
+        """Train on the windows at ``origins`` (only those whose targets lie in the series).
+        ``warm_start``: continue from the current weights and scale (a cheap daily refit)
+        instead of a fresh network; ``epochs`` overrides ``self.epochs`` for this call."""
         t0 = time.perf_counter()
         torch.manual_seed(self.seed)
-        self.scale = np.maximum(series.values[:, : max(int(origins.max()), 1)].max(1), 1.0)
-        x, y, s, tf, ok = windows(series, self.lookback, self.horizon, origins)
+        if not (warm_start and self.net is not None):
+            self.scale = np.maximum(series.values[:, : max(int(origins.max()), 1)].max(1), 1.0)
+        x, y, s, tf, ok = windows(series, self.lookback, self.horizon, origins, self.pad)
         x, y, s, tf = x[ok], y[ok], s[ok], tf[ok]
         sc = self.scale[s][:, None]
         X = torch.tensor(x / sc, dtype=torch.float32)
         Y = torch.tensor(y / sc, dtype=torch.float32)
         A = torch.tensor(series.attrs[s], dtype=torch.long)
         TF = torch.tensor(tf, dtype=torch.long)
-        self.net = self._build(series)
-        opt = torch.optim.Adam(self.net.parameters(), lr=self.lr)
-        g = torch.Generator().manual_seed(self.seed)
-        for _ in range(self.epochs):
+        if not (warm_start and self.net is not None):
+            self.net = self._build(series)
+            self._opt = torch.optim.Adam(self.net.parameters(), lr=self.lr)
+        opt = self._opt
+        g = torch.Generator().manual_seed(self.seed + int(origins.max()))
+        for _ in range(self.epochs if epochs is None else epochs):
             perm = torch.randperm(len(X), generator=g)
             for i in range(0, len(X), self.batch):
                 b = perm[i: i + self.batch]
@@ -214,13 +229,13 @@ class _TorchForecaster(Forecaster):
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-        self.train_s = time.perf_counter() - t0
+        self.train_s += time.perf_counter() - t0
         return self
 
     def predict(self, series, origins):
         if self.net is None:
             raise RuntimeError(f"{self.name}: call fit() before predict()")
-        x, _, s, tf, _ = windows(series, self.lookback, self.horizon, origins)
+        x, _, s, tf, _ = windows(series, self.lookback, self.horizon, origins, self.pad)
         sc = self.scale[s][:, None]
         with torch.no_grad():
             mu, sigma = self.net(torch.tensor(x / sc, dtype=torch.float32),
@@ -302,9 +317,10 @@ def make_forecaster(name: str, lookback: int = 168, horizon: int = 24, **kw) -> 
 
 def evaluate_forecasters(series: DemandSeries, names=("orglinear", "dlinear", "seasonal_naive", "lastweek_peak"),
                          lookback: int = 168, horizon: int = 24, train_frac: float = 0.7,
-                         epochs: int = 60) -> dict[str, dict[str, float]]:
+                         epochs: int = 60, progress=None) -> dict[str, dict[str, float]]:
     """Chronological split: fit on origins in the first ``train_frac`` of hours (targets
-    inside it), test on every origin of the rest. Returns metrics per forecaster."""
+    inside it), test on every origin of the rest. Returns metrics per forecaster.
+    ``progress``: optional callable(str) told when each forecaster starts and ends."""
     T = series.values.shape[1]
     split = int(T * train_frac)
     train = np.arange(lookback, split - horizon + 1)
@@ -312,10 +328,15 @@ def evaluate_forecasters(series: DemandSeries, names=("orglinear", "dlinear", "s
     out = {}
     for name in names:
         kw = {"epochs": epochs} if name in ("orglinear", "dlinear") else {}
+        t0 = time.perf_counter()
+        if progress is not None:
+            progress(f"  {name}: fitting on {len(train)} origins ...")
         f = make_forecaster(name, lookback, horizon, **kw).fit(series, train)
         fc = f.predict(series, test)
         _, y, *_ = windows(series, lookback, horizon, test)
         out[f.name] = forecast_metrics(y, fc)
+        if progress is not None:
+            progress(f"  {name}: done in {time.perf_counter() - t0:.1f}s (MAE {out[f.name]['MAE']:.1f})")
     return out
 
 

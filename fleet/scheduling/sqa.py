@@ -10,7 +10,21 @@ Two literal readings of the paper are corrected here (both documented in docs/gf
 * Eq. 11 compares the eviction rate ``e`` against ``p`` (the *guarantee* rate, 0.9 in
   Table 4). ``e > 1.5 * 0.9`` can never hold, so the rule is applied with the eviction
   target ``1 - p`` (0.1 for p = 0.9), the reading the text's "eviction rate does not
-  exceed 0.05 for p = 0.95" implies.
+  exceed 0.05 for p = 0.95" implies. The authors' public code also carries a branch
+  ``eta * (1.5 - (1 - p) / e)``; it is dead there (never reached) and wrong if reached
+  (it divides by ``e``, so it *shrinks* eta as evictions fall and is undefined at
+  ``e = 0``). Do not "fix" this module toward it: the low-eviction case here is the
+  paper's ``eta * (1.5 - e / target)``, in [1, 1.5].
+
+Quota tightness options (:class:`SQAParams`, documented in docs/gfs.md):
+
+* ``aggregate``: ``"sum_of_quantiles"`` (default; the paper's Eq. 9 text: per-organization
+  p-quantile, max over H, summed) or ``"quantile_of_sum"`` (the authors' code: the
+  p-quantile of the summed Gaussian, organizations independent, max over H).
+* ``hp_count``: how a gang job enters the HP demand series: ``"gang"`` (default, g x w
+  GPUs, what it holds) or ``"pod"`` (g GPUs, one pod per job, as the authors' code
+  counts; it undercounts gangs).
+* eta feedback on/off is per policy (``PolicyConfig.eta_feedback``).
 """
 
 from __future__ import annotations
@@ -33,6 +47,23 @@ class SQAParams:
     eta_init: float = 1.0
     eta_min: float = 0.05  # clamps (not in the paper) so eta cannot collapse or explode
     eta_max: float = 4.0
+    aggregate: str = "sum_of_quantiles"  # or "quantile_of_sum" (see module docstring)
+    hp_count: str = "gang"  # or "pod": GPUs per HP job in the demand series
+    backfill_p: float = 0.5  # GFS-BF: quantile of the best-effort tier's bound (the mean)
+
+    def __post_init__(self) -> None:
+        if self.aggregate not in AGGREGATES:
+            raise ValueError(f"SQAParams.aggregate={self.aggregate!r}; use one of {AGGREGATES}")
+        if self.hp_count not in HP_COUNTS:
+            raise ValueError(f"SQAParams.hp_count={self.hp_count!r}; use one of {HP_COUNTS}")
+        if not 0.0 < self.p < 1.0:
+            raise ValueError(f"SQAParams.p={self.p} must be in (0, 1)")
+        if self.horizon_h < 1:
+            raise ValueError(f"SQAParams.horizon_h={self.horizon_h} must be >= 1 hour")
+
+
+AGGREGATES = ("sum_of_quantiles", "quantile_of_sum")
+HP_COUNTS = ("gang", "pod")
 
 
 def org_upper_bound(mu: np.ndarray, sigma: np.ndarray, p: float) -> np.ndarray:
@@ -48,12 +79,15 @@ def gpu_inventory(
     sigma: Sequence[np.ndarray] | np.ndarray,
     p: float,
     horizon_h: int,
+    aggregate: str = "sum_of_quantiles",
 ) -> float:
     """Eq. 9: GPUs left for spot over the next ``horizon_h`` hours.
 
-    ``mu`` and ``sigma`` are per-organization forecast sequences (shape ``[N, >=H]``);
-    each organization contributes the max of its p-quantile over hours 1..H, the
-    maxima are summed and subtracted from ``capacity`` (floored at 0).
+    ``mu`` and ``sigma`` are per-organization forecast sequences (shape ``[N, >=H]``).
+    ``sum_of_quantiles``: each organization contributes the max of its p-quantile over
+    hours 1..H, the maxima are summed. ``quantile_of_sum``: the per-hour p-quantile of
+    N(sum mu, sqrt(sum sigma^2)), max over hours 1..H. The demand is subtracted from
+    ``capacity`` (floored at 0).
     """
     mu = np.atleast_2d(np.asarray(mu, dtype=float))
     sigma = np.atleast_2d(np.asarray(sigma, dtype=float))
@@ -61,9 +95,19 @@ def gpu_inventory(
         raise ValueError(f"mu shape {mu.shape} != sigma shape {sigma.shape}")
     if horizon_h < 1 or horizon_h > mu.shape[1]:
         raise ValueError(f"horizon_h={horizon_h} must be in 1..{mu.shape[1]} (forecast length)")
-    upper = org_upper_bound(mu[:, :horizon_h], sigma[:, :horizon_h], p)
-    demand = float(np.sum(np.max(upper, axis=1)))
+    demand = aggregate_demand(mu[:, :horizon_h], sigma[:, :horizon_h], p, aggregate)
     return capacity - min(capacity, demand)
+
+
+def aggregate_demand(mu: np.ndarray, sigma: np.ndarray, p: float, aggregate: str = "sum_of_quantiles") -> float:
+    """The HP demand bound of Eq. 9 over the hours given (``mu``/``sigma`` ``[N, H]``), GPUs."""
+    if aggregate == "sum_of_quantiles":
+        return float(np.sum(np.max(org_upper_bound(mu, sigma, p), axis=0 if mu.ndim == 1 else 1)))
+    if aggregate == "quantile_of_sum":
+        mu = np.atleast_2d(mu)
+        sd = np.sqrt(np.sum(np.maximum(np.atleast_2d(sigma), 0.0) ** 2, axis=0))
+        return float(np.max(org_upper_bound(mu.sum(axis=0), sd, p)))
+    raise ValueError(f"unknown aggregate {aggregate!r}; use one of {AGGREGATES}")
 
 
 def spot_quota(inventory: float, eta: float, idle_gpus: float, guaranteed_spot_gpus: float) -> float:

@@ -25,6 +25,7 @@ class PTSParams:
     short_window_s: float = 3600.0  # e_short window (1 h)
     long_window_s: float = 86400.0  # e_long window (24 h); T_long = 24 (hours)
     usage_window_s: float = 3600.0  # T in the Eq. 19 denominator sum_k S_k * T
+    guarantee_s: float = 3600.0  # H hours in seconds: "gfs-bf" preemption spares spot runs inside it
 
 
 class SimJob:
@@ -37,7 +38,7 @@ class SimJob:
     __slots__ = (
         "id", "pool", "org", "is_hp", "g", "w", "submit", "duration", "ckpt",
         "remaining", "run_start", "token", "enqueued", "jqt", "runs", "evictions",
-        "suspends", "finish", "pods", "lost_gpu_s", "first_start",
+        "suspends", "finish", "pods", "lost_gpu_s", "first_start", "guar_start", "guar_periods",
     )
 
     def __init__(self, id: int, pool: int, org: int, is_hp: bool, g: int, w: int,
@@ -56,6 +57,10 @@ class SimJob:
         self.pods: dict[int, int] = {}  # node -> slots held while running
         self.lost_gpu_s = 0.0
         self.first_start = -1.0
+        # spot: when the current run's H-hour guarantee began (-1: a best-effort backfill
+        # run outside the quota, GFS-BF), and guarantee periods of H hours completed so far
+        self.guar_start = -1.0
+        self.guar_periods = 0
 
     @property
     def slots(self) -> int:

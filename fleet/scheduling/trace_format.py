@@ -59,19 +59,24 @@ class JobTrace:
                         self.g[mask], self.w[mask], self.submit[mask], self.duration[mask],
                         self.ckpt[mask], self.slots_per_gpu)
 
-    def hp_demand(self, n_hours: int | None = None) -> np.ndarray:
+    def hp_demand(self, n_hours: int | None = None, count: str = "gang") -> np.ndarray:
         """Hourly HP GPU-slot demand per (pool, org) if every HP job ran on arrival:
         array [pools, orgs, hours]; entry h is the *peak* number of slots held at once
         during [h, h+1) hours (the level SQA must leave to HP), not the sum over every job
         that touches the hour (that sum counts a GPU once per short job it serves and
-        overstates the demand when jobs are shorter than an hour)."""
+        overstates the demand when jobs are shorter than an hour).
+
+        ``count``: ``"gang"`` counts what a job holds (g x w slots); ``"pod"`` counts one
+        pod (g slots) per job, as the GFS authors' code does (it undercounts gangs)."""
+        if count not in ("gang", "pod"):
+            raise ValueError(f"hp_demand count={count!r}; use 'gang' (g x w) or 'pod' (g)")
         end = self.submit + self.duration
         hours = int(np.ceil(end.max() / 3600.0)) + 1 if n_hours is None else n_hours
         out = np.zeros((len(self.pool_names), len(self.org_names), hours))
         hp = np.flatnonzero(self.is_hp)
         if len(hp) == 0 or hours <= 0:
             return out
-        slots = (self.g * self.w)[hp].astype(float)
+        slots = (self.g * self.w if count == "gang" else self.g)[hp].astype(float)
         key = self.pool[hp].astype(np.int64) * len(self.org_names) + self.org[hp]
         # events: (series, time, delta); at equal times releases come before starts
         t = np.concatenate([self.submit[hp], end[hp]])

@@ -53,10 +53,20 @@ def test_improvement_row_and_report_markdown():
     from fleet.scheduling.evaluation import COLUMNS, improvement_row, report_markdown
 
     cols = list(COLUMNS.values())
-    t = pd.DataFrame([[100, 50, 10, 200, 40, 2.0, 60, 0], [100, 40, 0, 100, 20, 4.0, 70, 0]],
-                     index=["Lyra", "GFS"], columns=cols)
-    imp = improvement_row(t)
+    # columns: HP p99, HP JCT, HP JQT, spot JCT, spot JQT, e, e/gh, preempt, alloc, unfinished
+    t = pd.DataFrame([[100, 50, 10, 200, 40, 2.0, 1.0, 2.0, 60, 0],
+                      [100, 45, 5, 300, 80, 1.0, 0.5, 1.0, 55, 0],
+                      [100, 40, 0, 100, 20, 4.0, 2.0, 4.0, 70, 0],
+                      [100, 40, 0, 90, 10, 3.0, 1.5, 3.0, 72, 0]],
+                     index=["Lyra", "Lyra+Q", "GFS", "GFS-BF"], columns=cols)
+    imp = improvement_row(t, against=["Lyra"])
     assert imp["HP JCT (s)"] == 20.0 and imp["Spot JQT (s)"] == 50.0
     assert imp["Spot e (%)"] == -100.0 and pd.isna(imp["HP JCT-p99 (s)"]) is False
     md = report_markdown({("v2023", "low"): t})
-    assert "| IMP. |" in md and "+50.0%" in md and "gfs-v2023-low.png" in md
+    assert "| IMP. vs ungated |" in md and "+50.0%" in md and "gfs-v2023-low.png" in md
+    assert "| IMP. vs gated |" in md and "+75.0%" in md  # spot JQT 20 vs Lyra+Q's 80
+    assert "| Lyra+Q | gated (+Q) |" in md and "| Lyra | ungated |" in md
+    # GFS is better than Lyra+Q on spot JQT but not on evictions: the verdict says so
+    assert "Spot JQT (s) yes" in md and "Spot e (%) **no**" in md
+    # GFS-BF dominates GFS (lower on all three axes) and is itself not dominated
+    assert "GFS-BF is not dominated by any policy" in md

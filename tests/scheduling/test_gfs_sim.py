@@ -66,7 +66,8 @@ def test_gang_jobs_start_whole_and_every_policy_finishes_everything():
     upper = np.full((1, 200), 20.0)
     seen = {}
     for name, pol in POLICIES.items():
-        r = simulate(tr, pol, upper if pol.quota == "sqa" else None)
+        r = simulate(tr, pol, upper if pol.quota == "sqa" else None,
+                     hp_backfill=upper / 2 if pol.backfill else None)
         assert r.unfinished == 0, name
         assert np.all(r.jct >= tr.duration - 1e-6), name  # nobody finishes faster than its work
         assert np.all(r.jqt >= 0)
