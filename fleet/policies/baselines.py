@@ -35,7 +35,7 @@ import numpy as np
 from checkpointing.costmodel import young_interval_hours
 from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
 from fleet.policies.market_view import launch_action
-from fleet.policies.safety import must_go_on_demand, ticks_until_unsafe
+from fleet.policies.safety import affordable_probes, must_go_on_demand, ticks_until_unsafe
 
 PRIOR_MTTP_HOURS = 4.0
 """Prior mean time to preemption (h) for the baselines' fixed checkpoint interval: about
@@ -209,7 +209,10 @@ class UniformProgress(Policy):
             if cp < ep_ahead:
                 return Action(ON_DEMAND, None, obs.tick + 1, watch=())
             return launch_action(order, ON_DEMAND, self.interval, obs.tick + 1)
-        return launch_action(order, ON_DEMAND if cp < ep else IDLE, self.interval, obs.tick + 1)
+        if cp < ep:
+            return launch_action(order, ON_DEMAND, self.interval, obs.tick + 1,
+                                 max_tries=affordable_probes(state, g))
+        return launch_action(order, IDLE, self.interval, obs.tick + 1)
 
 
 def builtin_policy_factories() -> dict:

@@ -63,9 +63,14 @@ def belief_up(obs: Observation, prior: PriorStats) -> np.ndarray:
 
 
 def launch_action(order, last_resort: int = IDLE, interval: float | None = None,
-                  recheck_tick: int | None = None) -> Action:
-    """Try the zones of ``order`` in turn, then ``last_resort`` (idle or on-demand)."""
+                  recheck_tick: int | None = None, max_tries: int | None = None) -> Action:
+    """Try the zones of ``order`` in turn, then ``last_resort`` (idle or on-demand).
+
+    ``max_tries`` caps the zones tried (failed tries delay the last resort; see
+    :func:`fleet.policies.safety.affordable_probes`)."""
     order = [int(z) for z in order]
+    if max_tries is not None:
+        order = order[:max(0, max_tries)]
     if not order:
         return Action(last_resort, interval if last_resort >= 0 else None, recheck_tick)
     return Action(order[0], interval, recheck_tick, fallbacks=(*order[1:], last_resort))

@@ -52,3 +52,14 @@ def ticks_until_unsafe(state: JobState, gap_hours: float, margin_hours: float = 
     if spare <= 0:
         return 1
     return max(1, int(math.floor(spare / gap_hours)))
+
+
+def affordable_probes(state: JobState, gap_hours: float, margin_hours: float = 0.0) -> int:
+    """Failed launch attempts the job can afford before an on-demand launch: each one
+    delays that launch by ``probe_seconds``, which the safety net's threshold does not
+    cover, so only the spare slack above it may pay for them."""
+    probe_h = state.spec.probe_seconds / 3600.0
+    spare = safe_slack_hours(state) - safety_threshold_hours(state, gap_hours, margin_hours)
+    if probe_h <= 0:
+        return 1 << 30
+    return max(0, int(math.floor(spare / probe_h)))

@@ -44,6 +44,7 @@ from checkpointing.costmodel import optimal_interval_hours
 from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
 from fleet.policies.market_view import PriorStats, belief_up, launch_action
 from fleet.policies.safety import (
+    affordable_probes,
     must_go_on_demand,
     safe_slack_hours,
     safety_threshold_hours,
@@ -173,8 +174,10 @@ class SpotfleetPolicy(Policy):
             if spare < self.reserve_hours(state, later) or not order:
                 return Action(ON_DEMAND, None, obs.tick + 1, watch=())
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1)
-        fallback = ON_DEMAND if spare < self.reserve_hours(state, state.elapsed_hours) else IDLE
-        return launch_action(order, fallback, interval, obs.tick + 1)
+        if spare < self.reserve_hours(state, state.elapsed_hours):
+            return launch_action(order, ON_DEMAND, interval, obs.tick + 1,
+                                 max_tries=affordable_probes(state, g))
+        return launch_action(order, IDLE, interval, obs.tick + 1)
 
     def reserve_hours(self, state: JobState, at_hours: float) -> float:
         """Slack to keep for outages still to come at elapsed time ``at_hours``: the time

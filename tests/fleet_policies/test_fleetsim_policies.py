@@ -195,3 +195,16 @@ def test_every_deadline_policy_meets_every_deadline(shared_data, family, notice)
                 for name, factory in builtin_policy_factories().items():
                     r = simulate(factory(), m, spec, s)
                     assert r.deadline_met, (family, ratio, notice, name, s)
+
+
+@pytest.mark.parametrize("deadline", [2.3 + 0.05 * k for k in range(12)])
+def test_failed_probes_never_push_a_job_past_its_deadline(deadline):
+    """Nine zones up before the start, all gone after it: policies that try them before
+    falling back to on-demand must not spend slack the safety net does not have."""
+    avail = np.zeros((9, 400), dtype=bool)
+    avail[:, :100] = True
+    zones = tuple(f"us-east-1{c}" for c in "abcdefghi")
+    m = Market(zones=zones, gap_seconds=300.0, available=avail)
+    for name, factory in builtin_policy_factories().items():
+        r = simulate(factory(), m, JobSpec(2.0, deadline, notice_seconds=120), 100)
+        assert r.deadline_met, (name, deadline, r.completion_hours, r.failed_probes)
