@@ -51,3 +51,24 @@ def number_list(flag: str, example: str, unit: str = "") -> Callable[[str], list
         return out
 
     return parse
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds ``(default: X)`` to an option's help only where it tells the reader something.
+
+    ``argparse.ArgumentDefaultsHelpFormatter`` appends the default to every option, which
+    printed ``--no-verify ... (default: True)`` (the default of the *destination*, the
+    opposite of what the flag does), ``(default: False)`` on every switch,
+    ``(default: None)`` on optional values, and a second default after help texts that
+    already state theirs. Here: no default for switches (store_true/false/const), for
+    None, or when the help already says "default".
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text.lower() or action.default in (None, argparse.SUPPRESS)
+                or isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
+                                       argparse._StoreConstAction, argparse._CountAction))
+                or not action.option_strings):
+            return text
+        return text + " (default: %(default)s)"

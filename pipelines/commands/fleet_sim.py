@@ -25,17 +25,22 @@ def register(subparsers) -> None:
     p.add_argument("--traces", required=True,
                    help="directory of spot-trace JSON files (one per zone), e.g. "
                         "../shared/data/spot-traces/availability/1-node/aws-02-15-2023")
-    p.add_argument("--work-hours", type=number("--work-hours"), default=24.0)
-    p.add_argument("--deadline-hours", type=number("--deadline-hours"), default=36.0)
-    p.add_argument("--starts", type=number("--starts", integer=True), default=100)
+    p.add_argument("--work-hours", type=number("--work-hours"), default=24.0,
+                   help="failure-free compute the job needs, hours (default 24)")
+    p.add_argument("--deadline-hours", type=number("--deadline-hours"), default=36.0,
+                   help="time from each start to the deadline, hours (default 36)")
+    p.add_argument("--starts", type=number("--starts", integer=True), default=100,
+                   help="evenly spaced start times simulated per policy (default 100)")
     p.add_argument("--notice-seconds", type=number("--notice-seconds", allow_zero=True),
                    default=0.0, help="preemption notice window (s); 120 = AWS")
     p.add_argument("--restart-minutes", type=number("--restart-minutes", allow_zero=True),
                    default=6.0, help="changeover delay on every (re)launch (min)")
     p.add_argument("--checkpoint-minutes", type=number("--checkpoint-minutes", allow_zero=True),
                    default=1.0, help="time one checkpoint blocks training (min)")
-    p.add_argument("--on-demand-price", type=number("--on-demand-price"), default=3.06)
-    p.add_argument("--spot-price", type=number("--spot-price"), default=0.918)
+    p.add_argument("--on-demand-price", type=number("--on-demand-price"), default=3.06,
+                   help="$/h when the data has no on-demand prices")
+    p.add_argument("--spot-price", type=number("--spot-price"), default=0.918,
+                   help="$/h when the data has no spot prices")
     p.add_argument("--warmup-hours", type=number("--warmup-hours", allow_zero=True),
                    default=168.0, help="history before the first start (h)")
     p.add_argument("--policies", default="",

@@ -9,13 +9,12 @@ exact resume; the summary lists sessions, preemptions and cost.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from pipelines.commands.argtypes import number
+from pipelines.commands.argtypes import DefaultsHelpFormatter, number
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "examples" / "train_example.py"
@@ -32,7 +31,7 @@ def register(subparsers) -> None:
                      "with injected preemptions (notice, grace, kill) and relaunches in other "
                      "zones until the job completes; prints the path notice -> emergency "
                      "save -> relaunch -> exact resume and a summary."),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=DefaultsHelpFormatter)
     r.add_argument("--zones", type=int, default=3, help="number of emulated zones")
     r.add_argument("--steps", type=int, default=300, help="training steps")
     r.add_argument("--seed", type=int, default=0, help="seed of the market and the training")
@@ -55,7 +54,8 @@ def register(subparsers) -> None:
     r.add_argument("--step-sleep", type=number("--step-sleep", allow_zero=True), default=0.03,
                    metavar="SECONDS", help="extra seconds per training step (a slower GPU)")
     r.add_argument("--periodic-every", type=int, default=100, help="periodic checkpoint every N steps")
-    r.add_argument("--model", choices=["mlp", "transformer"], default="mlp")
+    r.add_argument("--model", choices=["mlp", "transformer"], default="mlp",
+                   help="the example's model (--model of examples/train_example.py)")
     r.add_argument("--deadline", type=number("--deadline"), metavar="SECONDS",
                    help="wall-clock deadline; the fleet falls back to on-demand to meet it")
     r.add_argument("--policy", choices=["relaunch", "failover", "uniform", "spotfleet"],
@@ -63,7 +63,8 @@ def register(subparsers) -> None:
                    help="who places the node group: relaunch = rotate to another zone, "
                         "block the preempted one, on-demand when the deadline needs it; the "
                         "others are the fleet policies of fleet/policies asked at each launch")
-    r.add_argument("--max-relaunches", type=int, default=20)
+    r.add_argument("--max-relaunches", type=int, default=20,
+                   help="relaunches after preemptions before the attempt counts as lost")
     r.add_argument("--workdir", type=Path, help="checkpoints, events and logs (default: temp dir)")
     r.add_argument("--no-verify", dest="verify", action="store_false",
                    help="skip the uninterrupted reference run that checks the exact resume")

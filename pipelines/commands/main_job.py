@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     db = sub.add_parser("db", help="statistics database: schema migrations",
                         description="Apply or show the statistics DB schema revision (alembic).")
-    db.add_argument("action", choices=["upgrade", "current"])
+    db.add_argument("action", choices=["upgrade", "current"],
+                    help="upgrade: migrate to the newest schema; current: show the revision")
     db.add_argument("--url", default=None, help="DB URL (default: $SPOTFLEET_DB_URL or ./var/spotfleet.db)")
     db.set_defaults(handler=run_db)
 

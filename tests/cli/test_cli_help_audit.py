@@ -1,0 +1,90 @@
+"""Every `spotfleet` subcommand's --help: each option explains itself, defaults are stated once
+and never misleadingly (`--no-verify (default: True)`), and DB URL mistakes are one line."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from pipelines.cli import build_parser, main
+from pipelines.commands.argtypes import DefaultsHelpFormatter
+
+
+def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...]):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _walk(sub, (*path, name))
+
+
+PARSERS = list(_walk(build_parser(), ("spotfleet",)))
+
+
+def _rendered(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    formatter = parser._get_formatter()
+    return formatter._expand_help(action) if action.help else ""
+
+
+def test_every_subcommand_is_audited():
+    names = {" ".join(p) for p, _ in PARSERS}
+    assert {"spotfleet main", "spotfleet db", "spotfleet local-fleet run", "spotfleet plan"} <= names
+
+
+@pytest.mark.parametrize(("path", "parser"), PARSERS, ids=[" ".join(p) for p, _ in PARSERS])
+def test_help_of_every_option(path, parser):
+    problems = []
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        name = "/".join(action.option_strings) or action.dest
+        text = _rendered(parser, action)
+        if not text.strip():
+            problems.append(f"{name}: no help text")
+        lowered = text.lower()
+        if lowered.count("(default") > 1:
+            problems.append(f"{name}: the default is stated twice: {text!r}")
+        for wrong in ("(default: true)", "(default: false)", "(default: none)"):
+            if wrong in lowered:
+                problems.append(f"{name}: misleading {wrong}: {text!r}")
+    assert not problems, f"{' '.join(path)}: " + "; ".join(problems)
+    parser.format_help()  # renders without error
+
+
+def test_defaults_formatter_states_a_default_only_where_it_helps():
+    p = argparse.ArgumentParser(formatter_class=DefaultsHelpFormatter)
+    p.add_argument("--steps", type=int, default=300, help="training steps")
+    p.add_argument("--workdir", help="where (default: a temp dir)")
+    p.add_argument("--deadline", type=float, help="seconds")
+    p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the check")
+    p.add_argument("--quiet", action="store_true", help="less output")
+    text = " ".join(p.format_help().split())
+    assert "training steps (default: 300)" in text
+    assert "where (default: a temp dir)" in text and "(default: None)" not in text
+    assert "skip the check" in text and "(default: True)" not in text and "(default: False)" not in text
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["db", "upgrade", "--url", "bogus://x"],
+     "spotfleet db: error: statistics DB URL 'bogus://x' (from --url): unknown database type 'bogus'; "
+     "use sqlite:///var/spotfleet.db or postgresql+psycopg://user@host:5432/spotfleet\n"),
+    (["db", "current", "--url", "not a url"],
+     "spotfleet db: error: statistics DB URL 'not a url' (from --url) is not a database URL; use "
+     "sqlite:///var/spotfleet.db or postgresql+psycopg://user@host:5432/spotfleet\n"),
+    (["db", "upgrade", "--url", "sqlite:////nonexistent-dir/x/spotfleet.db"],
+     "spotfleet db: error: statistics DB URL 'sqlite:////nonexistent-dir/x/spotfleet.db' (from --url): "
+     "cannot open the SQLite file (unable to open database file); check that the folder of "
+     "/nonexistent-dir/x/spotfleet.db exists and is writable\n"),
+])
+def test_bad_db_urls_are_one_line(argv, expected, capsys):
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert out.err == expected and out.out == ""
+
+
+def test_a_refused_postgres_connection_is_one_line_and_hides_the_password(capsys):
+    assert main(["db", "upgrade", "--url", "postgresql+psycopg://me:s3cret@127.0.0.1:1/x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "s3cret" not in err and "me:***@127.0.0.1:1/x" in err
+    assert "cannot connect" in err and "check host, port, user, password" in err
