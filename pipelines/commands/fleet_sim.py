@@ -23,8 +23,24 @@ def register(subparsers) -> None:
             "history), under every fleet policy, against the exact omniscient bound."),
     )
     p.add_argument("--traces", required=True,
-                   help="directory of spot-trace JSON files (one per zone), e.g. "
-                        "../shared/data/spot-traces/availability/1-node/aws-02-15-2023")
+                   help="any folder of the public collection (one JSON file per zone and "
+                        "instance type), e.g. ../shared/data/spot-traces/availability/1-node/"
+                        "aws-02-15-2023 or ../shared/data/gcp-h100-2025")
+    p.add_argument("--nodes", type=number("--nodes", integer=True), default=None,
+                   help="instances the job needs: a zone is available when its count >= this "
+                        "(default: the folder's N-node, else 1)")
+    p.add_argument("--instance-types", default="",
+                   help="comma-separated instance types to keep when a folder has several")
+    p.add_argument("--prices", default="",
+                   help="per-tick spot price file to attach, e.g. ../shared/data/spot-prices/"
+                        "aws-v100-02-15-2023.json (GCP H100 files carry their own prices)")
+    p.add_argument("--checkpoint-gb", type=number("--checkpoint-gb", allow_zero=True),
+                   default=0.0, help="checkpoint size (GB): cross-region moves pay its egress")
+    p.add_argument("--egress-usd-per-gb", type=number("--egress-usd-per-gb", allow_zero=True),
+                   default=None, help="inter-region egress $/GB (default: per-cloud default)")
+    p.add_argument("--observe", choices=("probe", "oracle"), default="probe",
+                   help="probe: a zone is known only when held or tried (default); oracle: "
+                        "every zone's availability for free (offline checks)")
     p.add_argument("--work-hours", type=number("--work-hours"), default=24.0,
                    help="failure-free compute the job needs, hours (default 24)")
     p.add_argument("--deadline-hours", type=number("--deadline-hours"), default=36.0,
@@ -65,18 +81,25 @@ def _run(args: argparse.Namespace) -> int:
                    restart_hours=args.restart_minutes / 60.0,
                    checkpoint_hours=args.checkpoint_minutes / 60.0,
                    notice_seconds=args.notice_seconds, on_demand_price=args.on_demand_price,
-                   spot_price=args.spot_price)
-    market = Market.from_dir(args.traces)
+                   spot_price=args.spot_price, checkpoint_gb=args.checkpoint_gb,
+                   egress_usd_per_gb=args.egress_usd_per_gb)
+    itypes = [x.strip() for x in args.instance_types.split(",") if x.strip()] or None
+    market = Market.from_dir(args.traces, nodes=args.nodes, prices=args.prices or None,
+                             instance_types=itypes)
     names = [n.strip() for n in args.policies.split(",") if n.strip()] or None
     policies = make_policies(names)
     starts = start_ticks(market, spec, args.starts, warmup_hours=args.warmup_hours)
-    print(f"fleet-sim: {market.n_zones} zones ({', '.join(market.zones)}), "
+    priced = ("per-tick spot prices" if market.spot_price is not None
+              else f"flat spot {spec.spot_price:g} $/h")
+    print(f"fleet-sim: {market.n_zones} zones ({', '.join(market.zones)}) in "
+          f"{len(market.region_names)} regions, {market.nodes} node(s), {priced}, "
           f"{market.duration_hours:.0f} h of {market.gap_seconds:.0f} s ticks; "
           f"job {spec.work_hours:g} h of work, deadline {spec.deadline_hours:g} h, "
           f"notice {spec.notice_seconds:g} s; {len(starts)} starts x {len(policies)} policies",
           flush=True)
     res = run_sweep(market, spec, policies, starts, with_omniscient=not args.no_omniscient,
-                    progress=lambda line: print(line, flush=True))
+                    progress=lambda line: print(line, flush=True),
+                    **({} if args.observe == "probe" else {"observe": args.observe}))
     rows = summarize(res)
     print()
     print(format_table(rows, markdown=False))

@@ -34,3 +34,27 @@ def test_fleet_sim_missing_trace_dir_is_a_clear_error(tmp_path, capsys):
     rc = main(["fleet-sim", "--traces", str(tmp_path / "nope"), "--starts", "2"])
     assert rc == 2
     assert "not a directory of trace files" in capsys.readouterr().err
+
+
+def test_fleet_sim_reads_the_gcp_h100_folder_with_prices_and_migration(shared_data, capsys):
+    rc = main(["fleet-sim", "--traces", str(shared_data / "gcp-h100-2025"), "--work-hours", "4",
+               "--deadline-hours", "6", "--starts", "2", "--warmup-hours", "12",
+               "--checkpoint-gb", "100", "--policies", "failover,spotfleet"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "13 zones" in out and "8 regions" in out and "per-tick spot prices" in out
+    assert "spotfleet / omniscient bound:" in out
+
+
+def test_fleet_sim_multi_node_folder_needs_the_node_count(tmp_path, capsys):
+    import json
+
+    d = tmp_path / "4-node" / "aws-x"
+    d.mkdir(parents=True)
+    for zone, vals in (("us-east-1f", [4, 3] * 400), ("us-west-2c", [4, 4] * 400)):
+        (d / f"{zone}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 600},
+                                                            "data": vals}))
+    rc = main(["fleet-sim", "--traces", str(d), "--work-hours", "2", "--deadline-hours", "4",
+               "--starts", "2", "--warmup-hours", "10", "--policies", "failover"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "4 node(s)" in out
