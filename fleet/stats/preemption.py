@@ -99,14 +99,19 @@ class ZoneStats:
 
 def rate_confidence_interval(events: int, exposure_hours: float,
                              level: float = DEFAULT_CI_LEVEL) -> tuple[float, float]:
-    """Chi-square CI (per hour) for a Poisson rate from ``events`` in ``exposure_hours``."""
-    from scipy.stats import chi2
+    """Chi-square CI (per hour) for a Poisson rate from ``events`` in ``exposure_hours``.
+
+    The chi-square quantile is ``chi2.ppf(p, k) = 2 * gammaincinv(k / 2, p)``, computed
+    with ``scipy.special`` (about a fifth of the import time of ``scipy.stats``, which
+    the statistics asset would otherwise load for this one function).
+    """
+    from scipy.special import gammaincinv
 
     if exposure_hours <= 0:
         return (0.0, math.inf)
     a = 1.0 - level
-    low = 0.0 if events == 0 else float(chi2.ppf(a / 2, 2 * events)) / (2 * exposure_hours)
-    high = float(chi2.ppf(1 - a / 2, 2 * events + 2)) / (2 * exposure_hours)
+    low = 0.0 if events == 0 else 2.0 * float(gammaincinv(events, a / 2)) / (2 * exposure_hours)
+    high = 2.0 * float(gammaincinv(events + 1, 1 - a / 2)) / (2 * exposure_hours)
     return (low, high)
 
 
