@@ -50,6 +50,13 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
+# A SIGTERM that arrives while the process is still importing torch / building the
+# model (before the session arms its PreemptionGuard) is recorded and handled as a
+# notice once the guard is armed, instead of killing the process (checkpointing.early_notice).
+from checkpointing import early_notice as _early_notice  # noqa: E402
+
+_early_notice.install()
+
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)

@@ -24,12 +24,15 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 
+from checkpointing import early_notice
 from checkpointing.notices.base import HttpError, Notice, NoticeSource
 from checkpointing.notices.config import ENV_NOTICE_SOURCES, NoticeConfigError, parse_sources
+from checkpointing.notices.signals import SignalSource
 from checkpointing.runtime_env import ENV_GRACE_SECONDS, env_float
 
 __all__ = ["Notice", "NoticeConfigError", "NoticeSource", "PreemptionGuard"]
@@ -101,8 +104,24 @@ class PreemptionGuard:
                 self.stop()
                 raise
             self._armed.append(source)
+        self._claim_early_sigterm()
         log.debug("preemption guard armed: %s", ", ".join(s.describe() for s in self.sources))
         return self
+
+    def _claim_early_sigterm(self) -> None:
+        """Deliver a SIGTERM that arrived before this guard was armed (recorded by
+        ``checkpointing.early_notice``) as a notice with its original arrival time."""
+        watches = any(isinstance(s, SignalSource) and s.signum == signal.SIGTERM
+                      for s in self._armed)
+        if not watches:
+            early_notice.release_unclaimed()
+            return
+        received_at = early_notice.claim()
+        if received_at is not None and self._notice is None:
+            log.warning("SIGTERM arrived %.1f s before the preemption guard was armed; "
+                        "handling it as a notice now", time.time() - received_at)
+            self._deliver(Notice("signal", received_at, None,
+                                 {"signal": "SIGTERM", "count": 1, "early": True}))
 
     def stop(self) -> None:
         """Disarm every source (signal handlers restored, pollers joined)."""

@@ -302,24 +302,30 @@ class AsyncSaver:
                 if not current.done.wait(max(0.0, min(ABANDON_WAIT_SECONDS, left / 4))):
                     self._mark_stuck(current, "it did not stop when abandoned")
             else:
+                # a blocking save (the final one) waits up to its own timeout, even for a
+                # save already known to be stuck; a loop save at most wait_limit_seconds
+                limit = timeout if (block and timeout is not None) else self.wait_limit_seconds
                 reason = None
-                if current.stuck:
+                if current.stuck and not block:
                     reason = (f"skipped: the {current.kind} save of step {current.step} is still "
                               f"in flight ({time.monotonic() - current.started:.0f} s; "
                               f"{self.store_trouble})")
-                elif not _wait(current.done, self.wait_limit_seconds, interrupt):
+                elif not _wait(current.done, limit, interrupt):
                     if interrupt is not None and interrupt():
                         log.info("%s save at step %d not started: a notice came while waiting "
                                  "for the save of step %d", kind, step, current.step)
                         return None
                     self._mark_stuck(current, f"not finished after the training loop waited "
-                                              f"{self.wait_limit_seconds:.0f} s for it")
+                                              f"{limit:.0f} s for it")
                     reason = (f"skipped: the {current.kind} save of step {current.step} is still in "
-                              f"flight after waiting {self.wait_limit_seconds:.0f} s (store slow or "
-                              "unreachable?); training continues and the next save tries again")
+                              f"flight after waiting {limit:.0f} s (store slow or unreachable?); "
+                              "training continues and the next save tries again")
                 if reason is not None:
                     log.warning("%s save at step %d %s", kind, step, reason)
                     self._emit("save_failed", step=step, kind=kind, reason=reason)
+                    if block:
+                        return SaveResult(step, kind, False, 0, time.perf_counter() - t0, 0.0,
+                                          error=reason)
                     return None
         buffers = self.buffers
         if not buffers.wait_free(0):  # still read by a stuck, abandoned save
@@ -421,9 +427,14 @@ class AsyncSaver:
             job = self._start(job.step, job.kind, _reuse(job), spill)
         result = self._await(job, deadline)
         if result.ok and result.info is not None:
-            self.promotion = Promotion(spill, self.store, result.info,
-                                       on_done=self._promoted).start()
+            self.promotion = Promotion(spill, self.store, result.info, on_done=self._promoted,
+                                       before_manifest=self._before_promotion).start()
         return result
+
+    def _before_promotion(self) -> None:
+        """A deposed process must not promote its spill over its successor's prefix."""
+        if getattr(self, "lease", None) is not None:
+            self.lease.verify()
 
     def _promoted(self, promotion: Promotion) -> None:
         if promotion.ok:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -38,8 +39,21 @@ import torch
 
 from checkpointing.events import EventLog
 from checkpointing.guard import PreemptionGuard
+from checkpointing.identity import ENV_JOB_ID, JobIdentity, check_job
+from checkpointing.lease import DEFAULT_TTL_SECONDS, ENV_LEASE_TTL, PrefixLease
 from checkpointing.manifest import CheckpointInfo, list_checkpoints
+from checkpointing.outcome import (
+    DEFAULT_FINAL_SAVE_TIMEOUT_SECONDS,
+    ENV_FINAL_SAVE_TIMEOUT_SECONDS,
+    ENV_SAVE_WAIT_SECONDS,
+    EXIT_FINAL_SAVE_FAILED,
+    exit_when_stuck,
+    final_save_failed_message,
+    saved_state,
+    wait_for_promotion,
+)
 from checkpointing.policy import AdaptivePolicy, Decision, SaveKind
+from checkpointing.redact import install as install_redaction
 from checkpointing.runtime_env import (
     ENV_CHECKPOINT_URI,
     ENV_GRACE_SECONDS,
@@ -53,10 +67,12 @@ from checkpointing.runtime_env import (
 )
 from checkpointing.saver import (
     DEFAULT_SHARD_BYTES,
+    DEFAULT_WAIT_LIMIT_SECONDS,
     AsyncSaver,
     SaveResult,
     restore_state,
 )
+from checkpointing.spill import Promotion, newer_spill, open_spill
 from checkpointing.stores.base import CheckpointStore, open_store
 from checkpointing.torch_state import Stateful, TrainingState
 
@@ -64,6 +80,8 @@ log = logging.getLogger("checkpointing.session")
 
 #: how often (seconds) the statistics file's mtime is checked
 STATS_POLL_SECONDS = 1.0
+#: the longest finish()/fail() wait for the lease release (seconds)
+LEASE_RELEASE_WAIT_SECONDS = 2.0
 
 
 @dataclass
@@ -108,6 +126,12 @@ class TrainingSession:
     guard: a ``PreemptionGuard`` (started here if not armed), or None for no notices.
     progress_every: emit a ``progress`` event every N steps.
     auto_save: take the policy's saves automatically after each step (default True).
+    job_id: the job (lineage) these checkpoints belong to; retries and relaunches of one
+        run share it (default ``SPOTFLEET_JOB_ID``, else derived from the fingerprint).
+    job_config: JSON-able values that must match for a resume to be correct (seed, data
+        spec, ...); fingerprinted with the model/optimizer structure (checkpointing.identity).
+    lease / lease_ttl_seconds: hold a lease on the checkpoint prefix (checkpointing.lease)
+        so that no other job writes it; renewed every ttl/3 seconds.
     """
 
     def __init__(self, *, store: CheckpointStore | str, model: torch.nn.Module | None = None,
@@ -120,13 +144,23 @@ class TrainingSession:
                  events: EventLog | None = None, progress_every: int = 50,
                  auto_save: bool = True, policy: AdaptivePolicy | None = None,
                  shard_bytes: int = DEFAULT_SHARD_BYTES, rng: bool = True,
-                 save_on_finish: bool = True):
+                 save_on_finish: bool = True, job_id: str | None = None,
+                 job_config: dict[str, Any] | None = None, lease: bool = True,
+                 lease_ttl_seconds: float = DEFAULT_TTL_SECONDS):
         if periodic_every is not None and periodic_every < 1:
             raise ValueError(f"periodic_every must be >= 1 steps (or None), got {periodic_every}")
         if progress_every < 1:
             raise ValueError(f"progress_every must be >= 1 steps, got {progress_every}")
+        install_redaction()  # no credential reaches a log line or traceback of this process
         self.store = open_store(store) if isinstance(store, str) else store
         self.events = events or EventLog()
+        self.job_id = job_id
+        self.job_config = dict(job_config or {})
+        self.use_lease = lease
+        self.lease_ttl_seconds = float(lease_ttl_seconds)
+        #: this process's job identity, set by ``claim_prefix`` (restore or first save)
+        self.identity: JobIdentity | None = None
+        self.lease: PrefixLease | None = None
         self.state = TrainingState(model=model, optimizer=optimizer, scheduler=scheduler,
                                    stateful=dict(stateful or {}), rng=rng)
         self.total_steps = total_steps
@@ -139,7 +173,13 @@ class TrainingSession:
                                                mttp_seconds=mttp_seconds, restart_seconds=restart_seconds,
                                                insurance=insurance)
         self.saver = AsyncSaver(self.store, events=self.events, keep_periodic=keep_periodic,
-                                keep_insurance=keep_insurance, shard_bytes=shard_bytes)
+                                keep_insurance=keep_insurance, shard_bytes=shard_bytes,
+                                wait_limit_seconds=env_float(ENV_SAVE_WAIT_SECONDS,
+                                                             DEFAULT_WAIT_LIMIT_SECONDS),
+                                spill_store=open_spill(self.store))
+        #: the longest ``finish()`` waits for the final checkpoint (seconds)
+        self.final_save_timeout_seconds = env_float(ENV_FINAL_SAVE_TIMEOUT_SECONDS,
+                                                    DEFAULT_FINAL_SAVE_TIMEOUT_SECONDS)
         self.guard = guard
         if guard is not None and not guard.armed:
             guard.start()
@@ -173,6 +213,11 @@ class TrainingSession:
                                  "s3://bucket/prefix, or pass store=... explicitly")
             kwargs["store"] = uri
         kwargs.setdefault("events", EventLog.from_env())
+        if os.environ.get(ENV_JOB_ID):
+            kwargs.setdefault("job_id", os.environ[ENV_JOB_ID])
+        ttl = env_float(ENV_LEASE_TTL)
+        if ttl is not None:
+            kwargs.setdefault("lease_ttl_seconds", ttl)
         grace = env_float(ENV_GRACE_SECONDS)
         if grace is not None:
             kwargs.setdefault("grace_seconds", grace)
@@ -213,19 +258,71 @@ class TrainingSession:
         """Committed checkpoints in the store, oldest first."""
         return list_checkpoints(self.store)
 
+    # -- job identity and lease -----------------------------------------------------------
+    def claim_prefix(self) -> JobIdentity:
+        """Check that the prefix's checkpoints belong to this job and take its lease.
+
+        Idempotent; ``restore`` (or the first save) calls it. Raises
+        ``checkpointing.identity.JobConflict`` when the checkpoints belong to another job
+        or configuration, ``checkpointing.lease.LeaseHeld`` when another job's live lease
+        holds the prefix; both messages name the two jobs and the fix.
+        """
+        if self.identity is not None:
+            return self.identity
+        st = self.state
+        ident = JobIdentity.create(job_id=self.job_id, model=st.model, optimizer=st.optimizer,
+                                   scheduler=st.scheduler, config=self.job_config)
+        spill = self.saver.spill_store  # a spilled checkpoint would be restored too
+        check_job(ident, list_checkpoints(self.store) + (list_checkpoints(spill) if spill else []),
+                  self.store.location)
+        if self.use_lease:
+            lease = PrefixLease(self.store, ident.job_id, ttl_seconds=self.lease_ttl_seconds,
+                                node_id=self.events.node_id)
+            lease.acquire()
+            lease.start_heartbeat()
+            self.lease = lease
+            self.saver.lease = lease
+        self.saver.job_meta = ident.to_meta()
+        self.identity = ident
+        return ident
+
+    def _release_lease(self) -> None:
+        """Release the prefix lease, waiting at most ``LEASE_RELEASE_WAIT_SECONDS``: on a
+        frozen store the put would block exit for the whole S3 request bound, and an
+        unreleased lease simply expires."""
+        if self.lease is not None:
+            releaser = threading.Thread(target=self.lease.release, name="ckpt-lease-release",
+                                        daemon=True)
+            releaser.start()
+            releaser.join(LEASE_RELEASE_WAIT_SECONDS)
+
+    def _check_lease(self) -> None:
+        if self.lease is not None and self.lease.lost and not self._stop:
+            log.error("stopping training: %s", self.lease.lost)
+            self._stop = True
+            self._pending = None
+
     # -- restore -------------------------------------------------------------------------
     def restore(self) -> int:
         """Load the latest complete checkpoint (falling back on corruption); return its step.
 
         Returns 0 (and leaves every object untouched) when nothing was saved yet.
         """
-        outcome = restore_state(self.store)
+        self.claim_prefix()
+        outcome, primary_newest, from_spill = self._restore_outcome()
+        if outcome is not None and outcome.skipped:
+            self.saver.discard.update(outcome.skipped)  # corrupt: deleted before the next save
         resumed: int | None = None
         if outcome is not None:
             step = self.state.apply(outcome.value)
             resumed = step
             self.policy.on_restore(step)
             self.saver.last_committed = outcome.info
+            if from_spill:  # the store does not hold it yet: upload it in the background
+                self.saver.last_committed = primary_newest
+                self.saver.promotion = Promotion(self.saver.spill_store, self.store, outcome.info,
+                                                 on_done=self.saver._promoted,
+                                                 before_manifest=self.saver._before_promotion).start()
             self.events.emit("restore", step=step, location=outcome.info.location,
                              fell_back=outcome.fell_back, reason=outcome.reason)
             if outcome.fell_back:
@@ -235,6 +332,28 @@ class TrainingSession:
                 log.info("restored step %d from %s", step, outcome.info.location)
         self._emit_start(resumed)
         return self.state.step
+
+    def _restore_outcome(self) -> tuple[Any, CheckpointInfo | None, bool]:
+        """(outcome, the store's newest checkpoint, loaded from the local spill area?).
+
+        An emergency checkpoint spilled to local disk (``checkpointing.spill``) that is
+        newer than the store's newest is loaded from there; otherwise the store's."""
+        spill = self.saver.spill_store
+        if spill is not None:
+            candidate, primary_newest = newer_spill(self.store, spill)
+            if candidate is not None:
+                outcome = restore_state(spill)
+                newest = primary_newest.step if primary_newest is not None else -1
+                if outcome is not None and outcome.info.step > newest:
+                    log.warning("restoring step %d from the local spill area %s (the store %s "
+                                "has step %s); uploading it to the store", outcome.info.step,
+                                outcome.info.location, self.store.location,
+                                newest if newest >= 0 else "none")
+                    return outcome, primary_newest, True
+        return restore_state(self.store), None, False
+
+    def _noticed(self) -> bool:
+        return self.guard is not None and self.guard.notice is not None
 
     def _emit_start(self, resumed: int | None) -> None:
         if self._started:
@@ -286,6 +405,7 @@ class TrainingSession:
             self.save(decision.kind)
         if step % self.progress_every == 0:
             self._emit_progress()
+        self._check_lease()
         return decision
 
     def _handle_notice(self, decision: Decision, seconds_left: float | None) -> None:
@@ -319,14 +439,19 @@ class TrainingSession:
         return self._stop and self._pending != SaveKind.EMERGENCY
 
     def save(self, kind: SaveKind | str = SaveKind.PERIODIC, *, block: bool = False,
-             _notice: bool = False) -> SaveResult | None:
+             _notice: bool = False, _timeout: float | None = None) -> SaveResult | None:
         """Checkpoint now (``kind``: periodic, insurance or emergency).
 
         Emergency saves wait until committed or until just before the notice deadline.
-        A save of a step that is already committed is skipped.
+        A save of a step that is already committed is skipped. No wait is unbounded: a
+        save in flight is waited for at most ``saver.wait_limit_seconds`` (a notice ends
+        that wait at once), a blocking save at most that long too (``finish``: at most
+        ``final_save_timeout_seconds``).
         """
         kind = SaveKind(getattr(kind, "value", kind))
         self._pending = None
+        if self.identity is None:
+            self.claim_prefix()
         step = self.state.step
         in_flight = self.saver.in_flight
         if in_flight is not None and in_flight[0] == step:
@@ -334,8 +459,10 @@ class TrainingSession:
             urgent = kind == SaveKind.EMERGENCY or _notice
             if block or urgent:
                 deadline = self.guard.deadline if urgent and self.guard is not None else None
-                timeout = None if deadline is None else max(0.0, deadline - time.time() - 0.5)
-                return self.saver.wait(timeout)
+                if deadline is not None:  # the saver awaits it (or spills) before the deadline
+                    return self.saver.save(self.state.capture, step, SaveKind.EMERGENCY.value,
+                                           deadline=deadline)
+                return self.saver.wait(_timeout)
             return None
         last = self.saver.last_committed
         if in_flight is None and last is not None and last.step == step:
@@ -344,7 +471,8 @@ class TrainingSession:
         urgent = kind == SaveKind.EMERGENCY or _notice
         deadline = self.guard.deadline if urgent and self.guard is not None else None
         result = self.saver.save(self.state.capture, step, kind.value,
-                                 block=block or urgent, deadline=deadline)
+                                 block=block or urgent, deadline=deadline,
+                                 interrupt=None if urgent else self._noticed, timeout=_timeout)
         if result is not None:
             self._drain_results()
             if urgent and result.ok and self.guard is not None:
@@ -412,22 +540,43 @@ class TrainingSession:
     def finish(self, **exit_data: Any) -> int:
         """Wait for the in-flight save, save the final state (when completed), emit ``exit``.
 
-        Returns the process exit code: 0 when complete, ``EXIT_PREEMPTED`` (75) after a
-        notice. Extra keyword arguments go into the ``exit`` event's data.
+        Returns the process exit code: 0 when complete and the final checkpoint is
+        committed, ``EXIT_FINAL_SAVE_FAILED`` (74) when complete but the final checkpoint
+        is not committed (the error says what is saved and what to do), and
+        ``EXIT_PREEMPTED`` (75) after a notice (the log says what was saved before the
+        deadline). Extra keyword arguments go into the ``exit`` event's data, with
+        ``saved_step`` / ``saved_location`` (and ``spilled_*`` for a local spill).
         """
         if self._finished:
             return self.exit_code if self.exit_code is not None else EXIT_COMPLETED
         self._finished = True
         preempted = self._stop
+        final: SaveResult | None = None
         if not preempted and self.save_on_finish:
-            self.save(SaveKind.PERIODIC, block=True)
+            final = self.save(SaveKind.PERIODIC, block=True, _timeout=self.final_save_timeout_seconds)
         elif not preempted:
-            self.saver.wait()
+            self.saver.wait(self.final_save_timeout_seconds)
+        else:
+            wait_for_promotion(self.saver, self.guard.deadline if self.guard is not None else None)
         self._drain_results()
         self.saver.close(wait=not preempted)
+        saved = saved_state(self.saver, self.state.step)
+        reason = "preempted" if preempted else "completed"
         self.exit_code = EXIT_PREEMPTED if preempted else EXIT_COMPLETED
-        self.events.emit("exit", reason="preempted" if preempted else "completed",
-                         step=self.state.step, **exit_data)
+        if preempted:
+            log.warning("stopped after a preemption notice at step %d; %s", self.state.step,
+                        saved.describe())
+        elif self.save_on_finish and saved.saved_step != self.state.step:
+            error = (final.error if final is not None and final.error else None) \
+                or self.saver.store_trouble
+            message = final_save_failed_message(saved, self.total_steps, error)
+            log.error("%s", message)
+            reason, self.exit_code = "final_save_failed", EXIT_FINAL_SAVE_FAILED
+            exit_data = {"error": message, **exit_data}
+        self.events.emit("exit", reason=reason, step=self.state.step, **saved.event_data(),
+                         **exit_data)
+        exit_when_stuck(self.saver, self.exit_code)
+        self._release_lease()
         if self.guard is not None:
             self.guard.stop()
         return self.exit_code
@@ -441,6 +590,7 @@ class TrainingSession:
         self.saver.close(wait=True)
         self.events.emit("exit", reason="error", step=self.state.step,
                          error=f"{type(error).__name__}: {error}")
+        self._release_lease()
         if self.guard is not None:
             self.guard.stop()
 

@@ -27,6 +27,7 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from checkpointing.manifest import (
@@ -69,16 +70,20 @@ def open_spill(primary: CheckpointStore) -> LocalStore | None:
 
 
 def copy_checkpoint(src: CheckpointStore, dst: CheckpointStore, info: CheckpointInfo,
-                    cancel: threading.Event | None = None) -> None:
+                    cancel: threading.Event | None = None,
+                    before_manifest: Callable[[], None] | None = None) -> None:
     """Copy a committed checkpoint from ``src`` to ``dst`` under the same name: every data
     blob first, the manifest LAST (the commit protocol), so ``dst`` never holds a
-    manifest without its data. Raises ``StoreError`` / ``KeyError`` on failure."""
+    manifest without its data. ``before_manifest`` runs right before the manifest put and
+    may raise to stop it (the prefix-lease check). Raises ``StoreError`` / ``KeyError``."""
     check_blob_sizes(src, info)
     for blob, meta in info.blobs.items():
         if cancel is not None and cancel.is_set():
             raise StoreError(f"copy of {info.name} to {dst.location} cancelled")
         with src.open_read(f"{info.name}/{blob}") as fh:
             dst.put_file(f"{info.name}/{blob}", fh, size=meta.bytes)
+    if before_manifest is not None:
+        before_manifest()
     dst.put_bytes(f"{info.name}/{MANIFEST_NAME}", src.get_bytes(f"{info.name}/{MANIFEST_NAME}"))
 
 
@@ -108,7 +113,8 @@ class Promotion:
     """
 
     def __init__(self, spill: CheckpointStore, primary: CheckpointStore, info: CheckpointInfo,
-                 on_done=None):
+                 on_done: Callable[[Promotion], None] | None = None,
+                 before_manifest: Callable[[], None] | None = None):
         self.spill = spill
         self.primary = primary
         self.info = info
@@ -116,6 +122,7 @@ class Promotion:
         self.error: str | None = None
         self.done = threading.Event()
         self._on_done = on_done
+        self._before_manifest = before_manifest
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"ckpt-promote-{info.step}")
 
@@ -125,7 +132,8 @@ class Promotion:
 
     def _run(self) -> None:
         try:
-            copy_checkpoint(self.spill, self.primary, self.info)
+            copy_checkpoint(self.spill, self.primary, self.info,
+                            before_manifest=self._before_manifest)
             self.ok = True
             log.info("spilled checkpoint of step %d uploaded to %s", self.info.step,
                      self.primary.location)

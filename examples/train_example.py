@@ -23,6 +23,10 @@ import os
 import sys
 import time
 
+# imported first: a SIGTERM while torch loads is then a notice, not a kill (exit 75, not -15)
+import checkpointing  # noqa: F401
+
+# isort: split
 import torch
 from torch import nn
 
@@ -145,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         store=args.checkpoint_uri, model=model, optimizer=opt, scheduler=sched,
         periodic_every=args.periodic_every or None, total_steps=args.steps,
         keep_periodic=args.keep_periodic, progress_every=args.progress_every,
+        # what must match for a resume to be correct (the job identity's fingerprint)
+        job_config={"seed": args.seed, "steps": args.steps, "lr": args.lr,
+                    "data": {"task": args.model, "batch_size": args.batch_size}},
     )
     with session:
         start = session.restore()

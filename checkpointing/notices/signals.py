@@ -69,7 +69,10 @@ class SignalSource(NoticeSource):
             self.received += 1
             deliver(Notice("signal", time.time(), None, {"signal": name, "count": self.received}))
 
-        self._previous = signal.signal(self.signum, _handler)
+        previous = signal.signal(self.signum, _handler)
+        # the recording handler installed at import (checkpointing.early_notice) is not
+        # restored on stop(): the default action is
+        self._previous = signal.SIG_DFL if getattr(previous, "spotfleet_early", False) else previous
         self._armed = True
 
     def stop(self) -> None:
