@@ -45,6 +45,8 @@ from assets.cost_tables import (
     write_html,
     write_plot,
 )
+from fleet.planning.planner import FleetPlan
+from fleet.policies.registry import get_policy
 from fleet.providers.base import StageSpec
 from pipelines.config import PipelineConfig, StageConfig
 from pipelines.resources import FleetResource, StatsDB
@@ -101,12 +103,6 @@ def _md_table(df: pd.DataFrame, max_rows: int = 20) -> MetadataValue:
     if df.empty:
         return MetadataValue.md("_empty_")
     return MetadataValue.md(df.head(max_rows).to_markdown(index=False, floatfmt=".4g"))
-
-
-def _stage_dict(stage: StageConfig) -> dict[str, Any]:
-    r = stage.resources
-    return {"name": stage.name, "zones": list(r.zones), "spot": r.spot, "nodes": r.nodes,
-            "accelerator": r.accelerator, "count": r.count, "work_hours": stage.work_hours}
 
 
 def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
@@ -179,19 +175,20 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         stats = fleet_adapter.zone_stats_from_frame(
             preemption_stats, fleet_adapter.market_seconds_per_wall_second(market))
         total_work = sum(s.work_hours for s in cfg.stages)
-        plans = {}
+        plans: dict[str, FleetPlan] = {}
         for s in cfg.stages:
             share = cfg.deadline_hours * s.work_hours / total_work
             try:
                 plans[s.name] = fleet_adapter.plan_for_stage(
-                    _stage_dict(s), stats, preemption_forecast, market, share, cfg.on_demand_fallback)
+                    s, stats, preemption_forecast, cfg.market, share, cfg.on_demand_fallback)
             except ValueError as exc:
                 raise config_failure(context, f"cannot plan stage {s.name}: {exc}") from None
-            context.log.info(plans[s.name]["explain"])
-        md = "\n\n".join(f"**{k}**\n\n```\n{v['explain']}\n```" for k, v in plans.items())
+            context.log.info(plans[s.name].explain())
+        md = "\n\n".join(f"**{k}**\n\n```\n{v.explain()}\n```" for k, v in plans.items())
         meta = {"plan": MetadataValue.md(md)}
         for k, v in plans.items():
-            meta[f"{k}_expected_cost_usd"] = MetadataValue.float(float(v.get("expected_cost") or 0.0))
+            meta[f"{k}_expected_cost_usd"] = MetadataValue.float(float(v.expected_cost or 0.0))
+            meta[f"{k}_priors"] = MetadataValue.json(v.priors().to_dict())
         return Output(plans, metadata=meta)
 
     train_assets = []
@@ -239,10 +236,10 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
 
 
 def _stage_deadline_seconds(cfg: PipelineConfig, stage: StageConfig) -> float:
-    """This stage's share of the pipeline deadline, in WALL seconds (local fleet time scale)."""
+    """This stage's share of the pipeline deadline, in MARKET seconds (the local fleet
+    converts to its compressed wall clock itself)."""
     total_work = sum(s.work_hours for s in cfg.stages)
-    hours = cfg.deadline_hours * stage.work_hours / total_work
-    return hours * cfg.market.wall_seconds_per_market_hour if cfg.provider == "local" else hours * 3600.0
+    return cfg.deadline_hours * stage.work_hours / total_work * 3600.0
 
 
 def _recheck_config(context: AssetExecutionContext, cfg: PipelineConfig, fleet: FleetResource) -> None:
@@ -285,34 +282,41 @@ def _train_asset(cfg: PipelineConfig, stage: StageConfig, idx: int, sessions_key
                        "resume from the latest checkpoint.",
            metadata={"stage": stage.name, "script": stage.script or " ".join(stage.command or [])})
     def train(context: AssetExecutionContext, fleet: FleetResource, stats_db: StatsDB, fleet_plan) -> MaterializeResult:
-        return run_training_stage(context, cfg, stage, fleet, stats_db, fleet_plan.get(stage.name, {}),
+        return run_training_stage(context, cfg, stage, fleet, stats_db, fleet_plan.get(stage.name),
                                   sessions_key)
 
     return train
 
 
 def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stage: StageConfig,
-                       fleet: FleetResource, stats_db: StatsDB, plan: dict[str, Any],
+                       fleet: FleetResource, stats_db: StatsDB, plan: FleetPlan | None,
                        sessions_key: AssetKey) -> MaterializeResult:
-    """Launch one attempt through Dagster Pipes, record it, and fail (retryably) if it was lost."""
+    """Launch one attempt through Dagster Pipes, record it, and fail (retryably) if it was lost.
+
+    The run contract: the stage's StageSpec (command, zones, spot, the YAML's fleet
+    policy, the deadline in market seconds) with the plan applied (``FleetPlan.apply``:
+    failover zones, spot or not, the priors MTTP / R / checkpoint time / interval in
+    seconds) travels to the node runner, whose provider drives that policy and exports
+    the priors to the training process."""
+    from fleet.providers.wire import event_from_dict, session_from_dict, spec_to_dict
     from infra.db.recorder import latest_checkpoint_step, record_attempt
-    from pipelines.node_runner import event_from_dict, session_from_dict, spec_to_dict
 
     attempt = context.retry_number + 1
     root_run = context.run.root_run_id or context.run.run_id
     cwd = fleet.cwd()
     ckpt_uri = cfg.stage_checkpoint_uri(stage, fleet.var_path()).rstrip("/") + f"/{root_run}"
     workdir = fleet.work_path() / p_safe(cfg.name) / root_run
-    zones = list(plan.get("zones") or stage.resources.zones)
-    use_spot = bool(plan.get("use_spot", stage.resources.spot))
     spec = StageSpec(
         name=stage.name, command=_resolve_command(stage, fleet.python_exe(), cwd, context), checkpoint_uri=ckpt_uri,
         accelerator=stage.resources.accelerator, accelerator_count=stage.resources.count,
         num_nodes=stage.resources.nodes, clouds=tuple(stage.resources.clouds),
-        regions=tuple(stage.resources.regions), zones=tuple(zones), use_spot=use_spot,
-        instance_type=stage.resources.instance_type,
+        regions=tuple(stage.resources.regions), zones=tuple(stage.resources.zones),
+        use_spot=stage.resources.spot, instance_type=stage.resources.instance_type,
         deadline_seconds=_stage_deadline_seconds(cfg, stage) if cfg.on_demand_fallback else None,
-        env=_stage_env(cfg, stage, fleet), max_relaunches=stage.max_relaunches)
+        env=_stage_env(cfg, stage, fleet), max_relaunches=stage.max_relaunches, policy=stage.policy)
+    if plan is not None:
+        spec = plan.apply(spec)
+    zones, use_spot = list(spec.zones), spec.use_spot
     eng = stats_db.engine()
     before = latest_checkpoint_step(eng, cfg.name, stage.name, run_id=context.run.run_id)
     context.log.info(f"{stage.name}: attempt {attempt} (run {context.run.run_id[:8]}, root {root_run[:8]}), "
@@ -373,7 +377,8 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         "on_demand_sessions": MetadataValue.int(sum(1 for s in sessions if not s.spot)),
         "zones_used": MetadataValue.text(" -> ".join(s.zone for s in sorted(sessions, key=lambda s: s.launched_at))),
         "checkpoint_uri": MetadataValue.text(ckpt_uri),
-        "plan": MetadataValue.text(str(plan.get("reason", ""))),
+        "plan": MetadataValue.text(plan.summary() if plan is not None else "no plan"),
+        "fleet_policy": MetadataValue.text(f"{spec.policy} ({type(get_policy(spec.policy)).__qualname__})"),
         "cost_usd": MetadataValue.float(sum((s.ended_at - s.launched_at) * s.price_per_hour / 3600.0 *
                                             (cfg.market.time_scale if cfg.provider == "local" else 1.0)
                                             for s in sessions if s.ended_at is not None)),

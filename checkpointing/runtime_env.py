@@ -8,10 +8,16 @@ them itself — ``checkpointing.session`` does. All durations are in SECONDS.
     SPOTFLEET_EVENTS_FILE      JSONL events file (checkpointing.events)
     SPOTFLEET_NODE_ID          id of this node session (for events)
     SPOTFLEET_ZONE             emulated or real zone name (informational)
-    SPOTFLEET_MTTP_SECONDS     mean time to preemption estimate
+    SPOTFLEET_MTTP_SECONDS     mean time to preemption estimate (the plan's prior for the
+                               zone the node runs in; both providers set it)
     SPOTFLEET_RESTART_SECONDS  restart cost R (allocation + preparation + restore)
+    SPOTFLEET_INTERVAL_SECONDS the plan's insurance interval (informational: the adaptive
+                               policy computes its own from measured delta, MTTP and R)
+    SPOTFLEET_CHECKPOINT_SECONDS the plan's checkpoint-time prior (informational)
     SPOTFLEET_STATS_FILE       JSON file {"mttp_seconds": .., "restart_seconds": ..}
-                               re-read when it changes; overrides the two above
+                               re-read when it changes; overrides the two above (the
+                               providers refresh it during the attempt from what the
+                               attempt observed: fleet/contract.py)
     SPOTFLEET_GRACE_SECONDS    notice window T_grace (default 30)
     SPOTFLEET_NOTICE_SOURCES   comma list: ``signal:SIGTERM``, ``aws:http://host:port``,
                                ``gcp:http://host:port``, ``azure:http://host:port``
@@ -31,6 +37,8 @@ ENV_NODE_ID = "SPOTFLEET_NODE_ID"
 ENV_ZONE = "SPOTFLEET_ZONE"
 ENV_MTTP_SECONDS = "SPOTFLEET_MTTP_SECONDS"
 ENV_RESTART_SECONDS = "SPOTFLEET_RESTART_SECONDS"
+ENV_INTERVAL_SECONDS = "SPOTFLEET_INTERVAL_SECONDS"
+ENV_CHECKPOINT_SECONDS = "SPOTFLEET_CHECKPOINT_SECONDS"
 ENV_STATS_FILE = "SPOTFLEET_STATS_FILE"
 ENV_GRACE_SECONDS = "SPOTFLEET_GRACE_SECONDS"
 ENV_NOTICE_SOURCES = "SPOTFLEET_NOTICE_SOURCES"

@@ -33,6 +33,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fleet.market.config import MarketConfig  # the market section lives with the market (fleet/)
+from fleet.policies.registry import DEFAULT_POLICY, check_policy_name
+
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -93,11 +96,19 @@ class StageConfig(_Strict):
         None, description="default: <pipeline checkpoint_uri>/<stage name>")
     max_relaunches: int = Field(20, ge=0, description="relaunches after preemptions per attempt")
     env: dict[str, str] = Field(default_factory=dict)
+    policy: str = Field(
+        DEFAULT_POLICY, description="fleet policy that places and moves the stage's nodes, by its "
+                                    "name in fleet/policies/registry.py (the one fleet-sim evaluates)")
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         return _check_name(v, "stage name")
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        return check_policy_name(v, "policy")
 
     @model_validator(mode="after")
     def _script_or_command(self) -> StageConfig:
@@ -114,48 +125,6 @@ class StageConfig(_Strict):
         if self.script is not None:
             return [python or sys.executable, self.script, *self.args]
         return [*(self.command or []), *self.args]
-
-
-class MarketConfig(_Strict):
-    """The spot market the local fleet emulates (synthetic unless a trace dir is given).
-
-    The local fleet replays the market with time compression: one market hour lasts
-    ``wall_seconds_per_market_hour`` wall seconds, and node sessions are billed in
-    market time (wall seconds x 3600 / wall_seconds_per_market_hour).
-    """
-
-    kind: Literal["synthetic", "traces"] = "synthetic"
-    seed: int = 0
-    n_zones: int = Field(3, ge=1, le=9, description="synthetic: calibrated zones to emulate")
-    hours: float = Field(72.0, gt=0, description="length of the market history, hours")
-    future_hours: float = Field(
-        48.0, gt=0, description="synthetic: market hours after the history that the local fleet replays")
-    trace_dir: str | None = None
-    wall_seconds_per_market_hour: float = Field(10.0, gt=0)
-    cloud: Literal["aws", "gcp", "azure", "signal"] = Field(
-        "signal", description="notice protocol the local fleet emulates")
-    grace_seconds: float | None = Field(None, gt=0, description="notice window, wall seconds")
-    inject_preemptions_at_steps: dict[str, list[int]] = Field(
-        default_factory=dict,
-        description="fault injection: stage -> training steps at which the node running it "
-                    "gets a preemption notice (on top of the market's own preemptions)")
-    lose_attempt_at_step: dict[str, int] = Field(
-        default_factory=dict,
-        description="fault injection: stage -> step at which the FIRST attempt loses its "
-                    "whole node group (Dagster then retries it)")
-    on_demand_price_per_hour: float = Field(3.06, gt=0, description="$/h, local fleet")
-    spot_price_per_hour: float = Field(0.918, gt=0, description="$/h, local fleet")
-
-    @model_validator(mode="after")
-    def _traces(self) -> MarketConfig:
-        if self.kind == "traces" and not self.trace_dir:
-            raise ValueError("kind 'traces' needs trace_dir: a folder of spot-trace JSON files")
-        return self
-
-    @property
-    def time_scale(self) -> float:
-        """Market (billed) seconds per wall second."""
-        return 3600.0 / self.wall_seconds_per_market_hour
 
 
 class PipelineConfig(_Strict):

@@ -8,14 +8,14 @@ end it reports the stage result (sessions + events) as a custom message and, on
 success, the asset materialization metadata.
 
 It keeps ``checkpointing/`` free of Dagster: the training process only writes JSONL
-events; this runner is the only piece that speaks Pipes.
+events; this runner is the only piece that speaks Pipes. It imports nothing of
+``assets/``: the provider registry and the wire format live in ``fleet/providers/``.
 
     python -m pipelines.node_runner   # extras come from the Pipes context
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import threading
@@ -24,41 +24,11 @@ import traceback
 from typing import Any
 
 from checkpointing.events import Event
-from fleet.providers.base import AttemptFailed, NodeSession, StageSpec
+from fleet.providers.base import AttemptFailed
+from fleet.providers.registry import build_provider, preempt_node_now
+from fleet.providers.wire import event_to_dict, session_to_dict, spec_from_dict
 
 PROGRESS_LOG_EVERY_SECONDS = 2.0
-
-
-def spec_from_dict(d: dict[str, Any]) -> StageSpec:
-    d = dict(d)
-    for k in ("clouds", "regions", "zones"):
-        d[k] = tuple(d.get(k) or ())
-    fields = {f.name for f in dataclasses.fields(StageSpec)}
-    return StageSpec(**{k: v for k, v in d.items() if k in fields})
-
-
-def spec_to_dict(spec: StageSpec) -> dict[str, Any]:
-    d = dataclasses.asdict(spec)
-    for k in ("clouds", "regions", "zones"):
-        d[k] = list(d[k])
-    return d
-
-
-def session_to_dict(s: NodeSession) -> dict[str, Any]:
-    return dataclasses.asdict(s)
-
-
-def session_from_dict(d: dict[str, Any]) -> NodeSession:
-    fields = {f.name for f in dataclasses.fields(NodeSession)}
-    return NodeSession(**{k: v for k, v in d.items() if k in fields})
-
-
-def event_to_dict(e: Event) -> dict[str, Any]:
-    return {"kind": e.kind, "time": e.time, "node_id": e.node_id, "data": e.data}
-
-
-def event_from_dict(d: dict[str, Any]) -> Event:
-    return Event(kind=d["kind"], time=float(d["time"]), node_id=d.get("node_id"), data=d.get("data") or {})
 
 
 def describe_event(e: Event) -> str | None:
@@ -88,15 +58,16 @@ def describe_event(e: Event) -> str | None:
                 f"(last checkpoint {d.get('last_checkpoint_step')})")
     if k == "relaunch":
         return f"relaunch {d.get('from_zone')} -> {d.get('to_zone')} ({d.get('reason', '')})"
-    if k in ("start", "interval", "save_started"):
+    if k == "decision":
+        return (f"fleet policy {d.get('policy')} ({d.get('policy_class')}): "
+                f"{d.get('target')} at market second {d.get('market_seconds')}")
+    if k in ("start", "interval", "save_started", "stats", "moved"):
         return None
     return f"[{node}] {k}: {d}"
 
 
 def main() -> int:
     from dagster_pipes import PipesDefaultContextLoader, open_dagster_pipes
-
-    from assets.fleet_adapter import build_provider, preempt_node_now
 
     loader = None
     writer = None

@@ -131,14 +131,18 @@ class CapacitySchedule:
         tick_start = (t + self.offset_seconds) // tr.gap_seconds * tr.gap_seconds
         return tick_start - self.offset_seconds + (int(flips[0]) + 1) * tr.gap_seconds
 
-    def mean_time_to_preemption(self, zone: str) -> float | None:
-        """Mean length of the zone's up runs in trace seconds (None: never preempted)."""
+    def past(self, zone: str, t: float, n_ticks: int) -> np.ndarray:
+        """The zone's availability in the (at most) ``n_ticks`` ticks BEFORE trace time ``t``.
+
+        Only ticks the replay has already been through (absolute tick >= 0 and < the
+        tick of ``t``; a replay that wrapped has lived through the wrapped ticks): never
+        the schedule's future. The live fleet policy's prior history.
+        """
         tr = self._trace(zone)
-        up = self._up[zone].astype(np.int8)
-        losses = int(np.sum((up[:-1] == 1) & (up[1:] == 0))) + int(up[-1] == 1 and up[0] == 0)
-        if losses == 0:
-            return None
-        return float(up.sum()) * tr.gap_seconds / losses
+        now = int((t + self.offset_seconds) // tr.gap_seconds)
+        first = max(0, now - int(n_ticks))
+        idx = np.arange(first, now) % tr.n_ticks
+        return self._up[zone][idx].astype(bool)
 
     @classmethod
     def synthetic(cls, n_zones: int = 3, hours: float = 48.0, seed: int = 0) -> CapacitySchedule:

@@ -35,16 +35,21 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from checkpointing.costmodel import (
     break_even_rate_per_hour,
     effective_cost_per_useful_hour,
     optimal_interval_hours,
 )
+from fleet.contract import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_RESTART_SECONDS, RunPriors
 from fleet.market.prices import PriceBook
 from fleet.stats.forecast import ZoneForecast
 from fleet.stats.preemption import ZoneStats, merge_session_latency
+
+if TYPE_CHECKING:
+    from fleet.providers.base import StageSpec
 
 
 @dataclass(frozen=True)
@@ -57,8 +62,8 @@ class StageRequest:
     accelerator: str = "V100"
     accelerator_count: int = 1
     num_nodes: int = 1
-    ckpt_hours: float = 1.0 / 60.0
-    restart_hours: float = 0.1
+    ckpt_hours: float = DEFAULT_CHECKPOINT_SECONDS / 3600.0
+    restart_hours: float = DEFAULT_RESTART_SECONDS / 3600.0
     candidate_zones: tuple[str, ...] = ()
     max_zones: int | None = None
     on_demand_core: int = 0
@@ -130,6 +135,35 @@ class FleetPlan:
     variance_by_zone_count: dict[int, float]
     rejected: list[dict] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    work_hours: float | None = None
+    checkpoint_hours: float = DEFAULT_CHECKPOINT_SECONDS / 3600.0
+    restart_hours: float = DEFAULT_RESTART_SECONDS / 3600.0  # R the plan used (measured if known)
+
+    # -- the run contract ------------------------------------------------------------------
+    def priors(self, notice_seconds: float = 0.0) -> RunPriors:
+        """The plan's statistics in SECONDS (fleet/contract.py): per-zone MTTP = 1 / the
+        preemption rate the plan scored the zone with, R (measured in the statistics DB
+        when known), checkpoint time, the planned interval, the work and the prices."""
+        mttp = {z.zone: 3600.0 / z.rate_per_hour for z in self.zones
+                if math.isfinite(z.rate_per_hour) and z.rate_per_hour > 1e-5}
+        interval = self.checkpoint_interval_hours
+        return RunPriors(
+            mttp_seconds=mttp, restart_seconds=self.restart_hours * 3600.0,
+            checkpoint_seconds=self.checkpoint_hours * 3600.0,
+            interval_seconds=interval * 3600.0 if math.isfinite(interval) else None,
+            work_seconds=self.work_hours * 3600.0 if self.work_hours else None,
+            notice_seconds=notice_seconds,
+            spot_price_per_hour={z.zone: z.spot_price for z in self.zones},
+            availability={z.zone: z.availability for z in self.zones},
+            on_demand_price_per_hour=(self.on_demand_price if math.isfinite(self.on_demand_price)
+                                      else None))
+
+    def apply(self, spec: StageSpec) -> StageSpec:
+        """``spec`` as this plan runs it: zones in failover order, spot only when the plan
+        has spot nodes, and the plan's priors (the spec's notice window is kept)."""
+        return replace(spec, zones=tuple(self.failover_order) or spec.zones,
+                       use_spot=spec.use_spot and self.spot_nodes > 0,
+                       priors=self.priors(spec.priors.notice_seconds))
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -148,6 +182,15 @@ class FleetPlan:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
+
+    def summary(self) -> str:
+        """One line: the mix, the failover order, expected vs on-demand cost, the fallback."""
+        order = " -> ".join(self.failover_order) or "-"
+        out = (f"{self.spot_nodes} spot + {self.on_demand_nodes} on-demand, failover {order}; "
+               f"expected ${self.expected_cost:.2f} vs on-demand ${self.on_demand_cost:.2f}")
+        if self.fallback_slack_hours is not None:
+            out += f"; switch to on-demand when slack < {self.fallback_slack_hours:.2f} h"
+        return out
 
     def explain(self) -> str:
         """Human-readable summary: the zones, the numbers and the reasons."""
@@ -305,7 +348,8 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
             meets_deadline=True if req.deadline_hours else None, fallback_slack_hours=None,
             latest_switch_hour=None, mean_nodes_lost_per_hour=0.0,
             variance_nodes_lost_per_hour=0.0, variance_by_zone_count={},
-            rejected=rejected, reasons=reasons)
+            rejected=rejected, reasons=reasons, work_hours=req.work_hours,
+            checkpoint_hours=req.ckpt_hours, restart_hours=req.restart_hours)
 
     best = cands[0]
     ok = [c for c in cands if c.c_eff <= best.c_eff * (1 + req.diversify_tolerance)]
@@ -350,11 +394,14 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
     core_cost = req.on_demand_core * od_price * t_spot
     expected_cost = spot_cost + core_cost
     t_expected = t_spot
+    # R of the zones in use as measured in the statistics DB (else the request's prior):
+    # the same R reaches the deadline rule, the fleet policy and the training process
+    r_plan = sum(z.restart_hours for z in in_use) / len(in_use)
     meets = None
     slack_threshold = latest_switch = None
     spot_nodes, od_nodes = n_spot_wanted, req.on_demand_core
     if req.deadline_hours is not None:
-        slack_threshold = req.restart_hours + req.ckpt_hours + req.safety_hours
+        slack_threshold = r_plan + req.ckpt_hours + req.safety_hours
         latest_switch = req.deadline_hours - req.work_hours - slack_threshold
         if t_spot <= req.deadline_hours - slack_threshold:
             meets = True
@@ -366,7 +413,7 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
             frac = done / req.work_hours
             expected_cost = frac * spot_cost + (1 - frac) * req.work_hours * req.num_nodes * od_price \
                 + core_cost * frac
-            t_expected = latest_switch + (req.work_hours - done) + req.restart_hours
+            t_expected = latest_switch + (req.work_hours - done) + r_plan
             meets = True
             reasons.append(f"expected spot time {t_spot:.1f} h exceeds the deadline: plan spot until "
                            f"hour {latest_switch:.1f} ({100 * frac:.0f}% of the work), then on-demand")
@@ -402,4 +449,5 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
         expected_completion_hours=t_expected, p_any_zone_up=p_up, meets_deadline=meets,
         fallback_slack_hours=slack_threshold, latest_switch_hour=latest_switch,
         mean_nodes_lost_per_hour=mean_lost, variance_nodes_lost_per_hour=var_lost,
-        variance_by_zone_count=var_by_z, rejected=rejected, reasons=reasons)
+        variance_by_zone_count=var_by_z, rejected=rejected, reasons=reasons,
+        work_hours=req.work_hours, checkpoint_hours=req.ckpt_hours, restart_hours=r_plan)

@@ -15,11 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from checkpointing.events import Event
+from fleet.contract import RunPriors
+from fleet.policies.registry import DEFAULT_POLICY
 
 
 @dataclass(frozen=True)
 class StageSpec:
-    """What to run and where. Durations in seconds, prices in $/h."""
+    """What to run and where: the run contract of one stage.
+
+    Durations in MARKET seconds (real seconds on SkyPilot, emulated seconds on the local
+    fleet, which converts them to its compressed wall clock itself), prices in $/h.
+    ``policy`` names the fleet policy (fleet/policies/registry.py) that places and moves
+    the node group; ``priors`` are the plan's statistics (``FleetPlan.apply``) that the
+    policy and the training process start from.
+    """
 
     name: str
     command: list[str]  # argv of the training process
@@ -35,6 +44,8 @@ class StageSpec:
     deadline_seconds: float | None = None
     env: dict[str, str] = field(default_factory=dict)
     max_relaunches: int = 20
+    policy: str = DEFAULT_POLICY
+    priors: RunPriors = field(default_factory=RunPriors)
 
 
 @dataclass(frozen=True)

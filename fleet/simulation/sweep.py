@@ -18,18 +18,11 @@ OMNISCIENT = "omniscient"
 
 
 def policy_registry() -> dict[str, Callable[[], Policy]]:
-    """Name -> factory of every online policy, in table order."""
-    from fleet.policies.baselines import Failover, OnDemandOnly, SingleZoneGreedy, UniformProgress
-    from fleet.policies.spotfleet import SpotfleetPolicy
+    """Name -> factory of every online policy, in table order (fleet/policies/registry.py:
+    the same registry the pipeline YAML and the live providers resolve names through)."""
+    from fleet.policies.registry import policy_factories
 
-    return {
-        "on_demand": OnDemandOnly,
-        "greedy_1zone": SingleZoneGreedy,
-        "uniform_progress_1zone": lambda: UniformProgress(multi_zone=False),
-        "failover": Failover,
-        "uniform_progress_multi": lambda: UniformProgress(multi_zone=True),
-        "spotfleet": SpotfleetPolicy,
-    }
+    return policy_factories()
 
 
 def make_policies(names: Sequence[str] | None = None) -> list[Policy]:
@@ -39,7 +32,9 @@ def make_policies(names: Sequence[str] | None = None) -> list[Policy]:
     unknown = [n for n in names if n not in reg]
     if unknown:
         raise ValueError(f"unknown policies {unknown}; choose from {list(reg)}")
-    return [reg[n]() for n in names]
+    from fleet.policies.registry import get_policy
+
+    return [get_policy(n) for n in names]
 
 
 def start_ticks(market: Market, spec: JobSpec, n: int, warmup_hours: float = 168.0,

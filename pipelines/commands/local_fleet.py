@@ -58,11 +58,9 @@ def register(subparsers) -> None:
                    help="the example's model (--model of examples/train_example.py)")
     r.add_argument("--deadline", type=number("--deadline"), metavar="SECONDS",
                    help="wall-clock deadline; the fleet falls back to on-demand to meet it")
-    r.add_argument("--policy", choices=["relaunch", "failover", "uniform", "spotfleet"],
-                   default="relaunch",
-                   help="who places the node group: relaunch = rotate to another zone, "
-                        "block the preempted one, on-demand when the deadline needs it; the "
-                        "others are the fleet policies of fleet/policies asked at each launch")
+    r.add_argument("--policy", choices=_policy_names(), default=_default_policy(),
+                   help="the fleet policy (fleet/policies/registry.py, the ones fleet-sim "
+                        "evaluates) that places and moves the node group")
     r.add_argument("--max-relaunches", type=int, default=20,
                    help="relaunches after preemptions before the attempt counts as lost")
     r.add_argument("--workdir", type=Path, help="checkpoints, events and logs (default: temp dir)")
@@ -98,25 +96,28 @@ def _schedule(args):
     return CapacitySchedule(traces, offset_seconds=args.start_hour * 3600.0)
 
 
-def _fleet_policy(args, schedule, ts, cfg):
-    """A fleet policy from fleet/policies, with the job expressed in emulated hours."""
-    from fleet.policies.base import JobSpec
-    from fleet.policies.baselines import Failover, UniformProgress
-    from fleet.policies.spotfleet import SpotfleetPolicy
-    from fleet.providers.local.policy_adapter import FleetPolicyRelaunch
+def _policy_names() -> list[str]:
+    from fleet.policies.registry import policy_names
 
-    to_h = ts.factor / 3600.0  # wall seconds -> emulated hours
-    work_h = args.steps * (args.step_sleep + 0.005) * to_h
-    deadline_h = args.deadline * to_h if args.deadline else 3.0 * work_h
+    return policy_names()
+
+
+def _default_policy() -> str:
+    from fleet.policies.registry import DEFAULT_POLICY
+
+    return DEFAULT_POLICY
+
+
+def _priors(args, schedule, ts, cfg):
+    """The run contract's priors in emulated (market) seconds for the example job."""
+    from fleet.contract import RunPriors
+
     grace = cfg.grace_seconds if cfg.grace_seconds is not None else 120.0 * cfg.grace_scale
-    job = JobSpec(work_hours=work_h, deadline_hours=max(deadline_h, work_h),
-                  restart_hours=8.0 * to_h, checkpoint_hours=0.05 * to_h,
-                  notice_seconds=grace * ts.factor,
-                  on_demand_price=cfg.prices.on_demand_price(cfg.instance_type, "us-east-1"),
-                  spot_price=cfg.prices.spot_price(cfg.instance_type, schedule.zones[0]))
-    policy = {"failover": Failover, "uniform": lambda: UniformProgress(multi_zone=True),
-              "spotfleet": SpotfleetPolicy}[args.policy]()
-    return FleetPolicyRelaunch(policy, job, schedule, ts)
+    return RunPriors(
+        work_seconds=args.steps * (args.step_sleep + 0.005) * ts.factor,
+        notice_seconds=grace * ts.factor,
+        on_demand_price_per_hour=cfg.prices.on_demand_price(cfg.instance_type, "us-east-1"),
+        spot_price_per_hour={z: cfg.prices.spot_price(cfg.instance_type, z) for z in schedule.zones})
 
 
 def _reference_sha(cmd_tail: list[str], workdir: Path) -> str | None:
@@ -156,15 +157,15 @@ def run_handler(args) -> int:
     cfg = LocalFleetConfig(schedule=schedule, time_scale=ts, cloud=args.cloud,
                            grace_scale=args.grace_scale, min_uptime_seconds=args.min_uptime,
                            workdir=workdir / "fleet", seed=args.seed)
-    if args.policy != "relaunch":
-        cfg.policy = _fleet_policy(args, schedule, ts, cfg)
     tail = ["--steps", str(args.steps), "--seed", str(args.seed), "--model", args.model,
             "--size", "tiny", "--periodic-every", str(args.periodic_every)]
     spec = StageSpec(name="example", command=[sys.executable, str(EXAMPLE), *tail,
                                               "--step-sleep", str(args.step_sleep)],
                      checkpoint_uri=str(workdir / "checkpoints"),
-                     zones=tuple(schedule.zones), deadline_seconds=args.deadline,
-                     max_relaunches=args.max_relaunches)
+                     zones=tuple(schedule.zones),
+                     deadline_seconds=args.deadline * ts.factor if args.deadline else None,
+                     max_relaunches=args.max_relaunches, policy=args.policy,
+                     priors=_priors(args, schedule, ts, cfg))
     print(f"local fleet: {len(schedule.zones)} zones {schedule.zones}, market {args.market}, "
           f"1 emulated hour = {ts.wall_seconds_per_trace_hour:g} s wall, notices as {args.cloud} "
           f"(grace {cfg.grace_scale:g} x the cloud's window), workdir {workdir}", flush=True)

@@ -38,8 +38,10 @@ def test_schedule_replays_trace_ticks_and_wraps():
     assert sched.next_change("us-east-1a", 10) == 120.0
     assert sched.next_change("us-east-1a", 130) == 240.0
     assert sched.next_change("us-west-2b", 10) is None
-    # one loss per 5-tick cycle, 3 up ticks of 60 s
-    assert sched.mean_time_to_preemption("us-east-1a") == pytest.approx(180.0)
+    # the past only (the live policy's prior history): ticks before t, never after
+    assert sched.past("us-east-1a", 250.0, 10).tolist() == [True, True, False, False]
+    assert sched.past("us-east-1a", 130.0, 1).tolist() == [True]
+    assert sched.past("us-east-1a", 0.0, 10).tolist() == []
     assert sched.region_of("us-east-1a") == "us-east-1"
     with pytest.raises(ValueError, match="not in the capacity schedule"):
         sched.is_up("eu-west-1a", 0)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fleet.contract import RunPriors
 from fleet.providers.base import AttemptFailed, StageSpec
 from fleet.providers.skypilot import (
     SkyPilotConfig,
@@ -64,9 +65,16 @@ def api_server(sky_offline, monkeypatch):
         versions.set_remote_version(None)
 
 
+#: what FleetPlan.apply puts into the spec (seconds): 4 h MTTP and 80 % availability per zone
+PRIORS = RunPriors(mttp_seconds={z: 4 * 3600.0 for z in ZONES}, availability={z: 0.8 for z in ZONES},
+                   restart_seconds=300.0, checkpoint_seconds=30.0, interval_seconds=1200.0,
+                   work_seconds=4 * 3600.0)
+
+
 def _spec(**kw) -> StageSpec:
     base = dict(name="pretrain", command=["python", "examples/train_example.py", "--steps", "100"],
-                checkpoint_uri="s3://bucket/spotfleet/pretrain", accelerator="L4", zones=ZONES)
+                checkpoint_uri="s3://bucket/spotfleet/pretrain", accelerator="L4", zones=ZONES,
+                priors=PRIORS)
     base.update(kw)
     return StageSpec(**base)
 
@@ -185,6 +193,12 @@ def test_stage_survives_preemptions_with_zone_rotation(api_server):
     assert all(s.provider == "skypilot" and s.cloud == "aws" and s.spot for s in res.sessions)
     kinds = [e.kind for e in events]
     assert kinds.count("preempted") == 2 and kinds.count("relaunch") == 2 and kinds[-1] == "completed"
+    # the stage's policy (default: the project's own) placed every job: the class fleet-sim runs
+    from fleet.simulation.sweep import make_policies
+
+    decided = {e.data["policy_class"] for e in events if e.kind == "decision"}
+    assert decided == {type(make_policies(["spotfleet"])[0]).__qualname__}
+    assert sum(e.kind == "decision" for e in events) == 3
 
     from fleet.stats.preemption import session_stats
 
@@ -214,3 +228,68 @@ def test_cancel_reaches_the_managed_job(api_server):
     with pytest.raises(AttemptFailed, match="cancelled"):
         prov.run_stage(_spec())
     assert api_server.jobs[1]["status"].value == "CANCELLED"
+
+
+def test_the_yaml_policy_drives_skypilot_the_same_class_fleet_sim_evaluates(api_server):
+    """policy: failover -> SkyPilot's ordered list is the policy's target + fallbacks."""
+    from fleet.policies.registry import policy_class
+    from fleet.simulation.sweep import make_policies
+
+    ctl = Controller(api_server, ["preempt", "succeed"])
+    events = []
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=ctl)
+    res = prov.run_stage(_spec(policy="failover"), on_event=events.append)
+    assert res.completed
+    decisions = [e for e in events if e.kind == "decision"]
+    sim_cls = type(make_policies(["failover"])[0])
+    assert {e.data["policy_class"] for e in decisions} == {sim_cls.__qualname__}
+    assert policy_class("failover") is sim_cls
+    assert [e.data["policy"] for e in decisions] == ["failover", "failover"]
+    # each job's resources.ordered is exactly the policy's list of spot tries
+    for e, job in zip(decisions, sorted(ctl.zones_per_job), strict=True):
+        tries = [t for t in e.data["tries"] if t not in ("idle", "on-demand")]
+        assert ctl.zones_per_job[job] == tries
+
+
+def test_training_process_gets_the_priors_and_keeps_insurance_saves(api_server, tmp_path):
+    """The SkyPilot task environment carries MTTP / R / interval; a real training process
+    started with exactly that environment keeps taking insurance saves after the bootstrap
+    save (without the priors it takes only the bootstrap save)."""
+    import os
+    import subprocess
+    import sys
+
+    from sky.utils import dag_utils
+
+    from checkpointing.events import read_events
+
+    priors = RunPriors(mttp_seconds={z: 4.0 for z in ZONES}, restart_seconds=1.0,
+                       checkpoint_seconds=0.05, interval_seconds=1.5, work_seconds=10.0)
+    ctl = Controller(api_server, ["succeed"])
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=ctl)
+    assert prov.run_stage(_spec(priors=priors)).completed
+    dag = dag_utils.load_chain_dag_from_yaml_str(api_server.launched_yaml[1])
+    envs = dict(dag.tasks[0].envs)
+    assert float(envs["SPOTFLEET_MTTP_SECONDS"]) == pytest.approx(4.0)
+    assert float(envs["SPOTFLEET_RESTART_SECONDS"]) == pytest.approx(1.0)
+    assert float(envs["SPOTFLEET_INTERVAL_SECONDS"]) == pytest.approx(1.5)
+
+    def train(env_extra: dict, name: str) -> list:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTFLEET_")}
+        env.update(env_extra)
+        # on the VM the notice comes from the cloud's endpoint; here only a signal, and a
+        # notice window shorter than one step: Algorithm 1 then relies on insurance saves
+        env.update({"SPOTFLEET_NOTICE_SOURCES": "signal:SIGTERM", "SPOTFLEET_GRACE_SECONDS": "0.001",
+                    "SPOTFLEET_EVENTS_FILE": str(tmp_path / f"{name}.jsonl"),
+                    "SPOTFLEET_CHECKPOINT_URI": str(tmp_path / name)})
+        subprocess.run([sys.executable, str(REPO / "examples" / "train_example.py"), "--steps", "160",
+                        "--size", "tiny", "--step-sleep", "0.02", "--periodic-every", "0"],
+                       env=env, check=True, cwd=REPO, stdout=subprocess.DEVNULL, timeout=300)
+        return [e for e in read_events(tmp_path / f"{name}.jsonl")
+                if e.kind == "save_committed" and e.data.get("kind") == "insurance"]
+
+    with_priors = train(envs, "with")
+    without = train({k: v for k, v in envs.items() if k not in (
+        "SPOTFLEET_MTTP_SECONDS", "SPOTFLEET_RESTART_SECONDS", "SPOTFLEET_INTERVAL_SECONDS")}, "without")
+    assert len(without) == 1  # the bootstrap save only: no MTTP, no insurance interval
+    assert len(with_priors) >= 3  # bootstrap + insurance saves at tau = sqrt(2 delta (MTTP + R))

@@ -13,7 +13,7 @@ from fleet.planning.planner import StageRequest
 from fleet.providers.base import NodeSession
 from fleet.stats.forecast import forecast_zones
 from fleet.stats.preemption import session_stats, zone_stats
-from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
+from pipelines.config import EXAMPLE_PIPELINES, StageConfig, load_pipelines
 
 
 def _sessions() -> list[NodeSession]:
@@ -42,13 +42,12 @@ def test_plan_is_the_same_with_recorded_sessions_in_the_statistics_table():
         assert y.restart_latency_s == (5.0 if y.zone == "us-east-1f" else None)
         assert not any(isinstance(v, float) and math.isnan(v) for v in (y.regain_mean_hours, y.mttp_hours))
     fc = forecast_zones(traces, None, 12.0, n_samples=200, seed=0)
-    stage = {"name": "pretrain", "zones": [], "spot": True, "nodes": 1, "accelerator": "V100", "count": 1,
-             "work_hours": 4.0}
+    stage = StageConfig(name="pretrain", script="x.py", work_hours=4.0)
     a = [dataclasses.replace(x, restart_latency_s=y.restart_latency_s) for x, y in zip(a, b, strict=True)]
     pa = fleet_adapter.plan_for_stage(stage, a, fc, market, 16.0, True)
     pb = fleet_adapter.plan_for_stage(stage, b, fc, market, 16.0, True)
-    assert pa["use_spot"] and pb["use_spot"]
-    assert pa["zones"] == pb["zones"] and pa["expected_cost"] == pb["expected_cost"]
+    assert pa.spot_nodes and pb.spot_nodes
+    assert pa.failover_order == pb.failover_order and pa.expected_cost == pb.expected_cost
 
 
 def test_plan_restart_hours_come_from_the_local_fleet_sessions():
@@ -73,10 +72,31 @@ def test_plan_restart_hours_come_from_the_local_fleet_sessions():
     assert by_zone[zone.zone].restart_latency_s == measured_s
     assert by_zone[zone.zone].cloud == zone.cloud  # matched to the trace row, not a separate row
     fc = forecast_zones(traces, None, 12.0, n_samples=200, seed=0)
-    stage = {"name": "pretrain", "zones": [t.zone for t in traces], "spot": True, "nodes": 1,
-             "accelerator": "V100", "count": 1, "work_hours": 4.0}
+    stage = StageConfig(name="pretrain", script="x.py", work_hours=4.0,
+                        resources={"zones": [t.zone for t in traces]})
     plan = fleet_adapter.plan_for_stage(stage, stats, fc, market, 16.0, True)
-    r = {c["zone"]: c["restart_hours"] for c in plan["zone_choices"]}
+    r = {c.zone: c.restart_hours for c in plan.zones}
     assert r[zone.zone] == pytest.approx(measured_s / 3600.0)
     default_r = StageRequest(work_hours=1.0).restart_hours
     assert all(v == pytest.approx(default_r) for z, v in r.items() if z != zone.zone)
+
+
+def test_plan_apply_puts_the_priors_in_seconds_into_the_stage_spec():
+    """FleetPlan.apply(StageSpec): failover zones, spot, and the priors the policy and the
+    training process start from (MTTP per zone = 1 / the rate the plan used, R measured)."""
+    from fleet.providers.base import StageSpec
+
+    [cfg] = load_pipelines(EXAMPLE_PIPELINES)
+    traces = fleet_adapter.market_traces(cfg.market)
+    stats = fleet_adapter.zone_stats_from_frame(pd.DataFrame([s.to_dict() for s in zone_stats(traces)]))
+    fc = forecast_zones(traces, None, 12.0, n_samples=200, seed=0)
+    plan = fleet_adapter.plan_for_stage(cfg.stages[0], stats, fc, cfg.market, 16.0, True)
+    spec = plan.apply(StageSpec(name="pretrain", command=["python", "x.py"], checkpoint_uri="/tmp/x",
+                                policy="failover"))
+    assert spec.zones == tuple(plan.failover_order) and spec.use_spot and spec.policy == "failover"
+    pr = spec.priors
+    for z in plan.zones:
+        assert pr.mttp_seconds[z.zone] == pytest.approx(3600.0 / z.rate_per_hour)
+    assert pr.restart_seconds == pytest.approx(plan.restart_hours * 3600.0)
+    assert pr.interval_seconds == pytest.approx(plan.checkpoint_interval_hours * 3600.0)
+    assert pr.work_seconds == pytest.approx(cfg.stages[0].work_hours * 3600.0)

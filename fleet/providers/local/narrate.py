@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from checkpointing.events import Event
 from fleet.providers.base import NodeSession
-from fleet.providers.local.provider_events import is_provider_event
+from fleet.providers.events import is_provider_event
 
 
 def _short(node_id: str | None) -> str:

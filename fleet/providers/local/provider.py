@@ -5,13 +5,23 @@ an emulated zone. A ``PreemptionInjector`` replays the capacity of each zone wit
 time compression; when the node's zone loses capacity the node gets the cloud's notice
 (signal and/or its own metadata endpoint) and is SIGKILLed after the grace window.
 The provider then relaunches the node group in another zone with capacity (the lost
-zone is blocked for a while), falling back to on-demand when the deadline demands it,
-until the training command exits 0. Every training event (tailed from the node's
-JSONL events file) and every provider event goes to ``on_event``.
+Where the node group runs (which zone, spot or on-demand, or waiting) is decided by the
+stage's fleet policy (``StageSpec.policy``, from fleet/policies/registry.py) through
+:class:`fleet.providers.decisions.PolicyDriver` -- the same object ``fleet-sim``
+evaluates -- at every launch and, while a group runs, whenever the policy asked to be
+asked again; a voluntary move sends the group a notice (emergency save) and relaunches
+it at the new place. Every training event (tailed from the node's JSONL events file)
+and every provider event goes to ``on_event``.
 
-All times are wall-clock unix seconds; prices $/h. With time compression, one wall
-second stands for ``time_scale.factor`` emulated seconds: ``StageResult.info`` reports
-the cost both per wall hour and per emulated hour.
+The policy sees only what this controller observed: the market's past before the
+attempt (prior history), then the capacity of every candidate zone probed at each poll
+(the emulator lets the local controller try every zone each poll, which is what
+``fleet-sim`` assumes too), never the replay schedule's future.
+
+Compressed time stays inside this provider: ``StageSpec`` durations and priors and the
+recorded ``NodeSession`` times are MARKET (emulated) seconds; the processes, the
+injector and the poll loop run on the wall clock, one wall second standing for
+``time_scale.factor`` emulated seconds.
 """
 
 from __future__ import annotations
@@ -31,14 +41,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from checkpointing import runtime_env as rt
 from checkpointing.events import Event
+from fleet.contract import (
+    posterior_mttp_seconds,
+    posterior_restart_seconds,
+    training_env,
+    training_stats,
+)
 from fleet.emulation.injector import CapacitySchedule, PreemptionInjector, TimeScale
 from fleet.market.prices import PriceBook
 from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
-from fleet.providers.local.provider_events import EventTail, provider_event
-from fleet.providers.local.relaunch import Launch, RelaunchContext, RelaunchPolicy
+from fleet.providers.decisions import Decision, Launch, PolicyDriver, Progress
+from fleet.providers.events import EventTail, provider_event
 
 
 @dataclass
@@ -58,7 +76,9 @@ class LocalFleetConfig:
     notice_poll_seconds: float | None = 0.2  # SPOTFLEET_NOTICE_POLL_SECONDS for endpoint pollers
     allocation_seconds: float = 0.2  # emulated VM allocation before the process starts
     preparation_seconds: float = 0.3  # emulated setup (image, data) before the process
-    policy: Any = field(default_factory=RelaunchPolicy)  # anything with choose(ctx)
+    policy: str | None = None  # registry name overriding StageSpec.policy (None: the spec's)
+    prior_history_hours: float = 24.0 * 30  # market past the policy starts from (emulated h)
+    market_clock_start_unix: float | None = None  # wall instant where market time = wall time
     prices: PriceBook = field(default_factory=PriceBook.default)  # spot per zone, OD per region
     instance_type: str = "p3.2xlarge"  # used when StageSpec.instance_type is None
     workdir: Path | None = None  # logs, events, stats; default: a temporary directory
@@ -166,6 +186,14 @@ class _StageRun(AttemptRecord):
         self._progress: dict[str, Any] = {}
         self._tmp: str | None = None
         self.injector: PreemptionInjector | None = None  # set by execute()
+        self.driver: PolicyDriver | None = None  # set by execute() (None: on-demand only)
+        self._started = 0.0
+        self._decision: Decision | None = None
+        self._last_decision_key: object = ()
+        self._last_stats: object = None
+        self._moving = False
+        self._move_to: Launch | None = None
+        self._wall_sessions = self.sessions
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -200,46 +228,90 @@ class _StageRun(AttemptRecord):
         if shutil.which(exe) is None and not Path(exe).exists():
             raise ValueError(f"StageSpec.command[0]={exe!r} is not an executable on PATH")
 
-    # -- statistics for the training process ---------------------------------------------
+    # -- statistics for the training process (market seconds; fleet/contract.py) -----------
+    def _market(self, wall_seconds: float) -> float:
+        """Wall seconds -> market (emulated) seconds."""
+        return self.cfg.time_scale.to_trace(wall_seconds)
+
     def _restart_estimate(self) -> float:
-        starts = [s.ready_at - s.launched_at for s in self.sessions if s.ready_at is not None]
-        if starts:
-            return sum(starts) / len(starts)
-        return self.cfg.allocation_seconds + self.cfg.preparation_seconds + 5.0
+        """R (market s): the plan's prior, refined by this attempt's launch -> ready times."""
+        measured = [self._market(s.ready_at - s.launched_at) for s in self._wall_sessions
+                    if s.ready_at is not None]
+        return posterior_restart_seconds(self.spec.priors.restart_seconds, measured)
 
-    def _mttp_estimate(self, schedule: CapacitySchedule, zones: list[str]) -> float | None:
-        spot = [s for s in self.sessions if s.spot and s.ended_at is not None]
+    def _mttp_estimate(self, zone: str | None) -> float | None:
+        """MTTP (market s) of ``zone``: the plan's prior, refined by what this attempt held
+        and lost so far (never the replay schedule)."""
+        spot = [s for s in self._wall_sessions if s.spot and s.ended_at is not None
+                and s.end_reason in ("preempted", "completed", "cancelled")]
+        held = sum(self._market(s.ended_at - (s.ready_at or s.launched_at)) for s in spot)
         preempted = sum(1 for s in spot if s.end_reason == "preempted")
-        if preempted:
-            return sum(s.ended_at - s.launched_at for s in spot) / preempted
-        ests = [m for z in zones if (m := schedule.mean_time_to_preemption(z)) is not None]
-        if not ests:
-            return None
-        return self.cfg.time_scale.to_wall(sum(ests) / len(ests))
+        return posterior_mttp_seconds(self.spec.priors.mttp_for(zone), held, preempted)
 
-    def _write_stats(self, path: Path, schedule: CapacitySchedule, zones: list[str]) -> None:
-        mttp = self._mttp_estimate(schedule, zones)
-        stats = {"restart_seconds": round(self._restart_estimate(), 3)}
-        if mttp is not None:
-            stats["mttp_seconds"] = round(mttp, 3)
+    def _write_stats(self, path: Path, zone: str | None) -> None:
+        mttp, restart = self._mttp_estimate(zone), self._restart_estimate()
+        interval = self._decision.interval_seconds if self._decision is not None else None
+        interval = interval or self.spec.priors.interval_seconds
+        stats = training_stats(mttp, restart, interval, 1.0 / self.cfg.time_scale.factor)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(stats), encoding="utf-8")
         os.replace(tmp, path)
+        key = (mttp, restart, interval)
+        if key != self._last_stats:
+            self._last_stats = key
+            self._emit(provider_event("stats", zone=zone, mttp_seconds=mttp, restart_seconds=restart,
+                                      interval_seconds=interval))
 
-    def _committed_fraction(self) -> float:
+    def _progress_now(self) -> Progress:
+        p = self._progress
         steps = [n.last_checkpoint_step for n in self._nodes if n.last_checkpoint_step is not None]
         try:
-            total = float(self._progress["total_steps"])
+            total = int(p["total_steps"])
         except (KeyError, TypeError, ValueError):
-            return 0.0
-        return min(1.0, max(steps) / total) if steps and total > 0 else 0.0
-
-    def _remaining_work(self) -> float | None:
-        p = self._progress
+            total = None
         try:
-            return max(0.0, (float(p["total_steps"]) - float(p["step"])) * float(p["mean_step_seconds"]))
+            step_s = self._market(float(p["mean_step_seconds"]))
         except (KeyError, TypeError, ValueError):
-            return None
+            step_s = None
+        step = int(p.get("step") or 0) if isinstance(p.get("step"), (int, float)) else 0
+        committed = max(steps) if steps else 0
+        return Progress(total_steps=total, step=max(step, committed), committed_step=committed,
+                        step_seconds=step_s or None)
+
+    # -- the fleet policy -------------------------------------------------------------------
+    def _driver(self, schedule: CapacitySchedule, zones: list[str], od_zone: str) -> PolicyDriver:
+        gaps = sorted({schedule.traces[z].gap_seconds for z in zones})
+        gap = gaps[0]
+        n = max(1, int(self.cfg.prior_history_hours * 3600.0 / gap))
+        prior = np.stack([schedule.past(z, 0.0, n) for z in zones])
+        return PolicyDriver(self.cfg.policy or self.spec.policy, zones, priors=self.spec.priors,
+                            deadline_seconds=self.spec.deadline_seconds, gap_seconds=gap,
+                            prior_history=prior if prior.shape[1] else None,
+                            on_demand_zone=od_zone, regions=[schedule.region_of(z) for z in zones])
+
+    def _decide(self, driver: PolicyDriver, location: str | None) -> Launch | None:
+        """Ask the policy now and try its launches in order (each spot zone is a probe of
+        the emulated market NOW; a failed one costs the policy's probe time)."""
+        now = time.time()
+        t = self._market(now - self._started)
+        d = driver.decide(t, self._progress_now(), location)
+        self._decision = d
+        up = set(self.injector.up_zones(now))
+        tgt, failed = driver.try_launch(t, d, lambda z: z in up, location)
+        if failed:
+            probe_s = driver.job_spec(self._progress_now()).probe_seconds
+            self._cancelled.wait(self.cfg.time_scale.to_wall(failed * probe_s))
+        key = (None if tgt is None else (tgt.zone, tgt.spot), location)
+        if key == self._last_decision_key:
+            return tgt  # unchanged: no event
+        self._last_decision_key = key
+        self._emit(provider_event(
+            "decision", policy=driver.name, policy_class=type(driver.policy).__qualname__,
+            target=("idle" if tgt is None else tgt.zone if tgt.spot else "on-demand"),
+            spot=None if tgt is None else tgt.spot, market_seconds=round(t, 3), tick=d.tick,
+            interval_seconds=d.interval_seconds, location=location, failed_probes=failed,
+            tries=[("idle" if x is None else x.zone if x.spot else "on-demand") for x in d.tries]))
+        return tgt
 
     # -- main loop ------------------------------------------------------------------------
     def execute(self) -> StageResult:
@@ -257,8 +329,10 @@ class _StageRun(AttemptRecord):
             on_kill=lambda nid: self._injector_msgs.put(("kill", nid, None)))
         self.injector = injector
         started = time.time()
+        self._started = started
         injector.start(started)
-        blocked: dict[str, float] = {}
+        driver = self._driver(schedule, zones, od_zone) if self.spec.use_spot else None
+        self.driver = driver
         prev_zone: str | None = None
         relaunches = failures = 0
         waiting_since: float | None = None
@@ -269,28 +343,22 @@ class _StageRun(AttemptRecord):
                     self._emit(provider_event("cancelled", stage=self.spec.name))
                     raise AttemptFailed(f"stage {self.spec.name!r} was cancelled")
                 now = time.time()
-                ctx = RelaunchContext(
-                    zones=zones, up_zones=injector.up_zones(now), now=now, started_at=started,
-                    previous_zone=prev_zone, blocked_until=dict(blocked),
-                    deadline_seconds=self.spec.deadline_seconds,
-                    remaining_work_seconds=self._remaining_work(),
-                    restart_seconds=self._restart_estimate(), waiting_since=waiting_since,
-                    on_demand_zone=od_zone, committed_fraction=self._committed_fraction(),
-                    preemptions=relaunches, launches=group_index)
-                launch = self.cfg.policy.choose(ctx) if self.spec.use_spot else \
-                    Launch(od_zone, spot=False, reason="StageSpec.use_spot is False")
+                if driver is None:
+                    launch = Launch(od_zone, spot=False, reason="StageSpec.use_spot is False")
+                elif self._move_to is not None:  # the policy already said where to go
+                    launch, self._move_to = self._move_to, None
+                else:
+                    launch = self._decide(driver, None)
                 if launch is None:
                     if waiting_since is None:
                         waiting_since = now
-                        self._emit(provider_event(
-                            "waiting", up=ctx.up_zones,
-                            blocked=[z for z, t in blocked.items() if t > now]))
+                        self._emit(provider_event("waiting", up=injector.up_zones(now), blocked=[]))
                     elif now - waiting_since > self.cfg.max_capacity_wait_seconds:
                         raise AttemptFailed(
-                            f"stage {self.spec.name!r}: no spot capacity in {zones} for "
-                            f"{now - waiting_since:.0f} s (limit max_capacity_wait_seconds="
-                            f"{self.cfg.max_capacity_wait_seconds:g}); retry later or allow "
-                            "on-demand fallback")
+                            f"stage {self.spec.name!r}: the fleet policy found no place to run in "
+                            f"{zones} for {now - waiting_since:.0f} wall s (limit "
+                            f"max_capacity_wait_seconds={self.cfg.max_capacity_wait_seconds:g}); "
+                            "retry later or allow on-demand fallback")
                     time.sleep(self.cfg.poll_seconds)
                     continue
                 waiting_since = None
@@ -298,7 +366,8 @@ class _StageRun(AttemptRecord):
                     self._emit(provider_event("relaunch", from_zone=prev_zone, to_zone=launch.zone,
                                               spot=launch.spot, reason=launch.reason,
                                               relaunch=relaunches))
-                self._write_stats(stats_path, schedule, zones)
+                self._write_stats(stats_path, launch.zone if launch.spot else None)
+                self._moving = False
                 outcome = self._run_group(launch, group_index, relaunches, schedule, workdir,
                                           stats_path)
                 group_index += 1
@@ -309,14 +378,14 @@ class _StageRun(AttemptRecord):
                     raise AttemptFailed(f"stage {self.spec.name!r} was cancelled")
                 if outcome == "preempted":
                     relaunches += 1
-                    block = self.cfg.time_scale.to_wall(getattr(self.cfg.policy, "block_seconds", 0.0))
-                    blocked[launch.zone] = time.time() + block
+                    if driver is not None:
+                        driver.preempted(self._market(time.time() - started), launch.zone)
                     if relaunches > self.spec.max_relaunches:
                         raise AttemptFailed(
                             f"stage {self.spec.name!r}: {relaunches} preemptions exceed "
                             f"StageSpec.max_relaunches={self.spec.max_relaunches}; the attempt "
                             "resumes from its latest checkpoint when retried")
-                else:
+                elif outcome != "moved":
                     failures += 1
                     if failures > self.cfg.max_failures or self.spec.num_nodes > 1:
                         raise AttemptFailed(self._failure_message())
@@ -379,6 +448,12 @@ class _StageRun(AttemptRecord):
             "SPOTFLEET_NUM_NODES": str(self.spec.num_nodes),
             "PYTHONUNBUFFERED": "1",
         })
+        interval = self._decision.interval_seconds if self._decision is not None else None
+        env.update(training_env(self._mttp_estimate(node.zone if node.spot else None),
+                                self._restart_estimate(),
+                                interval or self.spec.priors.interval_seconds,
+                                self.spec.priors.checkpoint_seconds,
+                                1.0 / self.cfg.time_scale.factor))
         if self.cfg.notice_poll_seconds is not None:
             env["SPOTFLEET_NOTICE_POLL_SECONDS"] = f"{self.cfg.notice_poll_seconds:g}"
         return env
@@ -496,6 +571,7 @@ class _StageRun(AttemptRecord):
                     self._kill(node)
                 self._finish(group, cancelled=True)
                 return "cancelled"
+            self._maybe_move(group)
             pending = 0
             for node in group:
                 if node.proc is None or node.ended_at is not None:
@@ -522,6 +598,35 @@ class _StageRun(AttemptRecord):
                 return self._finish(group)
             time.sleep(self.cfg.poll_seconds)
 
+    def _maybe_move(self, group: list[_Node]) -> None:
+        """Ask the policy again while the group runs (its recheck time came, or a watched
+        zone changed); a different target moves the group: notice (emergency save), then
+        the next launch goes where the policy said."""
+        driver = self.driver
+        if driver is None or self._moving or self._decision is None:
+            return
+        if any(n.ready_at is None or n.notice_at is not None or n.ended_at is not None
+               or n.exit_event is not None for n in group):
+            return
+        node = group[0]
+        now = time.time()
+        if node.spot and node.zone not in self.injector.up_zones(now):
+            return  # its zone lost capacity: the preemption is on its way, not a move
+        if self._market(now - self._started) < self._decision.recheck_at:
+            return
+        location = node.zone if node.spot else "on-demand"
+        new = self._decide(driver, location)
+        if new is not None and new.spot == node.spot and (new.zone == node.zone or not new.spot):
+            return
+        self._moving = True
+        self._move_to = new
+        self._emit(provider_event("moved", from_zone=node.zone, spot=new.spot if new else None,
+                                  to_zone=(new.zone if new else "idle"),
+                                  reason=new.reason if new else f"policy {driver.name}: idle"))
+        for n in group:
+            with contextlib.suppress(ValueError):
+                self.injector.preempt_now(n.node_id)
+
     def _noticed(self, node: _Node) -> bool:
         """The node was told to go: seen by the provider, the injector, or the process."""
         if node.notice_at is None:
@@ -544,6 +649,9 @@ class _StageRun(AttemptRecord):
                 self.injector.close_node(node.node_id)
         if cancelled:
             outcome = "cancelled"
+        elif self._moving and not any(n.exit_event is not None and
+                                      n.exit_event.data.get("reason") == "completed" for n in group):
+            outcome = "moved"
         elif all(n.exit_code == 0 or (n.exit_event is not None
                                       and n.exit_event.data.get("reason") == "completed")
                  for n in group):  # a node killed while tearing down after its last step
@@ -554,7 +662,7 @@ class _StageRun(AttemptRecord):
             outcome = "failed"
         for node in group:
             reason = {"completed": "completed", "preempted": "preempted", "failed": "failed",
-                      "cancelled": "cancelled"}[outcome]
+                      "cancelled": "cancelled", "moved": "cancelled"}[outcome]
             if outcome == "failed" and node.exit_code == 0:
                 reason = "cancelled"
             self._record(node, reason)

@@ -5,14 +5,21 @@ Launch, watch and cancel go through the SkyPilot SDK (API server requests:
 ``sky.get``). Job records become ``NodeSession`` objects (one per node per cluster
 the job ran on), priced from SkyPilot's catalog.
 
-Zone rotation is spotfleet's job. SkyPilot 0.14's ``EAGER_NEXT_REGION`` recovery
-does not block the region that was just preempted (skypilot issue #10021), so the
-job may come back in the zone that is losing capacity. When a job turns RECOVERING
-(SkyPilot saw the cluster preempted) the provider cancels it and relaunches the stage
-as a new managed job whose ``resources.ordered`` list no longer contains the
-preempted zone (blocked for ``policy.block_seconds``), with on-demand when the
-deadline needs it (``RelaunchPolicy``). The training process resumes from the latest
-checkpoint in ``spec.checkpoint_uri`` (an object store every zone can reach).
+Placement is the stage's fleet policy's job (``StageSpec.policy`` from
+fleet/policies/registry.py, driven by :class:`fleet.providers.decisions.PolicyDriver`:
+the same object ``fleet-sim`` evaluates). SkyPilot 0.14's ``EAGER_NEXT_REGION``
+recovery does not block the region that was just preempted (skypilot issue #10021), so
+the job may come back in the zone that is losing capacity. When a job turns RECOVERING
+(SkyPilot saw the cluster preempted) the provider cancels it, tells the policy the zone
+is down, and relaunches the stage as a new managed job where the policy says: its
+target zone and spot fallbacks as ``resources.ordered`` (SkyPilot tries them in that
+order, as the simulator tries ``Action.fallbacks``), or on-demand. The policy observes only what this controller sees (``Observation.probed``):
+a zone is up while the job runs there, down when it was preempted there; the rest is its
+belief from the past. The training process
+resumes from the latest checkpoint in ``spec.checkpoint_uri`` (an object store every
+zone can reach) and gets the run contract's statistics (MTTP of its zone, R, interval;
+fleet/contract.py) in its task environment, refreshed at every relaunch from what the
+attempt observed.
 
 Training events stay on the VM (``SPOTFLEET_EVENTS_FILE``); this provider reports its
 own events (launch, preempted, relaunch, completed, failed, cancelled).
@@ -23,14 +30,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from checkpointing.events import Event
+from fleet.contract import posterior_mttp_seconds, prior_history, training_env
 from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
-from fleet.providers.local.provider_events import provider_event
-from fleet.providers.local.relaunch import RelaunchContext, RelaunchPolicy
+from fleet.providers.decisions import PolicyDriver, Progress
+from fleet.providers.events import provider_event
 from fleet.providers.skypilot.tasks import SkyTaskOptions, build_task, hourly_price
 
 #: ManagedJobStatus values, grouped by what the provider does with them
@@ -48,11 +56,11 @@ class SkyPilotConfig:
     """Provider settings. Durations in seconds (real time)."""
 
     options: SkyTaskOptions = field(default_factory=SkyTaskOptions)
-    policy: Any = field(default_factory=lambda: RelaunchPolicy(block_seconds=3600.0))
+    policy: str | None = None  # registry name overriding StageSpec.policy (None: the spec's)
     poll_seconds: float = 15.0
     max_pending_seconds: float = 3600.0  # job not running this long -> AttemptFailed
     rotate_on_preemption: bool = True  # False: leave recovery entirely to SkyPilot
-    restart_seconds: float = 360.0  # estimate of one relaunch, for the deadline rule
+    decision_tick_seconds: float = 300.0  # the policy's tick (its Observation grid)
 
 
 def _get(record: Any, name: str) -> Any:
@@ -147,19 +155,36 @@ class _SkyRun(AttemptRecord):
         spec = self.spec
         zones = list(spec.zones)
         started = self.p._clock()
-        blocked: dict[str, float] = {}
+        self.started = started
+        self.driver = None
+        if spec.use_spot and zones:
+            self.driver = PolicyDriver(self.cfg.policy or spec.policy, zones, priors=spec.priors,
+                                       deadline_seconds=spec.deadline_seconds,
+                                       gap_seconds=self.cfg.decision_tick_seconds,
+                                       prior_history=prior_history(
+                                           spec.priors, zones, self.cfg.decision_tick_seconds))
         prev_zone: str | None = None
         relaunches = 0
+        waiting_since: float | None = None
         while True:
             if self._cancelled():
                 self._emit(provider_event("cancelled", stage=spec.name))
                 raise AttemptFailed(f"stage {spec.name!r} was cancelled")
             now = self.p._clock()
-            candidates, spot, reason = self._placement(zones, blocked, prev_zone, started, now)
-            if candidates is None:  # every zone blocked: wait for the first block to expire
-                self._sleep_until(min(blocked.values()))
+            candidates, spot, reason = self._placement(zones, now - started)
+            if candidates is None:  # the policy waits (idle): ask again after a poll
+                waiting_since = now if waiting_since is None else waiting_since
+                if now - waiting_since > self.cfg.max_pending_seconds:
+                    raise AttemptFailed(
+                        f"stage {spec.name!r}: the fleet policy waited {now - waiting_since:.0f} s "
+                        f"(> max_pending_seconds={self.cfg.max_pending_seconds:g}) without a place "
+                        "to run; the retry resumes from the latest checkpoint")
+                self.p._sleep(self.cfg.poll_seconds)
                 continue
-            task = build_task(spec, candidates, use_spot=spot, options=self.cfg.options)
+            waiting_since = None
+            env = self._training_env(candidates[0] if spot and candidates else None)
+            task = build_task(replace(spec, env={**spec.env, **env}), candidates, use_spot=spot,
+                              options=self.cfg.options)
             name = f"{spec.name}-a{self.attempt}" + (f"-r{relaunches}" if relaunches else "")
             job_id = self.p._launch(task, name)
             self.jobs.append(job_id)
@@ -172,7 +197,8 @@ class _SkyRun(AttemptRecord):
                                           job_id=job_id, zones=candidates))
             self._emit(provider_event("launch", zone=candidates[0] if candidates else None,
                                       zones=candidates, spot=spot, reason=reason,
-                                      relaunch=relaunches, job_id=job_id, task_name=name))
+                                      relaunch=relaunches, job_id=job_id, task_name=name,
+                                      training_env=env))
             outcome, record = self._watch(job_id, task, spot)
             if outcome == "succeeded":
                 self._emit(provider_event("completed", zone=_get(record, "zone"), job_id=job_id,
@@ -196,8 +222,8 @@ class _SkyRun(AttemptRecord):
             # preempted
             zone = _get(record, "zone")
             relaunches += 1
-            if zone:
-                blocked[zone] = self.p._clock() + float(getattr(self.cfg.policy, "block_seconds", 0.0))
+            if zone and self.driver is not None:
+                self.driver.preempted(self.p._clock() - started, zone)
             self._emit(provider_event("preempted", zone=zone, job_id=job_id,
                                       exit_code=None, last_step=None, last_checkpoint_step=None))
             if not self.cfg.rotate_on_preemption:
@@ -209,29 +235,42 @@ class _SkyRun(AttemptRecord):
                     f"max_relaunches={spec.max_relaunches}; the retry resumes from checkpoint")
             prev_zone = zone
 
-    def _placement(self, zones: list[str], blocked: dict[str, float], prev_zone: str | None,
-                   started: float, now: float) -> tuple[list[str] | None, bool, str]:
-        """Candidate zones (ordered) and spot/on-demand for the next managed job."""
+    def _training_env(self, zone: str | None) -> dict[str, str]:
+        """MTTP of ``zone`` / R / interval for the training process (real seconds): the
+        plan's priors, refined by what this attempt held and lost so far."""
+        pr = self.spec.priors
+        spot = [s for s in self.sessions if s.spot and s.ended_at is not None]
+        held = sum(max(0.0, s.ended_at - (s.ready_at or s.launched_at)) for s in spot)
+        lost = sum(1 for s in spot if s.end_reason == "preempted")
+        mttp = posterior_mttp_seconds(pr.mttp_for(zone), held, lost)
+        return training_env(mttp, pr.restart_seconds, pr.interval_seconds, pr.checkpoint_seconds)
+
+    def _placement(self, zones: list[str], t: float) -> tuple[list[str] | None, bool, str]:
+        """Candidate zones (ordered) and spot/on-demand for the next managed job (None:
+        the policy waits). ``t``: seconds since the attempt started."""
         if not self.spec.use_spot:
             return zones, False, "StageSpec.use_spot is False"
-        open_zones = [z for z in zones if blocked.get(z, 0.0) <= now]
-        if zones and not open_zones:
-            return None, True, "every candidate zone is blocked"
-        ctx = RelaunchContext(zones=zones, up_zones=open_zones, now=now, started_at=started,
-                              previous_zone=prev_zone, blocked_until=dict(blocked),
-                              deadline_seconds=self.spec.deadline_seconds,
-                              restart_seconds=self.cfg.restart_seconds,
-                              remaining_work_seconds=None)
-        launch = self.cfg.policy.choose(ctx) if zones else None
-        if launch is None:
-            return open_zones, True, "SkyPilot chooses among the candidate zones"
-        if not launch.spot:
-            return zones, False, launch.reason
-        rest = [z for z in open_zones if z != launch.zone]
-        return [launch.zone, *rest], True, launch.reason
-
-    def _sleep_until(self, t: float) -> None:
-        self.p._sleep(max(0.0, min(t - self.p._clock(), self.cfg.poll_seconds)))
+        driver = self.driver
+        if driver is None:
+            return zones, True, "SkyPilot chooses among the candidate zones"
+        d = driver.decide(t, Progress(), None)
+        spot_zones: list[str] = []
+        for x in d.tries:  # the policy's target and spot fallbacks: SkyPilot's ordered list
+            if x is None or not x.spot:
+                break
+            spot_zones.append(x.zone)
+        first = d.launch
+        self._emit(provider_event(
+            "decision", policy=driver.name, policy_class=type(driver.policy).__qualname__,
+            target="idle" if first is None else first.zone if first.spot else "on-demand",
+            spot=None if first is None else first.spot, market_seconds=round(t, 3), tick=d.tick,
+            interval_seconds=d.interval_seconds, location=None,
+            tries=[("idle" if x is None else x.zone if x.spot else "on-demand") for x in d.tries]))
+        if first is None:
+            return None, True, f"policy {driver.name}: wait"
+        if not first.spot:
+            return zones, False, first.reason
+        return spot_zones, True, first.reason
 
     def _session(self, record: Any, task: Any, spot: bool, end: float | None, reason: str) -> None:
         zone = _get(record, "zone") or ""
@@ -267,6 +306,8 @@ class _SkyRun(AttemptRecord):
             st = _status(rec)
             now = self.p._clock()
             if st in RUNNING:
+                if self.driver is not None and _get(rec, "zone"):
+                    self.driver.observe(now - self.started, {_get(rec, "zone"): True})
                 if running is not None and (_get(running, "zone") != _get(rec, "zone") or
                                             _get(running, "recovery_count") != _get(rec, "recovery_count")):
                     # SkyPilot recovered between two polls: the old cluster was preempted

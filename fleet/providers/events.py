@@ -16,6 +16,14 @@ process' ``notice``:
     completed     the stage finished; data: zone, final_step
     failed        a node exited with an error; data: zone, exit_code
     cancelled     the stage was cancelled
+    decision      the stage's fleet policy decided (fleet/providers/decisions.py); data:
+                  policy (registry name), policy_class, target ("idle", "on-demand" or a
+                  zone), spot, market_seconds (since the attempt start), tick,
+                  interval_seconds
+    moved         the policy moved the running group voluntarily (notice + emergency save,
+                  not a preemption); data: from_zone, to_zone, spot
+    stats         the statistics exported to the training process changed (market
+                  seconds); data: mttp_seconds, restart_seconds, interval_seconds, zone
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from typing import Any
 from checkpointing.events import Event
 
 PROVIDER_EVENT_KINDS = ("launch", "notice_sent", "preempted", "relaunch", "waiting",
-                        "completed", "failed", "cancelled")
+                        "completed", "failed", "cancelled", "decision", "moved", "stats")
 
 
 def provider_event(kind: str, node_id: str | None = None, **data: Any) -> Event:

@@ -1,0 +1,186 @@
+"""The run contract: one definition, one unit (SECONDS of market time), one home for the
+numbers that travel statistics DB -> plan -> fleet policy -> training process.
+
+* **MTTP** (mean time to preemption, s): per zone, held time / preemptions.
+* **R** (restart cost, s): one relaunch, allocation + preparation + restore, i.e. the
+  time from a node's launch to its training process reporting ``start``.
+* **checkpoint time** (s): what one save blocks training (``stall_seconds`` measured by
+  the saver).
+* **interval** (s): the planned insurance checkpoint interval.
+* **session cost** ($): ``price_per_hour x (ended_at - launched_at) / 3600``.
+
+"Market seconds" are real seconds on SkyPilot and emulated seconds on the local fleet;
+only the local provider converts them to and from its compressed wall clock
+(``fleet/providers/local``), so everything recorded and planned is in market seconds.
+
+:class:`RunPriors` is what ``FleetPlan.apply(StageSpec)`` puts into the stage spec and
+what both providers export to the training process (``SPOTFLEET_*`` variables of
+``checkpointing/runtime_env.py``) and refresh during the attempt with
+:func:`posterior_mttp_seconds` / :func:`posterior_restart_seconds`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from checkpointing import runtime_env as rt
+
+#: R when nothing was measured yet: 6 minutes (the planner's, fleet-sim's and SkyPilot's prior).
+DEFAULT_RESTART_SECONDS = 360.0
+#: checkpoint time when nothing was measured yet: 1 minute.
+DEFAULT_CHECKPOINT_SECONDS = 60.0
+#: weight of the prior in the in-attempt estimates, in pseudo-observations.
+PRIOR_WEIGHT = 1.0
+
+
+def _finite_pos(v: float | None) -> float | None:
+    return float(v) if v is not None and math.isfinite(v) and v > 0 else None
+
+
+@dataclass(frozen=True)
+class RunPriors:
+    """What the plan knows before the attempt starts (market seconds, $/h).
+
+    ``mttp_seconds``: per zone; a zone never seen preempted is left out (no estimate).
+    ``work_seconds``: failure-free compute of the stage, when planned.
+    ``notice_seconds``: the cloud's notice window.
+    """
+
+    mttp_seconds: Mapping[str, float] = field(default_factory=dict)
+    restart_seconds: float = DEFAULT_RESTART_SECONDS
+    checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS
+    interval_seconds: float | None = None
+    work_seconds: float | None = None
+    notice_seconds: float = 0.0
+    spot_price_per_hour: Mapping[str, float] = field(default_factory=dict)
+    on_demand_price_per_hour: float | None = None
+    availability: Mapping[str, float] = field(default_factory=dict)  # share of time up, per zone
+
+    def __post_init__(self) -> None:
+        for name in ("restart_seconds", "checkpoint_seconds", "notice_seconds"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"RunPriors.{name} = {v!r} must be a finite number of seconds >= 0")
+        for z, v in self.mttp_seconds.items():
+            if not (isinstance(v, (int, float)) and v > 0):
+                raise ValueError(f"RunPriors.mttp_seconds[{z!r}] = {v!r} must be > 0 seconds "
+                                 "(leave a never-preempted zone out)")
+
+    def mttp_for(self, zone: str | None) -> float | None:
+        """MTTP of ``zone`` (s); the mean over known zones when the zone has none."""
+        if zone is not None and zone in self.mttp_seconds:
+            return float(self.mttp_seconds[zone])
+        vals = [float(v) for v in self.mttp_seconds.values()]
+        return sum(vals) / len(vals) if vals else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["mttp_seconds"] = dict(self.mttp_seconds)
+        d["spot_price_per_hour"] = dict(self.spot_price_per_hour)
+        d["availability"] = dict(self.availability)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> RunPriors:
+        if not d:
+            return cls()
+        names = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"run priors: unknown field(s) {unknown}; known: {sorted(names)}")
+        return cls(**dict(d))
+
+
+def prior_history(priors: RunPriors, zones: list[str], gap_seconds: float,
+                  hours: float = 24.0 * 7) -> np.ndarray | None:
+    """A zones x ticks availability history shaped by the priors' statistics, for a
+    controller that has no market trace of its own (SkyPilot): per zone, up runs of the
+    zone's MTTP alternating with down runs that give its availability. None when the
+    priors know no zone. (The local fleet uses the market's real past instead.)"""
+    if not priors.mttp_seconds:
+        return None
+    n = max(2, int(hours * 3600.0 / gap_seconds))
+    out = np.ones((len(zones), n), dtype=bool)
+    for i, z in enumerate(zones):
+        m = priors.mttp_for(z)
+        a = float(priors.availability.get(z, 0.0)) or None
+        if m is None:
+            continue
+        up = max(1, int(round(m / gap_seconds)))
+        down = max(1, int(round(up * (1.0 - a) / a))) if a and 0 < a < 1 else 1
+        cycle = np.r_[np.ones(up, dtype=bool), np.zeros(down, dtype=bool)]
+        out[i] = np.resize(cycle, n)[::-1]  # the latest tick ends an up run
+    return out
+
+
+def training_env(mttp_seconds: float | None, restart_seconds: float | None,
+                 interval_seconds: float | None = None, checkpoint_seconds: float | None = None,
+                 seconds_per_market_second: float = 1.0) -> dict[str, str]:
+    """``SPOTFLEET_*`` statistics for the training process, in ITS clock's seconds.
+
+    ``seconds_per_market_second`` is 1 on real clouds; the local fleet passes its
+    compression (wall seconds per emulated second).
+    """
+    k = seconds_per_market_second
+    env: dict[str, str] = {}
+    if (m := _finite_pos(mttp_seconds)) is not None:
+        env[rt.ENV_MTTP_SECONDS] = f"{m * k:.6g}"
+    if restart_seconds is not None and math.isfinite(restart_seconds):
+        env[rt.ENV_RESTART_SECONDS] = f"{max(0.0, restart_seconds) * k:.6g}"
+    if (t := _finite_pos(interval_seconds)) is not None:
+        env[rt.ENV_INTERVAL_SECONDS] = f"{t * k:.6g}"
+    if (c := _finite_pos(checkpoint_seconds)) is not None:
+        env[rt.ENV_CHECKPOINT_SECONDS] = f"{c * k:.6g}"
+    return env
+
+
+def training_stats(mttp_seconds: float | None, restart_seconds: float | None,
+                   interval_seconds: float | None = None,
+                   seconds_per_market_second: float = 1.0) -> dict[str, float]:
+    """The same values as the JSON of ``SPOTFLEET_STATS_FILE`` (re-read on change)."""
+    k = seconds_per_market_second
+    out: dict[str, float] = {}
+    if (m := _finite_pos(mttp_seconds)) is not None:
+        out["mttp_seconds"] = round(m * k, 6)
+    if restart_seconds is not None and math.isfinite(restart_seconds):
+        out["restart_seconds"] = round(max(0.0, restart_seconds) * k, 6)
+    if (t := _finite_pos(interval_seconds)) is not None:
+        out["interval_seconds"] = round(t * k, 6)
+    return out
+
+
+def posterior_mttp_seconds(prior: float | None, held_seconds: float, preemptions: int,
+                           prior_weight: float = PRIOR_WEIGHT) -> float | None:
+    """MTTP after an attempt held spot ``held_seconds`` and saw ``preemptions`` (s).
+
+    The prior counts as ``prior_weight`` pseudo-preemptions over ``prior_weight x prior``
+    held seconds (a gamma prior on the rate): ``(w M0 + held) / (w + preemptions)``.
+    Without a prior: ``held / preemptions`` once something was preempted, else None.
+    Only what was observed up to now enters: never the market's future.
+    """
+    m0 = _finite_pos(prior)
+    if m0 is None:
+        return held_seconds / preemptions if preemptions > 0 else None
+    return (prior_weight * m0 + max(0.0, held_seconds)) / (prior_weight + preemptions)
+
+
+def posterior_restart_seconds(prior: float | None, measured: list[float],
+                              prior_weight: float = PRIOR_WEIGHT) -> float:
+    """R after measuring relaunches (s): the prior as ``prior_weight`` samples plus the
+    measured launch -> ready times."""
+    p = prior if prior is not None and math.isfinite(prior) and prior >= 0 else None
+    if p is None:
+        return sum(measured) / len(measured) if measured else DEFAULT_RESTART_SECONDS
+    return (prior_weight * p + sum(measured)) / (prior_weight + len(measured))
+
+
+def session_cost_usd(price_per_hour: float, launched_at: float, ended_at: float | None) -> float:
+    """What one node session cost ($): price x held market hours (0 while it runs)."""
+    if ended_at is None:
+        return 0.0
+    return price_per_hour * max(0.0, ended_at - launched_at) / 3600.0

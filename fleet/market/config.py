@@ -1,0 +1,99 @@
+"""The market a pipeline runs on (``market:`` in the pipeline YAML), and what it yields:
+its traces (history, or history + the future the local fleet replays), its prices.
+
+Hours are MARKET hours. ``wall_seconds_per_market_hour`` and ``grace_seconds`` concern
+only the local emulated fleet's compressed clock (fleet/providers/local); nothing else
+converts time with them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fleet.market.prices import PriceBook
+from fleet.market.traces import Trace
+
+#: p3.2xlarge (V100) $/h, the figures used with the public traces
+DEFAULT_ON_DEMAND_PRICE = 3.06
+DEFAULT_SPOT_PRICE = 0.918
+
+
+class MarketConfig(BaseModel):
+    """The spot market the local fleet emulates (synthetic unless a trace dir is given).
+
+    The local fleet replays the market with time compression: one market hour lasts
+    ``wall_seconds_per_market_hour`` wall seconds; everything it records is in market
+    seconds.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["synthetic", "traces"] = "synthetic"
+    seed: int = 0
+    n_zones: int = Field(3, ge=1, le=9, description="synthetic: calibrated zones to emulate")
+    hours: float = Field(72.0, gt=0, description="length of the market history, hours")
+    future_hours: float = Field(
+        48.0, gt=0, description="synthetic: market hours after the history that the local fleet replays")
+    trace_dir: str | None = None
+    wall_seconds_per_market_hour: float = Field(10.0, gt=0)
+    cloud: Literal["aws", "gcp", "azure", "signal"] = Field(
+        "signal", description="notice protocol the local fleet emulates")
+    grace_seconds: float | None = Field(None, gt=0, description="notice window, wall seconds")
+    inject_preemptions_at_steps: dict[str, list[int]] = Field(
+        default_factory=dict,
+        description="fault injection: stage -> training steps at which the node running it "
+                    "gets a preemption notice (on top of the market's own preemptions)")
+    lose_attempt_at_step: dict[str, int] = Field(
+        default_factory=dict,
+        description="fault injection: stage -> step at which the FIRST attempt loses its "
+                    "whole node group (Dagster then retries it)")
+    on_demand_price_per_hour: float = Field(DEFAULT_ON_DEMAND_PRICE, gt=0, description="$/h, local fleet")
+    spot_price_per_hour: float = Field(DEFAULT_SPOT_PRICE, gt=0, description="$/h, local fleet")
+
+    @model_validator(mode="after")
+    def _traces(self) -> MarketConfig:
+        if self.kind == "traces" and not self.trace_dir:
+            raise ValueError("kind 'traces' needs trace_dir: a folder of spot-trace JSON files")
+        return self
+
+    @property
+    def time_scale(self) -> float:
+        """Market seconds per wall second of the local fleet."""
+        return 3600.0 / self.wall_seconds_per_market_hour
+
+    @property
+    def history_seconds(self) -> float:
+        """Market seconds of history before the fleet's replay starts."""
+        return self.hours * 3600.0
+
+    def traces(self, part: Literal["history", "all"] = "history") -> list[Trace]:
+        """``history``: the first ``hours`` hours (what statistics and forecasts see);
+        ``all``: history followed by ``future_hours`` more (the local fleet replays the
+        future from where the history ends: the world it lives through, never an input
+        to a decision)."""
+        if self.kind == "traces":
+            from fleet.market.traces import load_trace_dir
+
+            traces = load_trace_dir(self.trace_dir)
+        else:
+            from fleet.market.synthetic import default_market_config, generate_market
+
+            traces = generate_market(default_market_config(n_zones=self.n_zones),
+                                     self.hours + self.future_hours, self.seed)
+        if part == "all":
+            return traces
+        out = []
+        for t in traces:
+            n = max(1, min(t.n_ticks, int(round(self.hours * 3600.0 / t.gap_seconds))))
+            sp = None if t.spot_prices is None else t.spot_prices[:n]
+            out.append(dataclasses.replace(t, available=t.available[:n], spot_prices=sp))
+        return out
+
+    def price_book(self) -> PriceBook:
+        """The fleet's PriceBook with this market's spot / on-demand $/h."""
+        return PriceBook.default(overrides={
+            "spot": {"p3.2xlarge": {"*": self.spot_price_per_hour}},
+            "on_demand": {"p3.2xlarge": {"*": self.on_demand_price_per_hour}}})

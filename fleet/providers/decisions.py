@@ -1,0 +1,319 @@
+"""Live fleet decisions: the policy ``fleet-sim`` evaluates, driven by a provider.
+
+Both providers (local emulated fleet, SkyPilot) place and move a stage's node group
+through :class:`PolicyDriver`, which wraps ONE registered fleet policy
+(:mod:`fleet.policies.registry`) and feeds it the same ``JobState`` / ``Observation``
+interface the simulator (:mod:`fleet.simulation.engine`) feeds it — built only from
+what a live controller knows at decision time:
+
+* the clock (market seconds since the attempt started) and the deadline;
+* the job's progress the training process reported (committed / uncommitted steps);
+* per-zone availability as the provider OBSERVED it (:class:`ObservedMarket`, the
+  simulator's ``observe="probe"`` semantics, ``Observation.probed``): a prior history
+  (the market's past up to the attempt start: what the statistics DB holds), then only
+  what the provider saw since -- the zone it holds a node in, the launches it tried
+  (a launch is a probe: ``Action.target`` then ``Action.fallbacks`` in order), the
+  zone it was preempted in. Unobserved ticks carry the last observed state forward;
+  nothing after "now" exists in it;
+* the priors of the run contract (:class:`fleet.contract.RunPriors`: R, checkpoint
+  time, notice window, prices).
+
+All durations here are MARKET seconds (real on SkyPilot, emulated on the local fleet,
+which converts its compressed wall clock before calling in).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleet.contract import RunPriors
+from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
+from fleet.policies.registry import get_policy
+
+#: assumed spot / on-demand $/h when the priors carry no prices (p3.2xlarge, V100)
+FALLBACK_SPOT_PRICE = 0.918
+FALLBACK_ON_DEMAND_PRICE = 3.06
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A decision: run the node group in ``zone``, spot or on-demand, and why."""
+
+    zone: str
+    spot: bool
+    reason: str
+    policy: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy wants now, in provider terms (market seconds since attempt start).
+
+    ``tries``: where to launch, in order (the policy's target, then its fallbacks); a
+    spot zone without capacity is a failed probe and the next entry is tried; ``None``
+    (idle) ends the list. ``recheck_at``: when the policy next wants to be asked unless
+    its node group is preempted. ``interval_seconds``: the policy's checkpoint interval
+    at the target (None: none).
+    """
+
+    tries: tuple[Launch | None, ...]
+    recheck_at: float
+    interval_seconds: float | None
+    tick: int
+    target: int  # the policy's location int (IDLE, ON_DEMAND or a zone index)
+
+    @property
+    def launch(self) -> Launch | None:
+        """The first choice (None: idle)."""
+        return self.tries[0] if self.tries else None
+
+
+class ObservedMarket:
+    """Per-zone availability as a live controller knows it, on a tick grid.
+
+    ``prior`` (zones x ticks, bool) is the market's past before the attempt (may be
+    empty: then every zone is assumed up); tick ``prior.shape[1]`` starts at market
+    second 0 of the attempt. ``observe`` records what the provider saw at a time;
+    unobserved ticks carry the last known state forward (``Observation.probed``).
+    """
+
+    def __init__(self, zones: Sequence[str], gap_seconds: float, prior: np.ndarray | None = None):
+        if not gap_seconds > 0:
+            raise ValueError(f"ObservedMarket gap_seconds={gap_seconds!r} must be > 0")
+        self.zones = tuple(zones)
+        self.gap_seconds = float(gap_seconds)
+        z = len(self.zones)
+        if prior is None or np.asarray(prior).size == 0:
+            prior = np.ones((z, 1), dtype=bool)  # nothing known: every zone assumed up
+        prior = np.asarray(prior, dtype=bool)
+        if prior.shape[0] != z:
+            raise ValueError(f"prior history has {prior.shape[0]} zones, expected {z}")
+        self.start_tick = prior.shape[1]
+        self._hist = [prior[:, i].copy() for i in range(prior.shape[1])]
+        self._state = prior[:, -1].copy()
+        self.last_seen = np.full(z, -1, dtype=np.int64)
+
+    def tick_at(self, t: float) -> int:
+        """Absolute tick of market second ``t`` of the attempt."""
+        return self.start_tick + int(max(0.0, t) // self.gap_seconds)
+
+    def _extend_to(self, tick: int) -> None:
+        while len(self._hist) <= tick:
+            self._hist.append(self._state.copy())
+
+    def observe(self, t: float, up: Mapping[str, bool]) -> None:
+        """The provider saw ``up[zone]`` at market second ``t`` (only the zones given)."""
+        tick = self.tick_at(t)
+        self._extend_to(tick)
+        for zn, ok in up.items():
+            if zn in self.zones:
+                i = self.zones.index(zn)
+                self._state[i] = bool(ok)
+                self._hist[tick][i] = bool(ok)
+                self.last_seen[i] = tick
+
+    def history(self, t: float) -> np.ndarray:
+        """The belief matrix (zones x ticks) up to and including market second ``t``."""
+        tick = self.tick_at(t)
+        self._extend_to(tick)
+        return np.stack(self._hist[: tick + 1], axis=1)
+
+
+@dataclass
+class Progress:
+    """The job's progress as the training process reported it (steps; market seconds
+    per step when measured)."""
+
+    total_steps: int | None = None
+    step: int = 0
+    committed_step: int = 0
+    step_seconds: float | None = None
+
+    def fractions(self) -> tuple[float, float]:
+        """(committed, uncommitted) shares of the job's work."""
+        if not self.total_steps:
+            return 0.0, 0.0
+        c = min(1.0, self.committed_step / self.total_steps)
+        u = min(1.0 - c, max(0, self.step - self.committed_step) / self.total_steps)
+        return c, u
+
+
+def region_of_zone(zone: str) -> str:
+    """AWS/GCP-style region of a zone name (``us-east-1a`` -> ``us-east-1``,
+    ``us-central1-b`` -> ``us-central1``)."""
+    if "-" in zone and len(zone.rsplit("-", 1)[1]) == 1:
+        return zone.rsplit("-", 1)[0]  # GCP: region-x
+    return zone[:-1] if zone and zone[-1].isalpha() else zone
+
+
+@dataclass
+class PolicyDriver:
+    """One registered policy deciding one stage attempt live (see the module docstring).
+
+    ``policy`` is a registry name or a policy object. ``deadline_seconds`` None: no
+    deadline; the job spec then gets ``no_deadline_factor`` x the work (the safety net
+    stays far away). Locations: a zone name (spot there), ``"on-demand"``, or None
+    (idle / nothing running).
+    """
+
+    policy: Policy | str | None
+    zones: Sequence[str]
+    priors: RunPriors = field(default_factory=RunPriors)
+    deadline_seconds: float | None = None
+    gap_seconds: float = 300.0
+    prior_history: np.ndarray | None = None
+    on_demand_zone: str | None = None
+    regions: Sequence[str] | None = None
+    no_deadline_factor: float = 3.0
+    market: ObservedMarket = field(init=False)
+    decisions: list[tuple[float, str, bool | None]] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, Policy):
+            self.policy = get_policy(self.policy)
+        self.zones = list(self.zones)
+        if not self.zones:
+            raise ValueError("PolicyDriver needs at least one candidate zone")
+        self.regions = tuple(self.regions or [region_of_zone(z) for z in self.zones])
+        self.market = ObservedMarket(self.zones, self.gap_seconds, self.prior_history)
+        self._reset = False
+        self._last_preempted = -1
+        self._preemptions = 0
+        self._launches = 0
+        self._failed_probes = 0
+        self._just_preempted = False
+        self._checkpoint_region: str | None = None
+
+    @property
+    def name(self) -> str:
+        p = self.policy
+        return getattr(p, "registry_name", None) or getattr(p, "name", type(p).__name__)
+
+    # -- the job as the policy sees it -----------------------------------------------------
+    def job_spec(self, progress: Progress) -> JobSpec:
+        """Work, deadline, R, checkpoint time, notice and prices in hours / $/h."""
+        pr = self.priors
+        work = pr.work_seconds
+        if progress.total_steps and progress.step_seconds:
+            work = progress.total_steps * progress.step_seconds  # measured beats planned
+        work_h = max((work or 3600.0) / 3600.0, 1e-6)
+        if self.deadline_seconds is not None:
+            deadline_h = max(self.deadline_seconds / 3600.0, work_h)
+        else:
+            deadline_h = self.no_deadline_factor * work_h + pr.restart_seconds / 3600.0
+        spot = [v for v in pr.spot_price_per_hour.values() if v > 0]
+        return JobSpec(work_hours=work_h, deadline_hours=deadline_h,
+                       restart_hours=pr.restart_seconds / 3600.0,
+                       checkpoint_hours=pr.checkpoint_seconds / 3600.0,
+                       notice_seconds=pr.notice_seconds,
+                       on_demand_price=pr.on_demand_price_per_hour or FALLBACK_ON_DEMAND_PRICE,
+                       spot_price=min(spot) if spot else FALLBACK_SPOT_PRICE)
+
+    def observation(self, t: float, spec: JobSpec) -> Observation:
+        """What the policy sees at market second ``t``: the past and the observed now."""
+        hist = self.market.history(t)
+        pr = self.priors
+        spot = (np.array([pr.spot_price_per_hour.get(z, spec.spot_price) for z in self.zones])
+                if pr.spot_price_per_hour else None)
+        return Observation(tick=hist.shape[1] - 1, gap_hours=self.gap_seconds / 3600.0,
+                           zones=tuple(self.zones), available=hist[:, -1].copy(), history=hist,
+                           regions=tuple(self.regions), spot_price=spot, probed=True,
+                           last_seen_tick=self.market.last_seen.copy(),
+                           checkpoint_region=self._checkpoint_region)
+
+    def _loc(self, location: str | None) -> int:
+        if location is None:
+            return IDLE
+        if location == "on-demand":
+            return ON_DEMAND
+        return self.zones.index(location) if location in self.zones else IDLE
+
+    # -- what the provider saw ---------------------------------------------------------------
+    def observe(self, t: float, up: Mapping[str, bool]) -> None:
+        self.market.observe(t, up)
+
+    def preempted(self, t: float, zone: str) -> None:
+        """The node group in ``zone`` was preempted at ``t``: the zone is down now."""
+        self.market.observe(t, {zone: False})
+        self._preemptions += 1
+        self._last_preempted = self._loc(zone)
+        self._just_preempted = True
+
+    # -- the decision ----------------------------------------------------------------------
+    def decide(self, t: float, progress: Progress, location: str | None = None) -> Decision:
+        """Ask the policy at market second ``t`` of the attempt."""
+        spec = self.job_spec(progress)
+        if location is not None and location != "on-demand":
+            self.market.observe(t, {location: True})  # the held zone is seen up
+        obs = self.observation(t, spec)
+        if not self._reset:
+            self.policy.reset(spec, obs)
+            self._reset = True
+        c, u = progress.fractions()
+        state = JobState(
+            tick=obs.tick, start_tick=self.market.start_tick, elapsed_hours=t / 3600.0, spec=spec,
+            location=self._loc(location), committed_hours=c * spec.work_hours,
+            uncommitted_hours=u * spec.work_hours, preemptions=self._preemptions,
+            last_preempted_zone=self._last_preempted, just_preempted=self._just_preempted,
+            launches=self._launches, failed_probes=self._failed_probes)
+        self._just_preempted = False
+        act: Action = self.policy.decide(state, obs)
+        gap = self.market.gap_seconds
+        recheck = act.recheck_tick if act.recheck_tick is not None else obs.tick + 1
+        recheck_at = (recheck - self.market.start_tick) * gap
+        interval = (act.checkpoint_interval_hours * 3600.0
+                    if act.checkpoint_interval_hours and math.isfinite(act.checkpoint_interval_hours)
+                    else None)
+        tries: list[Launch | None] = []
+        for c_ in (act.target, *act.fallbacks):
+            lau = self._as_launch(c_, state)
+            tries.append(lau)
+            if lau is None:
+                break
+        d = Decision(tries=tuple(tries), recheck_at=max(recheck_at, t), interval_seconds=interval,
+                     tick=obs.tick, target=act.target)
+        first = d.launch
+        self.decisions.append((t, "idle" if first is None else first.zone if first.spot
+                               else "on-demand", None if first is None else first.spot))
+        return d
+
+    def _as_launch(self, target: int, state: JobState) -> Launch | None:
+        name = self.name
+        if target == ON_DEMAND:
+            return Launch(self.on_demand_zone or self.zones[0], spot=False, policy=name,
+                          reason=f"policy {name}: on-demand (slack {state.slack_hours:.2f} h, "
+                                 f"deadline {state.spec.deadline_hours:.2f} h)")
+        if not 0 <= target < len(self.zones):
+            return None
+        zone = self.zones[target]
+        return Launch(zone, spot=True, policy=name, reason=f"policy {name}: spot in {zone}")
+
+    def try_launch(self, t: float, decision: Decision, has_capacity: Callable[[str], bool],
+                   location: str | None = None) -> tuple[Launch | None, int]:
+        """Try ``decision.tries`` in order, as the simulator does: a spot zone is a probe
+        (``has_capacity(zone)``, recorded as an observation); the first that works, or
+        on-demand, is the launch; idle (None) ends it. The held location counts as
+        working. Returns (launch or None, failed probes)."""
+        failed = 0
+        for lau in decision.tries:
+            if lau is None:
+                break
+            here = (lau.zone if lau.spot else "on-demand") == (location or "")
+            if here:
+                return lau, failed
+            if lau.spot:
+                ok = bool(has_capacity(lau.zone))
+                self.market.observe(t, {lau.zone: ok})
+                if not ok:
+                    failed += 1
+                    self._failed_probes += 1
+                    continue
+            self._launches += 1
+            z = self.zones.index(lau.zone) if lau.zone in self.zones else 0
+            self._checkpoint_region = self.regions[z]
+            return lau, failed
+        return None, failed
