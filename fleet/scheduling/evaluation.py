@@ -87,14 +87,14 @@ REFIT_MODES = ("daily", "once")
 
 
 def _forecast_all_origins(series: DemandSeries, method: str, H: int, refit: str, train_frac: float,
-                          epochs: int, refit_epochs: int, refit_window_h: int) -> tuple[np.ndarray, np.ndarray, dict]:
+                          epochs: int, refit_steps: int, refit_window_h: int) -> tuple[np.ndarray, np.ndarray, dict]:
     """mu, sigma [origins, series, H] for every hour of ``series`` as a forecast origin.
 
     ``refit="daily"`` (rolling origin, no future data): history before hour 0 is zeros
     (the simulated cluster starts empty); hours of day 0 use the running peak of the hours
     already seen; from day d >= 1 on, OrgLinear is refitted at each day boundary on the
     origins whose targets lie before it (at most ``refit_window_h`` hours back; first fit
-    ``epochs`` epochs from scratch, later ``refit_epochs`` epochs warm-started) and forecasts
+    at least 300 Adam steps from scratch, later ``refit_steps`` steps warm-started) and forecasts
     that day. ``refit="once"``: the earlier protocol, one fit on the first ``train_frac`` of
     hours, reflection padding (in-sample for those hours)."""
     S, T = series.values.shape
@@ -124,14 +124,14 @@ def _forecast_all_origins(series: DemandSeries, method: str, H: int, refit: str,
             mu, sg = shaped(f.predict(series, origins), T)
         else:
             f.pad = "zeros"
-            mu, sg, info["refits"] = _rolling(series, f, T, S, H, epochs, refit_epochs, refit_window_h)
+            mu, sg, info["refits"] = _rolling(series, f, T, S, H, epochs, refit_steps, refit_window_h)
     finally:
         torch.set_num_threads(threads)
     info["train_s"] = f.train_s
     return mu, sg, info
 
 
-def _rolling(series: DemandSeries, f: OrgLinear, T: int, S: int, H: int, epochs: int, refit_epochs: int,
+def _rolling(series: DemandSeries, f: OrgLinear, T: int, S: int, H: int, epochs: int, refit_steps: int,
              refit_window_h: int) -> tuple[np.ndarray, np.ndarray, int]:
     def shaped(fc, n):
         return fc.mu[:, :H].reshape(n, S, H), fc.sigma[:, :H].reshape(n, S, H)
@@ -147,11 +147,12 @@ def _rolling(series: DemandSeries, f: OrgLinear, T: int, S: int, H: int, epochs:
         train = np.arange(max(1, d0 - refit_window_h), d0 - H + 1)
         if len(train) == 0:
             continue
-        # at least min_steps Adam steps per fit: early days hold only a few batches
+        # 300 Adam steps for the first fit, 60 warm-started steps per daily refit (random
+        # batches of the window): cheap enough to refit every simulated day
         batches = int(np.ceil(len(train) * S / f.batch))
         first = refits == 0
-        n_ep = max(epochs if first else refit_epochs, int(np.ceil((300 if first else 100) / batches)))
-        f.fit(series, train, epochs=n_ep, warm_start=not first)
+        n_steps = max(epochs * batches, 300) if first else refit_steps
+        f.fit(series, train, epochs=int(np.ceil(n_steps / batches)), warm_start=not first, max_steps=n_steps)
         refits += 1
         day = np.arange(d0, min(d0 + 24, T))
         mu[day], sg[day] = shaped(f.predict(series, day), len(day))
@@ -160,8 +161,8 @@ def _rolling(series: DemandSeries, f: OrgLinear, T: int, S: int, H: int, epochs:
 
 def forecast_hp_bounds(trace: JobTrace, method: str, sqa: SQAParams | None = None,
                        ps: Sequence[float] | None = None, refit: str = "daily", train_frac: float = 0.4,
-                       epochs: int = 15, refit_epochs: int = 1,
-                       refit_window_h: int = 336) -> tuple[dict[float, np.ndarray], dict]:
+                       epochs: int = 15, refit_steps: int = 60,
+                       refit_window_h: int = 168) -> tuple[dict[float, np.ndarray], dict]:
     """{p: [pools, hours] HP demand bound} (slots) for SQA, one per quantile in ``ps``
     (default: ``sqa.p``): per hour, the Eq. 9 aggregate (``sqa.aggregate``) of the
     p-quantiles over the next H hours, from one forecast run (see
@@ -172,7 +173,7 @@ def forecast_hp_bounds(trace: JobTrace, method: str, sqa: SQAParams | None = Non
     series, pools = hp_series(trace, sqa.hp_count)
     T = series.values.shape[1]
     H = sqa.horizon_h
-    mu, sg, info = _forecast_all_origins(series, method, H, refit, train_frac, epochs, refit_epochs,
+    mu, sg, info = _forecast_all_origins(series, method, H, refit, train_frac, epochs, refit_steps,
                                          refit_window_h)
     info["aggregate"], info["hp_count"] = sqa.aggregate, sqa.hp_count
     out: dict[float, np.ndarray] = {}

@@ -200,10 +200,12 @@ class _TorchForecaster(Forecaster):
     def _loss(self, mu, sigma, y):  # pragma: no cover
         raise NotImplementedError
 
-    def fit(self, series, origins, epochs: int | None = None, warm_start: bool = False):
+    def fit(self, series, origins, epochs: int | None = None, warm_start: bool = False,
+            max_steps: int | None = None):
         """Train on the windows at ``origins`` (only those whose targets lie in the series).
         ``warm_start``: continue from the current weights and scale (a cheap daily refit)
-        instead of a fresh network; ``epochs`` overrides ``self.epochs`` for this call."""
+        instead of a fresh network; ``epochs`` overrides ``self.epochs`` for this call;
+        ``max_steps`` caps the optimizer steps (random batches) of this call."""
         t0 = time.perf_counter()
         torch.manual_seed(self.seed)
         if not (warm_start and self.net is not None):
@@ -220,9 +222,13 @@ class _TorchForecaster(Forecaster):
             self._opt = torch.optim.Adam(self.net.parameters(), lr=self.lr)
         opt = self._opt
         g = torch.Generator().manual_seed(self.seed + int(origins.max()))
+        steps = 0
         for _ in range(self.epochs if epochs is None else epochs):
             perm = torch.randperm(len(X), generator=g)
             for i in range(0, len(X), self.batch):
+                if max_steps is not None and steps >= max_steps:
+                    break
+                steps += 1
                 b = perm[i: i + self.batch]
                 mu, sigma = self.net(X[b], A[b], TF[b])
                 loss = self._loss(mu, sigma, Y[b])
