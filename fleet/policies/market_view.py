@@ -27,10 +27,19 @@ class PriorStats:
     mean_up_hours: np.ndarray  # held hours / (preemptions + 1): conservative MTTP
     mean_down_hours: np.ndarray  # down hours / (regains + 1)
     all_down: float  # share of ticks with no zone up
+    up_after_neighbour_hours: np.ndarray | None = None  # see ``from_history``
 
     @classmethod
     def from_history(cls, history: np.ndarray, gap_hours: float,
-                     lookback_hours: float = 24.0 * 30) -> PriorStats:
+                     lookback_hours: float = 24.0 * 30,
+                     regions: tuple[str, ...] = ()) -> PriorStats:
+        """Statistics of ``history`` (zones x ticks) over the last ``lookback_hours``.
+
+        With ``regions``: ``up_after_neighbour_hours[z]`` = mean time (h) until zone ``z``
+        next loses capacity, measured from the moments another zone of its region was
+        preempted while ``z`` was up (region-correlated reclaims make that shorter than
+        the mean up-run); the mean up-run where fewer than 3 such moments exist.
+        """
         n = max(2, int(lookback_hours / gap_hours))
         h = np.asarray(history[:, -n:], dtype=bool)
         if h.shape[1] < 2:
@@ -39,11 +48,25 @@ class PriorStats:
         up_ticks = h.sum(axis=1)
         pre = np.count_nonzero(h[:, :-1] & ~h[:, 1:], axis=1)
         reg = np.count_nonzero(~h[:, :-1] & h[:, 1:], axis=1)
-        return cls(availability=up_ticks / h.shape[1],
-                   mean_up_hours=np.maximum(up_ticks * gap_hours / (pre + 1), gap_hours),
+        mean_up = np.maximum(up_ticks * gap_hours / (pre + 1), gap_hours)
+        after = mean_up.copy()
+        if regions and len(regions) == h.shape[0]:
+            nz, nt = h.shape
+            # next tick at or after t where zone z is down (nt: none in the window)
+            nxt = np.full((nz, nt + 1), nt, dtype=np.int64)
+            for t in range(nt - 1, -1, -1):
+                nxt[:, t] = np.where(h[:, t], nxt[:, t + 1], t)
+            drops = [np.flatnonzero(h[z, :-1] & ~h[z, 1:]) + 1 for z in range(nz)]
+            for z in range(nz):
+                ts = [t for z2 in range(nz) if z2 != z and regions[z2] == regions[z]
+                      for t in drops[z2] if h[z, t]]
+                if len(ts) >= 3:
+                    ts = np.asarray(ts)
+                    after[z] = max(float(np.mean(nxt[z, ts] - ts)) * gap_hours, gap_hours)
+        return cls(availability=up_ticks / h.shape[1], mean_up_hours=mean_up,
                    mean_down_hours=np.maximum((h.shape[1] - up_ticks) * gap_hours / (reg + 1),
                                               gap_hours),
-                   all_down=float(np.mean(~h.any(axis=0))))
+                   all_down=float(np.mean(~h.any(axis=0))), up_after_neighbour_hours=after)
 
 
 def belief_up(obs: Observation, prior: PriorStats) -> np.ndarray:

@@ -25,9 +25,14 @@ baselines ignore and a live controller knows:
   ``reconsider_hours``: when another zone's cost per useful hour, restart and migration
   included, is below ``(1 - move_margin)`` x the held zone's, it tries to move (and
   stays where it is when that launch fails).
-* **Notices and checkpoints.** The safety net counts only the save time at risk when a
-  notice is usable; the checkpoint interval is the cost-model optimum for the zone's
-  hazard (stretched by the notice; capped by the spare slack without one).
+* **Correlated reclaims.** Right after a preemption, the zones of the same region are
+  scored with the prior's up-time measured after a neighbour's preemption (shorter
+  where reclaims hit a region together), so it leaves the region when that pays, and
+  stays (no egress) when the region's zones are independent.
+* **Notices and checkpoints.** With a usable notice it relies on the emergency save (no
+  periodic saves, like the baselines; ``notice_failure_prob > 0`` adds insurance saves
+  while they cost at most half the spare slack); without one, the cost-model optimum for
+  the zone's hazard, capped by the spare slack.
 
 Parameters (``SpotfleetParams``) are structural, not fitted: the lookback of the
 statistics, the move margin, how often to reconsider, the share of notices assumed lost.
@@ -60,7 +65,11 @@ class SpotfleetParams:
     move_margin: float = 0.25  # move off a held zone when another is 25 % cheaper per useful hour
     reconsider_hours: float = 1.0  # how often a held spot zone is reconsidered
     min_belief: float = 0.02  # do not try zones whose launch almost surely fails
-    notice_failure_prob: float = 0.05  # share of notices assumed lost (insurance saves)
+    notice_failure_prob: float = 0.0  # share of notices assumed lost (> 0: insurance saves)
+    patience: float = 2.0  # wait for a better zone while spare slack > this x its mean wait (0: off)
+    burn_model: str = "full"  # "full": outages + restarts + lost work + saves; "outages"
+    neighbour_window_hours: float = 1.0  # after a preemption, its region's zones use the
+    # prior's up-time measured after a neighbour's preemption for this long
     risk_fraction: float = 0.4  # without notice: at most this share of spare slack at risk
 
 
@@ -75,7 +84,22 @@ class SpotfleetPolicy(Policy):
 
     def reset(self, spec: JobSpec, obs: Observation) -> None:
         hist = obs.history[:, : obs.tick] if obs.tick > 1 else obs.history
-        self.prior = PriorStats.from_history(hist, obs.gap_hours, self.p.lookback_hours)
+        self.prior = PriorStats.from_history(hist, obs.gap_hours, self.p.lookback_hours,
+                                             tuple(obs.regions))
+        self._pre_tick = -(10**9)
+        self._pre_region: str | None = None
+
+    def expected_runs(self, obs: Observation) -> np.ndarray:
+        """Expected up-run (h) of each zone if launched now: the prior's mean up-run, or,
+        for zones of a region that just lost an instance of this job, the shorter of that
+        and the prior's up-time after a neighbour's preemption (correlated reclaims)."""
+        run = np.array(self.prior.mean_up_hours, dtype=float)
+        after = self.prior.up_after_neighbour_hours
+        recent = (obs.tick - self._pre_tick) * obs.gap_hours <= self.p.neighbour_window_hours
+        if after is not None and recent and self._pre_region is not None and obs.regions:
+            same = np.array([r == self._pre_region for r in obs.regions])
+            run = np.where(same, np.minimum(run, after), run)
+        return run
 
     # ------------------------------------------------------------------ costs
     def _lost_per_preemption(self, spec: JobSpec, run_hours: float) -> float:
@@ -90,7 +114,7 @@ class SpotfleetPolicy(Policy):
         from staying there); inf where not worth it."""
         spec = state.spec
         price = obs.spot_prices(spec)
-        run = np.array(self.prior.mean_up_hours, dtype=float)
+        run = self.expected_runs(obs)
         rem = max(spec.work_hours - state.done_hours, 1e-3)
         out = np.empty(obs.n_zones)
         for z in range(obs.n_zones):
@@ -115,6 +139,8 @@ class SpotfleetPolicy(Policy):
             return None
         rate = 1.0 / max(run_hours, 1e-3)
         if spec.notice_saves:
+            if self.p.notice_failure_prob <= 0:
+                return None  # the notice's emergency save is enough
             rate *= self.p.notice_failure_prob
         try:
             t_opt = optimal_interval_hours(c, rate, spec.restart_hours)
@@ -151,8 +177,11 @@ class SpotfleetPolicy(Policy):
         if must_go_on_demand(state, g):
             return Action(ON_DEMAND, None, obs.tick + 1, watch=())
         k = ticks_until_unsafe(state, g)
+        if state.just_preempted and state.last_preempted_zone >= 0 and obs.regions:
+            self._pre_tick = obs.tick
+            self._pre_region = obs.regions[state.last_preempted_zone]
         od_price = self._od_price(state, obs)
-        run = self.prior.mean_up_hours
+        run = self.expected_runs(obs)
         if state.location >= 0:
             z = state.location
             interval = self.checkpoint_interval(run[z], state, g)
@@ -174,9 +203,17 @@ class SpotfleetPolicy(Policy):
             if spare < self.reserve_hours(state, later) or not order:
                 return Action(ON_DEMAND, None, obs.tick + 1, watch=())
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1)
-        if spare < self.reserve_hours(state, state.elapsed_hours):
+        reserve = self.reserve_hours(state, state.elapsed_hours)
+        if spare < reserve:
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1,
                                  max_tries=affordable_probes(state, g))
+        if self.p.patience > 0 and order:
+            # ample slack: wait for a better zone than those likely up now when the
+            # expected wait for it fits ``patience`` times over in the slack to spare
+            best = int(np.argmin(eff))
+            if (eff[best] < eff[order[0]]
+                    and spare - reserve > self.p.patience * self.prior.mean_down_hours[best]):
+                order = [z for z in order if eff[z] <= eff[best]] or [best]
         return launch_action(order, IDLE, interval, obs.tick + 1)
 
     def reserve_hours(self, state: JobState, at_hours: float) -> float:
@@ -188,4 +225,17 @@ class SpotfleetPolicy(Policy):
         spec = state.spec
         left = max(0.0, spec.deadline_hours - at_hours)
         up_share = (spec.deadline_hours - spec.work_hours) / spec.deadline_hours
-        return left * min(up_share, self.prior.all_down)
+        return left * min(up_share, self.slack_burn_share(spec))
+
+    def slack_burn_share(self, spec: JobSpec) -> float:
+        """Expected share of wall-clock time that burns slack off on-demand, from the
+        statistics before the job: time with no zone up, plus per preemption (rate of the
+        zones' mean up-runs) a restart and the work lost, plus periodic saves without a
+        notice (``burn_model="outages"``: the first term only)."""
+        if self.p.burn_model == "outages":
+            return self.prior.all_down
+        run = float(np.median(self.prior.mean_up_hours))
+        lost = self._lost_per_preemption(spec, run)
+        saves = 0.0 if spec.notice_saves else spec.checkpoint_hours / max(
+            math.sqrt(2.0 * max(spec.checkpoint_hours, 1e-6) * run), 2.0 * spec.checkpoint_hours)
+        return self.prior.all_down + (spec.restart_hours + lost) / run + saves
