@@ -1,42 +1,183 @@
-"""Cost report tables and plot from the statistics DB (pure pandas / matplotlib).
+"""Cost report tables from the statistics DB (pure pandas; plots in assets/report_render.py).
 
-Inputs are the ``cost_lines`` and ``node_sessions`` tables (infra/db). Money in $,
-time in billed hours (market hours on the local fleet), rates per billed hour.
+Inputs are the ``stage_attempts``, ``node_sessions``, ``cost_lines`` and ``checkpoints``
+tables (infra/db). Money in $, time in BILLED hours (market hours on the local fleet),
+rates per billed hour.
+
+Views (each an explicit table, never silently mixed):
+
+- one RUN (a Dagster run and its run-level retries): :func:`for_runs` then
+  :func:`cost_table` (stage x zone x day lines) and :func:`subtotals` (per stage / zone);
+- one PERIOD of UTC days: :func:`for_days` then :func:`day_summary` (per day, all runs);
+- ALL TIME: :func:`run_summary` (one row per recorded run, every run ever).
+
+Categories of a node session's billed time (infra/db/accounting.py): ``useful``,
+``checkpoint``, ``redo``, ``restart``, ``idle``; the report splits ``restart`` into
+``launch`` (the stage's first node-group launch in a run: start-up paid even without
+preemptions) and ``restart`` (every relaunch after it). ``fallback`` is a PRICE split,
+not a time split: the premium paid on on-demand nodes over the spot price for the
+same hours (it overlaps the time categories, so it is never added to them).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import pandas as pd
 
 from checkpointing import costmodel
 
-CATEGORIES = ("useful", "checkpoint", "redo", "restart", "idle")
+CATEGORIES = ("useful", "checkpoint", "redo", "launch", "restart", "idle")
+TAXES = ("checkpoint", "redo", "launch", "restart", "idle")
 GROUP = ["pipeline", "stage", "zone", "day"]
+MONEY = ["spend_usd", "on_demand_usd", "savings_usd"] + [f"{c}_usd" for c in CATEGORIES] + ["fallback_usd"]
+#: end reasons of a node that was lost with its node group (the attempt failed)
+LOST_REASONS = ("failed", "cancelled")
+#: nodes of one node-group launch start within this many wall seconds of each other
+GROUP_LAUNCH_WINDOW_S = 5.0
 
 
 def session_costs(sessions: pd.DataFrame) -> pd.Series:
     """Billed $ of each ended session: (end - launch) x time_scale / 3600 x price."""
     if sessions.empty:
         return pd.Series(dtype=float)
+    return (_billed_hours(sessions) * sessions["price_per_hour"]).astype(float)
+
+
+def _billed_hours(sessions: pd.DataFrame) -> pd.Series:
     ended = sessions["ended_at"].notna()
     hours = (sessions["ended_at"] - sessions["launched_at"]).clip(lower=0) * \
         sessions["time_scale"].fillna(1.0) / 3600.0
-    return (hours * sessions["price_per_hour"]).where(ended, 0.0)
+    return hours.where(ended, 0.0).astype(float)
 
 
-def cost_table(lines: pd.DataFrame) -> pd.DataFrame:
+@dataclass(frozen=True)
+class CostData:
+    """The statistics DB rows of one pipeline, prepared for the report.
+
+    ``sessions`` gains ``run_id``, ``billed_hours``, ``cost_usd``, ``lost`` (ended with
+    its lost node group), ``preempted_or_lost`` and ``first_launch``; ``lines`` gains the
+    ``launch`` category (see the module docstring).
+    """
+
+    attempts: pd.DataFrame
+    sessions: pd.DataFrame
+    lines: pd.DataFrame
+    checkpoints: pd.DataFrame
+
+    @property
+    def run_ids(self) -> list[str]:
+        """Recorded runs, oldest first (by their first attempt's start)."""
+        if self.attempts.empty:
+            return []
+        first = self.attempts.groupby("run_id")["started_at"].min().sort_values()
+        return [str(r) for r in first.index]
+
+    @property
+    def empty(self) -> bool:
+        return self.sessions.empty and self.lines.empty
+
+
+def load(engine, pipeline: str) -> CostData:
+    """Read and :func:`prepare` one pipeline's tables."""
+    from infra.db.models import CheckpointRecord, CostLine, NodeSessionRecord, StageAttempt
+    from infra.db.recorder import read_table
+
+    return prepare(read_table(engine, StageAttempt, pipeline), read_table(engine, NodeSessionRecord, pipeline),
+                   read_table(engine, CostLine, pipeline), read_table(engine, CheckpointRecord, pipeline))
+
+
+def prepare(attempts: pd.DataFrame, sessions: pd.DataFrame, lines: pd.DataFrame,
+            checkpoints: pd.DataFrame) -> CostData:
+    """Derived columns: run of each session, billed hours and $, lost groups, first launches."""
+    s = sessions.copy()
+    a = attempts.copy()
+    ln = lines.copy()
+    if s.empty:
+        for col in ("run_id", "billed_hours", "cost_usd", "lost", "preempted_or_lost", "first_launch"):
+            s[col] = pd.Series(dtype=object)
+    else:
+        run_of_attempt = dict(zip(a["id"], a["run_id"], strict=True)) if not a.empty else {}
+        status_of_attempt = dict(zip(a["id"], a["status"], strict=True)) if not a.empty else {}
+        s["run_id"] = s["attempt_id"].map(run_of_attempt)
+        if not ln.empty and s["run_id"].isna().any():  # sessions without an attempt row
+            run_of_session = ln.drop_duplicates("node_session_id").set_index("node_session_id")["run_id"]
+            s["run_id"] = s["run_id"].fillna(s["id"].map(run_of_session))
+        s["run_id"] = s["run_id"].fillna("(unknown run)")
+        s["billed_hours"] = _billed_hours(s)
+        s["cost_usd"] = session_costs(s)
+        failed_attempt = s["attempt_id"].map(status_of_attempt).eq("failed")
+        s["lost"] = s["end_reason"].isin(LOST_REASONS) & failed_attempt
+        s["preempted_or_lost"] = s["end_reason"].eq("preempted") | s["lost"]
+        first_attempt = s.groupby(["run_id", "stage"])["attempt"].transform("min")
+        first_time = s[s["attempt"] == first_attempt].groupby(["run_id", "stage"])["launched_at"].min()
+        t0 = pd.Series([first_time.get((r, st), math.nan) for r, st in zip(s["run_id"], s["stage"], strict=True)],
+                       index=s.index)
+        s["first_launch"] = (s["attempt"] == first_attempt) & (s["launched_at"] <= t0 + GROUP_LAUNCH_WINDOW_S)
+    if not ln.empty:
+        ln["day"] = pd.to_datetime(ln["day"]).dt.date.astype(str)
+        first_ids = set(s.loc[s["first_launch"].astype(bool), "id"]) if not s.empty else set()
+        is_launch = ln["category"].eq("restart") & ln["node_session_id"].isin(first_ids)
+        ln.loc[is_launch, "category"] = "launch"
+    return CostData(a, s, ln, checkpoints.copy())
+
+
+def for_runs(data: CostData, run_ids: Iterable[str]) -> CostData:
+    """Only the rows of the given runs."""
+    ids = set(run_ids)
+    ck = data.checkpoints
+    return CostData(
+        data.attempts[data.attempts["run_id"].isin(ids)] if not data.attempts.empty else data.attempts,
+        data.sessions[data.sessions["run_id"].isin(ids)] if not data.sessions.empty else data.sessions,
+        data.lines[data.lines["run_id"].isin(ids)] if not data.lines.empty else data.lines,
+        ck[ck["run_id"].isin(ids)] if not ck.empty else ck)
+
+
+def for_days(data: CostData, first: dt.date, last: dt.date) -> CostData:
+    """Cost lines on UTC days ``first..last`` (inclusive) and the sessions they belong to."""
+    lines = data.lines
+    if not lines.empty:
+        d = pd.to_datetime(lines["day"]).dt.date
+        lines = lines[(d >= first) & (d <= last)]
+    ids = set(lines["node_session_id"]) if not lines.empty else set()
+    sessions = data.sessions[data.sessions["id"].isin(ids)] if not data.sessions.empty else data.sessions
+    runs = set(sessions["run_id"]) if not sessions.empty else set()
+    attempts = data.attempts[data.attempts["run_id"].isin(runs)] if not data.attempts.empty else data.attempts
+    ck = data.checkpoints
+    return CostData(attempts, sessions, lines, ck[ck["run_id"].isin(runs)] if not ck.empty else ck)
+
+
+def latest_run(data: CostData) -> str | None:
+    """The most recently started run that recorded an attempt."""
+    ids = data.run_ids
+    return ids[-1] if ids else None
+
+
+def _fallback_by_session(sessions: pd.DataFrame) -> pd.Series:
+    """$ premium of on-demand sessions over the spot price of the same node type (0 for spot)."""
+    if sessions.empty:
+        return pd.Series(dtype=float)
+    spot = sessions[sessions["spot"].astype(bool)]
+    spot_price = spot.groupby("instance_type")["price_per_hour"].mean()
+    od = ~sessions["spot"].astype(bool)
+    ref = sessions["instance_type"].map(spot_price)
+    prem = (sessions["price_per_hour"] - ref).clip(lower=0) * sessions["billed_hours"]
+    return prem.where(od & ref.notna(), 0.0).astype(float)
+
+
+def cost_table(lines: pd.DataFrame, sessions: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (pipeline, stage, zone, day): spend, on-demand equivalent, savings, breakdown.
 
     Columns: ``spend_usd``, ``on_demand_usd`` (on-demand price of the same useful work),
     ``savings_usd``, ``savings_pct``, ``<category>_usd`` and ``<category>_hours`` for
-    useful, checkpoint, redo, restart and idle.
+    each of :data:`CATEGORIES`, and ``fallback_usd`` (needs ``sessions`` from a
+    :class:`CostData`; 0 without it).
     """
     cols = GROUP + ["spend_usd", "on_demand_usd", "savings_usd", "savings_pct"] + \
-        [f"{c}_usd" for c in CATEGORIES] + [f"{c}_hours" for c in CATEGORIES]
+        [f"{c}_usd" for c in CATEGORIES] + ["fallback_usd"] + [f"{c}_hours" for c in CATEGORIES]
     if lines.empty:
         return pd.DataFrame(columns=cols)
     df = lines.copy()
@@ -51,12 +192,142 @@ def cost_table(lines: pd.DataFrame) -> pd.DataFrame:
     out["on_demand_usd"] = df.groupby(GROUP)["on_demand_dollars"].sum()
     out["savings_usd"] = out["on_demand_usd"] - out["spend_usd"]
     out["savings_pct"] = (100.0 * out["savings_usd"] / out["on_demand_usd"]).where(out["on_demand_usd"] > 0)
+    out["fallback_usd"] = 0.0
+    if sessions is not None and not sessions.empty and "billed_hours" in sessions:
+        prem = _fallback_by_session(sessions)
+        if prem.abs().sum() > 0:
+            # spread each session's premium over its lines in proportion to their dollars
+            share = df.merge(pd.DataFrame({"node_session_id": sessions["id"], "prem": prem,
+                                           "cost": sessions["cost_usd"]}), on="node_session_id", how="left")
+            share["fallback"] = (share["prem"].fillna(0.0) * share["dollars"] /
+                                 share["cost"].where(share["cost"] > 0)).fillna(0.0)
+            out["fallback_usd"] = share.groupby(GROUP)["fallback"].sum().reindex(out.index).fillna(0.0)
     return out.reset_index()[cols]
+
+
+def subtotals(table: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
+    """Money columns summed per ``by`` (e.g. ``"stage"``, ``"zone"``), with savings %."""
+    keys = [by] if isinstance(by, str) else list(by)
+    cols = [c for c in MONEY if c in table.columns]
+    if table.empty:
+        return pd.DataFrame(columns=keys + cols + ["savings_pct"])
+    out = table.groupby(keys, sort=False)[cols].sum().reset_index()
+    out["savings_pct"] = (100.0 * out["savings_usd"] / out["on_demand_usd"]).where(out["on_demand_usd"] > 0)
+    return out
+
+
+def totals(table: pd.DataFrame) -> dict[str, float]:
+    """Whole-table totals (the floats Dagster plots over time)."""
+    out = {k: float(table[k].sum()) if (not table.empty and k in table) else 0.0 for k in MONEY}
+    out["taxes_usd"] = sum(out[f"{c}_usd"] for c in TAXES)
+    out["savings_pct"] = 100.0 * out["savings_usd"] / out["on_demand_usd"] if out["on_demand_usd"] > 0 else 0.0
+    return out
+
+
+@dataclass(frozen=True)
+class StageHistory:
+    """One stage across ALL its attempts in a run (what the stage asset reports)."""
+
+    stage: str
+    attempts: int
+    lost_attempts: int
+    sessions: int
+    preemptions: int  # node sessions preempted, plus nodes lost with their node group
+    lost_nodes: int
+    on_demand_sessions: int
+    cost_usd: float
+    zones: str  # launch order, "a -> b -> c"
+    final_step: int | None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def stage_history(data: CostData, stage: str) -> StageHistory:
+    """Attempts, sessions, preemptions (incl. lost node groups) and cost of one stage."""
+    a = data.attempts[data.attempts["stage"] == stage] if not data.attempts.empty else data.attempts
+    s = data.sessions[data.sessions["stage"] == stage] if not data.sessions.empty else data.sessions
+    s = s.sort_values("launched_at") if not s.empty else s
+    final = a["final_step"].dropna() if not a.empty else pd.Series(dtype=float)
+    return StageHistory(
+        stage=stage, attempts=len(a), lost_attempts=int((a["status"] == "failed").sum()) if not a.empty else 0,
+        sessions=len(s), preemptions=int(s["preempted_or_lost"].sum()) if not s.empty else 0,
+        lost_nodes=int(s["lost"].sum()) if not s.empty else 0,
+        on_demand_sessions=int((~s["spot"].astype(bool)).sum()) if not s.empty else 0,
+        cost_usd=float(s["cost_usd"].sum()) if not s.empty else 0.0,
+        zones=" -> ".join(s["zone"]) if not s.empty else "",
+        final_step=int(final.max()) if len(final) else None)
+
+
+def attempts_table(data: CostData, stage: str) -> pd.DataFrame:
+    """One row per attempt of ``stage``: status, sessions, preemptions, zones, steps, $."""
+    cols = ["attempt", "status", "sessions", "preemptions", "zones", "start_step", "final_step", "cost_usd"]
+    a = data.attempts[data.attempts["stage"] == stage] if not data.attempts.empty else data.attempts
+    if a.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for r in a.sort_values(["started_at", "attempt"]).itertuples(index=False):
+        s = data.sessions[data.sessions["attempt_id"] == r.id].sort_values("launched_at")
+        rows.append({"attempt": int(r.attempt), "status": r.status, "sessions": len(s),
+                     "preemptions": int(s["preempted_or_lost"].sum()) if not s.empty else 0,
+                     "zones": " -> ".join(s["zone"]),
+                     "start_step": None if pd.isna(r.start_step) else int(r.start_step),
+                     "final_step": None if pd.isna(r.final_step) else int(r.final_step),
+                     "cost_usd": float(s["cost_usd"].sum()) if not s.empty else 0.0})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _summary_row(data: CostData) -> dict[str, object]:
+    tot = totals(cost_table(data.lines, data.sessions))
+    s = data.sessions
+    return {"stages": int(s["stage"].nunique()) if not s.empty else 0,
+            "attempts": len(data.attempts),
+            "lost_attempts": int((data.attempts["status"] == "failed").sum()) if not data.attempts.empty else 0,
+            "sessions": len(s), "preemptions": int(s["preempted_or_lost"].sum()) if not s.empty else 0,
+            **{k: tot[k] for k in ("spend_usd", "on_demand_usd", "savings_usd", "savings_pct", "taxes_usd",
+                                   "fallback_usd")}}
+
+
+def run_summary(data: CostData) -> pd.DataFrame:
+    """ALL TIME: one row per recorded run (oldest first) with its totals."""
+    rows = []
+    for rid in data.run_ids:
+        part = for_runs(data, [rid])
+        start = float(part.attempts["started_at"].min())
+        rows.append({"run_id": rid, "started_utc": _utc(start), **_summary_row(part)})
+    return pd.DataFrame(rows, columns=["run_id", "started_utc", "stages", "attempts", "lost_attempts", "sessions",
+                                       "preemptions", "spend_usd", "on_demand_usd", "savings_usd", "savings_pct",
+                                       "taxes_usd", "fallback_usd"])
+
+
+def day_summary(data: CostData) -> pd.DataFrame:
+    """PERIOD: one row per UTC day with cost lines (all runs that billed on that day)."""
+    cols = ["day", "runs", "spend_usd", "on_demand_usd", "savings_usd", "savings_pct", "taxes_usd", "fallback_usd"]
+    if data.lines.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for day in sorted(set(data.lines["day"])):
+        d = dt.date.fromisoformat(day)
+        part = for_days(data, d, d)
+        tot = totals(cost_table(part.lines, part.sessions))
+        rows.append({"day": day, "runs": int(part.lines["run_id"].nunique()),
+                     **{k: tot[k] for k in cols[2:]}})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _utc(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @dataclass(frozen=True)
 class ObservedRates:
-    """What the recorded sessions say (billed hours): lambda, C, R and prices."""
+    """What the recorded sessions say (billed hours): lambda, C, R and prices.
+
+    ``preemptions`` counts preempted spot nodes AND spot nodes lost with their node
+    group; ``restart_hours`` is the mean relaunch time (first launches excluded unless
+    there was no relaunch); ``useful_hours`` and ``spend_usd`` give the observed
+    effective cost.
+    """
 
     spot_hours: float
     preemptions: int
@@ -65,6 +336,13 @@ class ObservedRates:
     restart_hours: float
     spot_price: float
     on_demand_price: float
+    useful_hours: float = 0.0
+    spend_usd: float = 0.0
+
+    @property
+    def observed_cost_per_useful_hour(self) -> float:
+        """What one useful hour really cost: all spend / useful hours (nan without useful work)."""
+        return self.spend_usd / self.useful_hours if self.useful_hours > 0 else math.nan
 
 
 @dataclass(frozen=True)
@@ -74,31 +352,49 @@ class BreakEven:
     observed: ObservedRates
     break_even_rate_per_hour: float
     optimal_interval_hours: float | None
-    eff_cost_per_useful_hour: float
+    eff_cost_per_useful_hour: float  # MODELLED: c_eff at the observed lambda, C, R
     spot_wins: bool
+
+    @property
+    def observed_cost_per_useful_hour(self) -> float:
+        return self.observed.observed_cost_per_useful_hour
 
     def as_dict(self) -> dict[str, float | int | bool | None]:
         d = {f"observed_{k}": v for k, v in asdict(self.observed).items()}
         d.update({k: v for k, v in asdict(self).items() if k != "observed"})
+        d["observed_cost_per_useful_hour"] = self.observed_cost_per_useful_hour
         return d
 
 
 def observed_rates(sessions: pd.DataFrame, lines: pd.DataFrame, checkpoints: pd.DataFrame) -> ObservedRates:
     """Preemption rate per billed spot hour, mean checkpoint stall C and restart R (hours)."""
-    spot = sessions[sessions["spot"].astype(bool) & sessions["ended_at"].notna()] if not sessions.empty else sessions
-    scale = spot["time_scale"].fillna(1.0) if not spot.empty else pd.Series(dtype=float)
-    hours = float(((spot["ended_at"] - spot["launched_at"]) * scale).sum() / 3600.0) if not spot.empty else 0.0
-    npre = int((spot["end_reason"] == "preempted").sum()) if not spot.empty else 0
+    ended = sessions[sessions["ended_at"].notna()] if not sessions.empty else sessions
+    spot = ended[ended["spot"].astype(bool)] if not ended.empty else ended
+    hours = float(_billed_hours(spot).sum()) if not spot.empty else 0.0
+    if not spot.empty and "preempted_or_lost" in spot:
+        npre = int(spot["preempted_or_lost"].sum())
+    else:
+        npre = int((spot["end_reason"] == "preempted").sum()) if not spot.empty else 0
     mean_scale = float(sessions["time_scale"].fillna(1.0).mean()) if not sessions.empty else 1.0
     stalls = checkpoints["stall_seconds"].dropna() if not checkpoints.empty else pd.Series(dtype=float)
     ckpt_h = float(stalls.mean()) * mean_scale / 3600.0 if len(stalls) else 0.0
-    restart = lines[lines["category"] == "restart"] if not lines.empty else lines
-    n_sessions = max(1, len(sessions))
-    restart_h = float(restart["seconds"].sum()) / 3600.0 / n_sessions if not restart.empty else 0.0
+    restart_h = 0.0
+    if not lines.empty:
+        relaunch = lines[lines["category"] == "restart"]
+        n_relaunch = relaunch["node_session_id"].nunique()
+        if n_relaunch:
+            restart_h = float(relaunch["seconds"].sum()) / 3600.0 / n_relaunch
+        else:
+            first = lines[lines["category"] == "launch"]
+            n_first = first["node_session_id"].nunique()
+            restart_h = float(first["seconds"].sum()) / 3600.0 / n_first if n_first else 0.0
     sp = float(spot["price_per_hour"].mean()) if not spot.empty else float("nan")
     od_col = sessions["on_demand_price_per_hour"].dropna() if not sessions.empty else pd.Series(dtype=float)
     od = float(od_col.mean()) if len(od_col) else float("nan")
-    return ObservedRates(hours, npre, npre / hours if hours > 0 else 0.0, ckpt_h, restart_h, sp, od)
+    useful_h = float(lines.loc[lines["category"] == "useful", "seconds"].sum()) / 3600.0 if not lines.empty else 0.0
+    spend = float(lines["dollars"].sum()) if not lines.empty else 0.0
+    return ObservedRates(hours, npre, npre / hours if hours > 0 else 0.0, ckpt_h, restart_h, sp, od,
+                         useful_h, spend)
 
 
 def break_even(obs: ObservedRates) -> BreakEven | None:
@@ -121,84 +417,32 @@ def break_even(obs: ObservedRates) -> BreakEven | None:
     return BreakEven(obs, be, t, eff, lam < be)
 
 
-def totals(table: pd.DataFrame) -> dict[str, float]:
-    """Whole-report totals (the floats Dagster plots over time)."""
-    out = {k: float(table[k].sum()) if not table.empty else 0.0 for k in
-           ["spend_usd", "on_demand_usd", "savings_usd"] + [f"{c}_usd" for c in CATEGORIES]}
-    out["savings_pct"] = 100.0 * out["savings_usd"] / out["on_demand_usd"] if out["on_demand_usd"] > 0 else 0.0
-    return out
+@dataclass(frozen=True)
+class BudgetStatus:
+    """Spend of one budget period against the pipeline's ``budget_usd``."""
+
+    period: str  # "run <id>" or "day YYYY-MM-DD"
+    spend_usd: float
+    budget_usd: float
+
+    @property
+    def used_fraction(self) -> float:
+        return self.spend_usd / self.budget_usd if self.budget_usd > 0 else math.inf
+
+    @property
+    def within(self) -> bool:
+        return self.spend_usd <= self.budget_usd
 
 
-def markdown_report(pipeline: str, table: pd.DataFrame, tot: dict[str, float], be: BreakEven | None) -> str:
-    """The report as markdown (Dagster metadata)."""
-    lines = [f"### Cost report: {pipeline}", "",
-             f"Spend **${tot['spend_usd']:.4f}** vs on-demand **${tot['on_demand_usd']:.4f}** "
-             f"for the same useful work: savings **${tot['savings_usd']:.4f} ({tot['savings_pct']:.1f}%)**.", "",
-             "| stage | zone | day | spend $ | on-demand $ | savings $ | useful $ | ckpt tax $ | redo tax $ | restart tax $ | idle $ |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in table.itertuples(index=False):
-        lines.append(f"| {r.stage} | {r.zone} | {r.day} | {r.spend_usd:.4f} | {r.on_demand_usd:.4f} | "
-                     f"{r.savings_usd:.4f} | {r.useful_usd:.4f} | {r.checkpoint_usd:.4f} | "
-                     f"{r.redo_usd:.4f} | {r.restart_usd:.4f} | {r.idle_usd:.4f} |")
-    if be is not None:
-        o = be.observed
-        verdict = "spot wins" if be.spot_wins else "ON-DEMAND would be cheaper"
-        lines += ["", "**Break-even at the observed rates** (playbook c_eff, optimal interval):", "",
-                  f"- observed preemption rate {o.rate_per_hour:.3f}/h over {o.spot_hours:.2f} spot hours "
-                  f"({o.preemptions} preemptions); checkpoint cost C = {o.ckpt_hours * 3600:.1f} s; "
-                  f"restart R = {o.restart_hours * 60:.1f} min",
-                  f"- prices: spot {o.spot_price:.3f} $/h, on-demand {o.on_demand_price:.3f} $/h",
-                  f"- break-even rate {be.break_even_rate_per_hour:.3f}/h; effective spot cost "
-                  f"{be.eff_cost_per_useful_hour:.3f} $/useful hour: **{verdict}**"]
-    return "\n".join(lines)
-
-
-def write_plot(table: pd.DataFrame, tot: dict[str, float], path: Path, title: str,
-               stage_order: list[str] | None = None) -> Path:
-    """Stacked bar per stage (useful + taxes) next to the on-demand equivalent; PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    by_stage = table.groupby("stage")[[f"{c}_usd" for c in CATEGORIES] + ["on_demand_usd"]].sum() \
-        if not table.empty else pd.DataFrame(columns=[f"{c}_usd" for c in CATEGORIES] + ["on_demand_usd"])
-    if stage_order:
-        by_stage = by_stage.reindex([s for s in stage_order if s in by_stage.index])
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    colors = {"useful": "#2a9d8f", "checkpoint": "#e9c46a", "redo": "#f4a261", "restart": "#e76f51", "idle": "#adb5bd"}
-    x = range(len(by_stage))
-    bottom = [0.0] * len(by_stage)
-    for c in CATEGORIES:
-        vals = list(by_stage[f"{c}_usd"]) if len(by_stage) else []
-        ax.bar([i - 0.2 for i in x], vals, width=0.4, bottom=bottom, label=f"spot: {c}", color=colors[c])
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    ax.bar([i + 0.2 for i in x], list(by_stage["on_demand_usd"]) if len(by_stage) else [], width=0.4,
-           label="on-demand, same useful work", color="#264653")
-    ax.set_xticks(list(x), list(by_stage.index))
-    ax.set_ylabel("$")
-    ax.set_title(f"{title}: spot spend \\${tot['spend_usd']:.2f} vs on-demand \\${tot['on_demand_usd']:.2f} "
-                 f"for the same useful work ({tot['savings_pct']:.0f}% saved)", fontsize=9)
-    top = max([*bottom, *(list(by_stage["on_demand_usd"]) if len(by_stage) else [])], default=1.0)
-    ax.set_ylim(0, top * 1.45 if top > 0 else 1.0)
-    ax.legend(fontsize=7, loc="upper left", ncol=2)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-def write_html(markdown: str, table: pd.DataFrame, png: Path, path: Path) -> Path:
-    """A self-contained HTML page: the table, the break-even text and the plot."""
-    import base64
-    import html
-
-    img = base64.b64encode(png.read_bytes()).decode()
-    body = "<br>".join(html.escape(x) for x in markdown.splitlines() if not x.startswith("|"))
-    path.write_text(
-        "<!doctype html><meta charset='utf-8'><title>spotfleet cost report</title>"
-        f"<body style='font-family:sans-serif'><p>{body}</p>"
-        f"<img src='data:image/png;base64,{img}'>{table.to_html(index=False, float_format=lambda v: f'{v:.4f}')}"
-        "</body>", encoding="utf-8")
-    return path
+def budget_status(data: CostData, budget_usd: float, period: str, run_ids: Iterable[str] | None = None,
+                  day: dt.date | None = None) -> BudgetStatus:
+    """Spend in the budget period: ``period="run"`` (the given runs) or ``"day"`` (one UTC day)."""
+    if period == "day":
+        d = day or dt.datetime.now(dt.UTC).date()
+        part = for_days(data, d, d)
+        return BudgetStatus(f"day {d.isoformat()}", float(part.lines["dollars"].sum()) if not part.lines.empty
+                            else 0.0, budget_usd)
+    ids = list(run_ids or [])
+    part = for_runs(data, ids)
+    label = f"run {ids[0][:8]}" if ids else "run (none)"
+    return BudgetStatus(label, float(part.lines["dollars"].sum()) if not part.lines.empty else 0.0, budget_usd)

@@ -36,15 +36,7 @@ from dagster import (
 
 from assets import fleet_adapter
 from assets.config_failure import config_failure
-from assets.cost_tables import (
-    break_even,
-    cost_table,
-    markdown_report,
-    observed_rates,
-    totals,
-    write_html,
-    write_plot,
-)
+from assets.cost_assets import CostReportConfig
 from fleet.planning.planner import FleetPlan
 from fleet.policies.registry import get_policy
 from fleet.providers.base import StageSpec
@@ -198,35 +190,16 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
     @asset(key=[p, "cost_report"], group_name=p, kinds={"pandas"},
            deps=[*(a.key for a in train_assets), node_sessions.key],
            automation_condition=refresh_condition(),
-           description="Spend per stage, zone and day vs on-demand for the same useful work, "
-                       "split into useful compute, checkpoint, redo, restart and idle; break-even.")
-    def cost_report(context: AssetExecutionContext, stats_db: StatsDB, fleet: FleetResource) -> Output:
-        from infra.db.models import CheckpointRecord, CostLine, NodeSessionRecord
-        from infra.db.recorder import read_table
+           description="Cost of ONE run (default: this run, else the latest): spend per stage, zone and "
+                       "day vs on-demand for the same useful work, split into useful compute and the "
+                       "first-launch, restart, checkpoint, redo and idle taxes; observed vs modelled "
+                       "effective cost; budget; plus the period (per UTC day) and all-time tables. "
+                       "Config: run_id, first_day, last_day.")
+    def cost_report(context: AssetExecutionContext, stats_db: StatsDB, fleet: FleetResource,
+                    config: CostReportConfig) -> Output:
+        from assets.cost_assets import materialize_cost_report
 
-        eng = stats_db.engine()
-        lines = read_table(eng, CostLine, p)
-        sessions = read_table(eng, NodeSessionRecord, p)
-        ckpts = read_table(eng, CheckpointRecord, p)
-        table = cost_table(lines)
-        tot = totals(table)
-        be = break_even(observed_rates(sessions, lines, ckpts)) if not sessions.empty else None
-        md = markdown_report(p, table, tot, be)
-        out_dir = fleet.var_path() / "reports" / p
-        png = write_plot(table, tot, out_dir / "cost_report.png", p, [s.name for s in cfg.stages])
-        html = write_html(md, table, png, out_dir / "cost_report.html")
-        table.to_csv(out_dir / "cost_report.csv", index=False)
-        (out_dir / "cost_report.md").write_text(md + "\n", encoding="utf-8")
-        meta = {"report": MetadataValue.md(md), "plot": MetadataValue.path(str(png)),
-                "html": MetadataValue.path(str(html)), "csv": MetadataValue.path(str(out_dir / "cost_report.csv")),
-                "rows": MetadataValue.int(len(table))}
-        meta.update({k: MetadataValue.float(float(v)) for k, v in tot.items()})
-        if be is not None:
-            meta["observed_rate_per_hour"] = MetadataValue.float(be.observed.rate_per_hour)
-            meta["break_even_rate_per_hour"] = MetadataValue.float(be.break_even_rate_per_hour)
-            meta["spot_wins"] = MetadataValue.bool(be.spot_wins)
-        context.log.info(f"cost report written to {html} and {png}")
-        return Output(table, metadata=meta)
+        return materialize_cost_report(context, cfg, stats_db, fleet, config)
 
     from assets.checks import build_checks
 
@@ -318,6 +291,11 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         spec = plan.apply(spec)
     zones, use_spot = list(spec.zones), spec.use_spot
     eng = stats_db.engine()
+    from assets.cost_assets import check_budget_before_launch, run_group, stage_metadata
+
+    runs = run_group(context)
+    check_budget_before_launch(context, cfg, stage.name, eng,
+                               plan.expected_cost if plan is not None else None, runs)
     before = latest_checkpoint_step(eng, cfg.name, stage.name, run_id=context.run.run_id)
     context.log.info(f"{stage.name}: attempt {attempt} (run {context.run.run_id[:8]}, root {root_run[:8]}), "
                      f"zones {zones}, {'spot' if use_spot else 'on-demand'}, checkpoints {ckpt_uri}; "
@@ -368,20 +346,21 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
                       "last_checkpoint_step": max((s.last_checkpoint_step or 0 for s in sessions), default=0)})
     pipes_md = invocation.get_materialize_result().metadata or {}
     resumed = [s.first_step for s in sessions if s.first_step]
-    meta = dict(pipes_md)
+    meta = {k: v for k, v in dict(pipes_md).items() if k not in ("node_sessions", "preemptions", "zones_used")}
+    meta.update(stage_metadata(eng, cfg.name, stage.name, runs))  # the whole stage, every attempt
     meta.update({
         "attempt": MetadataValue.int(attempt),
         "final_step": MetadataValue.int(int(result.get("final_step") or 0)),
         "resumed_from_steps": MetadataValue.text(", ".join(str(x) for x in resumed) or "none"),
-        "preemptions": MetadataValue.int(preempted),
-        "on_demand_sessions": MetadataValue.int(sum(1 for s in sessions if not s.spot)),
-        "zones_used": MetadataValue.text(" -> ".join(s.zone for s in sorted(sessions, key=lambda s: s.launched_at))),
+        "this_attempt_sessions": MetadataValue.int(len(sessions)),
+        "this_attempt_preemptions": MetadataValue.int(preempted),
+        "this_attempt_cost_usd": MetadataValue.float(round(sum(
+            (s.ended_at - s.launched_at) * s.price_per_hour / 3600.0 *
+            (cfg.market.time_scale if cfg.provider == "local" else 1.0)
+            for s in sessions if s.ended_at is not None), 4)),
         "checkpoint_uri": MetadataValue.text(ckpt_uri),
         "plan": MetadataValue.text(plan.summary() if plan is not None else "no plan"),
         "fleet_policy": MetadataValue.text(f"{spec.policy} ({type(get_policy(spec.policy)).__qualname__})"),
-        "cost_usd": MetadataValue.float(sum((s.ended_at - s.launched_at) * s.price_per_hour / 3600.0 *
-                                            (cfg.market.time_scale if cfg.provider == "local" else 1.0)
-                                            for s in sessions if s.ended_at is not None)),
     })
     return MaterializeResult(metadata=meta)
 

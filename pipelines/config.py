@@ -135,6 +135,11 @@ class PipelineConfig(_Strict):
     provider: Literal["local", "skypilot"] = "local"
     deadline_hours: float = Field(24.0, gt=0)
     budget_usd: float = Field(1000.0, gt=0)
+    budget_period: Literal["run", "day"] = Field(
+        "run", description="what budget_usd caps: one run (with its retries) or one UTC day (all runs)")
+    enforce_budget: bool = Field(
+        False, description="true: a stage whose launch would push the period's spend (plus its "
+                           "expected cost) over budget_usd is not launched; false: warn only")
     data_uri: str | None = None
     checkpoint_uri: str = Field(..., description="root for checkpoints: a directory or s3://bucket/prefix")
     on_demand_fallback: bool = True

@@ -31,6 +31,14 @@ def pipeline_job_name(pipeline: str) -> str:
     return f"{pipeline}__train_all"
 
 
+def checks_job_name(pipeline: str) -> str:
+    return f"{pipeline}__checks"
+
+
+def report_job_name(pipeline: str) -> str:
+    return f"{pipeline}__report_and_checks"
+
+
 def _gfs_assets() -> list:
     """The GFS scheduling assets (assets/gfs.py) when present and loadable.
 
@@ -61,17 +69,31 @@ def build_definitions(pipelines: list[PipelineConfig] | None = None,
     jobs: list = []
     schedules: list = []
     refresh_keys = []
+    train_keys = []
     for pa in built:
         assets += pa.assets + pa.external
         checks += pa.checks
+        # Checks are not planned in the training job: Dagster shows a planned check whose
+        # upstream step failed as "execution failed" (red) although it never ran. They run in
+        # <pipeline>__checks (spotfleet main runs it after the training job) and by automation.
         jobs.append(define_asset_job(
-            pipeline_job_name(pa.prefix), selection=AssetSelection.assets(*pa.all_keys),
+            pipeline_job_name(pa.prefix), selection=AssetSelection.assets(*pa.all_keys).without_checks(),
             description=f"Materialize the whole graph of pipeline {pa.prefix}: market, statistics, "
-                        "forecast, plan, every training stage, cost report."))
+                        "forecast, plan, every training stage, cost report (checks: the "
+                        f"{checks_job_name(pa.prefix)} job)."))
+        jobs.append(define_asset_job(
+            checks_job_name(pa.prefix), selection=AssetSelection.checks_for_assets(*pa.all_keys),
+            description=f"Evaluate every asset check of pipeline {pa.prefix} on the latest recorded run."))
+        jobs.append(define_asset_job(
+            report_job_name(pa.prefix),
+            selection=AssetSelection.assets(pa.key("cost_report")) | AssetSelection.checks_for_assets(*pa.all_keys),
+            description=f"The cost report of {pa.prefix}'s latest recorded run and every check (what "
+                        "spotfleet main runs after a training run that failed)."))
         refresh = define_asset_job(f"{pa.prefix}__refresh_stats", selection=AssetSelection.assets(*pa.refresh_keys),
                                    description="Refresh preemption statistics, forecast and cost report.")
         jobs.append(refresh)
         refresh_keys += pa.refresh_keys
+        train_keys += pa.train_keys
         if pa.config.schedule_cron:
             schedules.append(ScheduleDefinition(
                 name=f"{pa.prefix}__refresh_schedule", job=refresh, cron_schedule=pa.config.schedule_cron,
@@ -80,7 +102,9 @@ def build_definitions(pipelines: list[PipelineConfig] | None = None,
     if include_gfs:
         assets += _gfs_assets()
     sensors = [AutomationConditionSensorDefinition(
-        "spotfleet_automation", target=AssetSelection.assets(*refresh_keys) if refresh_keys else AssetSelection.all(),
+        "spotfleet_automation",
+        target=(AssetSelection.assets(*refresh_keys) | AssetSelection.checks_for_assets(*train_keys))
+        if refresh_keys else AssetSelection.all(),
         default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
         description="Declarative automation: refresh statistics, forecasts and cost reports when "
                     "training runs land (node sessions recorded).")]

@@ -91,20 +91,23 @@ def run_main(args) -> int:
             instance=instance, raise_on_error=False,
             run_config={"loggers": {"console": {"config": {"log_level": level}}}})
         t_run = time.perf_counter() - t_start
-        checks = [e.event_specific_data for e in result.all_events
-                  if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        from pipelines.commands.main_report import (
+            check_line,
+            print_report_paths,
+            print_stage_summary,
+            run_checks,
+        )
+
+        checks = run_checks(defs, cfg, instance, result, level)  # checks are not planned in the training job
     print("", flush=True)
-    _summary(cfg, stats_db, result.run_id, var)
+    print_stage_summary(cfg, stats_db, result.run_id)
     failed_checks = [c for c in checks if not c.passed]
     for c in checks:
-        print(f"  check {c.asset_key.to_user_string()}:{c.check_name}: {'passed' if c.passed else 'FAILED'}")
+        print(check_line(c))
     total = time.perf_counter() - t0
     print(f"\n[spotfleet main] run {result.run_id} {'succeeded' if result.success else 'FAILED'} in "
           f"{t_run:.0f} s ({total:.0f} s with setup)")
-    reports = var / "reports" / cfg.name
-    print(f"  cost report: {reports / 'cost_report.html'}")
-    print(f"               {reports / 'cost_report.md'} | {reports / 'cost_report.csv'}")
-    print(f"  plot:        {reports / 'cost_report.png'}")
+    print_report_paths(cfg, var, result.run_id)
     print(f"  statistics DB: {stats_db.resolved_url()}")
     print(f"  UI:          {ui_command(home, var, args.pipelines)}")
     if not result.success:
@@ -141,27 +144,3 @@ def ui_command(home: Path, var: Path, pipelines: str | None = None) -> str:
     if pipelines:
         env.append(f"SPOTFLEET_PIPELINES={shlex.quote(str(Path(pipelines).resolve()))}")
     return f"{' '.join(env)} {shlex.quote(shown)} dev -m pipelines.definitions"
-
-
-def _summary(cfg, stats_db, run_id: str, var: Path) -> None:
-    from infra.db.models import NodeSessionRecord, StageAttempt
-    from infra.db.recorder import read_table
-
-    eng = stats_db.engine()
-    attempts = read_table(eng, StageAttempt, cfg.name)
-    attempts = attempts[attempts["run_id"] == run_id]
-    sessions = read_table(eng, NodeSessionRecord, cfg.name)
-    sessions = sessions[sessions["attempt_id"].isin(attempts["id"])]
-    print("[spotfleet main] stages:")
-    for stage in cfg.stages:
-        a = attempts[attempts["stage"] == stage.name].sort_values("attempt")
-        s = sessions[sessions["stage"] == stage.name].sort_values("launched_at")
-        if a.empty:
-            print(f"  {stage.name}: not run")
-            continue
-        resumes = [int(x) for x in s["first_step"].dropna() if x > 0]
-        cost = ((s["ended_at"] - s["launched_at"]) * s["time_scale"] / 3600.0 * s["price_per_hour"]).sum()
-        print(f"  {stage.name}: {len(a)} attempt(s) ({', '.join(a['status'])}), {len(s)} node session(s), "
-              f"{int((s['end_reason'] == 'preempted').sum())} preemption(s), resumed from steps "
-              f"{resumes or 'none'}, final step {a['final_step'].dropna().max()}, zones "
-              f"{' -> '.join(s['zone'])}, ${cost:.2f}")

@@ -1,14 +1,16 @@
 // Drive the Dagster UI with headless Chromium (Debian's /usr/bin/chromium) through
 // playwright-core: open a pipeline's asset graph, launch "Materialize all", wait for the
 // run to finish, save screenshots. Prints one JSON line: {"runId", "status", "screenshots"}.
-//   node dagster_ui.mjs <base-url> <asset-group> <out-dir> <timeout-seconds>
+//   node dagster_ui.mjs <base-url> <asset-group> <out-dir> <timeout-seconds> [<stage asset>]
+// With a stage asset name it then opens that asset, the cost report (its inline plot) and the
+// cost report's checks tab, and reports what it saw under "seen".
 // PLAYWRIGHT_CORE_DIR: folder holding node_modules/playwright-core.
 import { createRequire } from 'module';
 import path from 'path';
 
 const require = createRequire(path.join(process.env.PLAYWRIGHT_CORE_DIR, 'node_modules') + '/');
 const { chromium } = require('playwright-core');
-const [base, group, outDir, timeoutArg] = process.argv.slice(2);
+const [base, group, outDir, timeoutArg, stageAsset] = process.argv.slice(2);
 const timeoutMs = Number(timeoutArg || 480) * 1000;
 const log = (m) => process.stderr.write(`[ui] ${m}\n`);
 
@@ -74,7 +76,59 @@ try {
   await page.waitForTimeout(3000);
   shots.push(path.join(outDir, '4-asset-graph-materialized.png'));
   await page.screenshot({ path: shots.at(-1) });
-  process.stdout.write(JSON.stringify({ runId: run.runId, status: run.status, screenshots: shots }) + '\n');
+  const seen = {};
+  if (stageAsset) {
+    // the stage asset's latest materialization: every attempt's sessions, preemptions and cost
+    await page.goto(`${base}/assets/${group}/${stageAsset}`, { waitUntil: 'domcontentloaded' });
+    await page.getByText('attempt_history', { exact: false }).first().waitFor({ timeout: 60000 }).catch(() => {});
+    await page.waitForTimeout(2000);
+    seen.stageText = await page.locator('body').innerText();
+    shots.push(path.join(outDir, '5-stage-asset.png'));
+    await page.screenshot({ path: shots.at(-1), fullPage: true });
+    // the cost report: its plot (markdown metadata with the PNG inline) must render in the UI
+    await page.goto(`${base}/assets/${group}/cost_report`, { waitUntil: 'domcontentloaded' });
+    await page.getByText('plot', { exact: true }).first().waitFor({ timeout: 60000 }).catch(() => {});
+    await page.waitForTimeout(2000);
+    const img = page.locator('img[src^="data:image/png"]');
+    if ((await img.count()) === 0) {
+      // markdown metadata sits behind "[Show Markdown]" in the metadata table: open the plot's
+      const row = page.locator('tr').filter({ has: page.locator('td', { hasText: /^plot$/ }) }).first();
+      const show = row.getByText('Show Markdown', { exact: false }).first();
+      if (await show.isVisible({ timeout: 5000 }).catch(() => false)) {
+        await show.click();
+        await img.first().waitFor({ state: 'visible', timeout: 15000 }).catch(() => {});
+      }
+      await page.waitForTimeout(1500);
+    }
+    seen.plotImages = await img.count();
+    seen.plotVisible = seen.plotImages > 0 && (await img.first().isVisible().catch(() => false));
+    if (seen.plotVisible) await img.first().scrollIntoViewIfNeeded();
+    seen.plotBox = seen.plotVisible ? await img.first().boundingBox() : null;
+    shots.push(path.join(outDir, '6-cost-report-plot.png'));
+    await page.screenshot({ path: shots.at(-1) });
+    await page.keyboard.press('Escape').catch(() => {});
+    // the rendered HTML report the analyst opens (path from the materialization's metadata)
+    const meta = await graphql(`{ assetOrError(assetKey: {path: ["${group}", "cost_report"]}) { ... on Asset {
+      assetMaterializations(limit: 1) { metadataEntries { label ... on PathMetadataEntry { path } } } } } }`);
+    const html = meta.assetOrError.assetMaterializations[0].metadataEntries.find((e) => e.label === 'html');
+    if (html && html.path) {
+      const report = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+      await report.goto(`file://${html.path}`, { waitUntil: 'load' });
+      seen.htmlTables = await report.locator('table').count();
+      seen.htmlText = await report.locator('body').innerText();
+      shots.push(path.join(outDir, '8-cost-report-html.png'));
+      await report.screenshot({ path: shots.at(-1), fullPage: true });
+      await report.close();
+    }
+    // the checks tab of the cost report
+    await page.goto(`${base}/assets/${group}/cost_report?view=checks`, { waitUntil: 'domcontentloaded' });
+    await page.getByText('cost_reconciles_with_node_sessions').first().waitFor({ timeout: 60000 }).catch(() => {});
+    await page.waitForTimeout(2000);
+    seen.checksText = await page.locator('body').innerText();
+    shots.push(path.join(outDir, '7-cost-report-checks.png'));
+    await page.screenshot({ path: shots.at(-1) });
+  }
+  process.stdout.write(JSON.stringify({ runId: run.runId, status: run.status, screenshots: shots, seen }) + '\n');
 } finally {
   await browser.close();
 }

@@ -37,11 +37,11 @@ pipelines:
     checkpoint_uri: checkpoints/ui
     schedule_cron: "0 * * * *"
     market: {seed: 4, wall_seconds_per_market_hour: 30, cloud: signal, grace_seconds: 3,
-             inject_preemptions_at_steps: {train: [40]}}
+             inject_preemptions_at_steps: {train: [30]}, lose_attempt_at_step: {train: 70}}
     stages:
       - name: train
         script: examples/train_example.py
-        args: [--steps, "80", --seed, "1", --size, tiny, --step-sleep, "0.03", --periodic-every, "20"]
+        args: [--steps, "100", --seed, "1", --size, tiny, --step-sleep, "0.03", --periodic-every, "20"]
         work_hours: 2
         resources: {zones: [us-east-1f, us-east-1c, us-west-2b]}
 """
@@ -105,7 +105,7 @@ def test_materialize_from_the_asset_graph_in_chromium(tmp_path):
                 time.sleep(2)
         SHOTS.mkdir(parents=True, exist_ok=True)
         out = subprocess.run(
-            ["node", str(Path(__file__).with_name("dagster_ui.mjs")), base, "ui", str(SHOTS), "480"],
+            ["node", str(Path(__file__).with_name("dagster_ui.mjs")), base, "ui", str(SHOTS), "480", "train_train"],
             env=dict(os.environ, PLAYWRIGHT_CORE_DIR=str(TOOLS), CHROMIUM=CHROMIUM),
             capture_output=True, text=True, timeout=660)
         assert out.returncode == 0, out.stderr[-3000:]
@@ -123,6 +123,74 @@ def test_materialize_from_the_asset_graph_in_chromium(tmp_path):
         assert (sessions["end_reason"] == "completed").sum() == 1
         assert len(read_table(eng, PreemptionEvent, "ui")) >= 1
         assert (var / "reports" / "ui" / "cost_report.png").exists()
+        _assert_ui_shows_the_whole_stage_the_plot_and_no_red_check(base, result, eng)
     finally:
         _stop(proc)
         log.close()
+
+
+def _graphql(base: str, query: str) -> dict:
+    req = urllib.request.Request(f"{base}/graphql", data=json.dumps({"query": query}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        body = json.loads(r.read())
+    assert "errors" not in body, body
+    return body["data"]
+
+
+MATERIALIZATION = """{ assetOrError(assetKey: {path: ["ui", "%s"]}) { ... on Asset {
+  assetMaterializations(limit: 1) { runId metadataEntries { label
+    ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue }
+    ... on TextMetadataEntry { text } ... on MarkdownMetadataEntry { mdStr } } } } } }"""
+CHECKS = """{ assetNodes(assetKeys: [{path: ["ui", "cost_report"]}, {path: ["ui", "train_train"]},
+  {path: ["ui", "preemption_stats"]}]) { assetKey { path } assetChecksOrError { ... on AssetChecks {
+  checks { name executionForLatestMaterialization { status runId evaluation { severity } } } } } } }"""
+
+
+def _meta(base: str, asset: str) -> dict:
+    mats = _graphql(base, MATERIALIZATION % asset)["assetOrError"]["assetMaterializations"]
+    assert mats, f"ui/{asset} was not materialized"
+    out = {}
+    for e in mats[0]["metadataEntries"]:
+        out[e["label"]] = next((e[k] for k in ("intValue", "floatValue", "text", "mdStr") if k in e), None)
+    return out
+
+
+def _assert_ui_shows_the_whole_stage_the_plot_and_no_red_check(base: str, result: dict, eng) -> None:
+    """After the run with a lost attempt: the stage asset reports all attempts, the plot renders,
+    and no check is red ("failed" / "execution failed") when it did not run or passed."""
+    from assets import cost_tables as ct
+
+    data = ct.load(eng, "ui")
+    hist = ct.stage_history(data, "train")
+    assert hist.attempts == 2 and hist.lost_attempts == 1  # the injected lost attempt was retried
+    stage = _meta(base, "train_train")
+    assert stage["attempts"] == 2 and stage["lost_attempts"] == 1
+    assert stage["node_sessions"] == hist.sessions >= 3  # first launch, relaunch, the retry's node
+    assert stage["preemptions"] == hist.preemptions >= 2  # the notice + the lost node group
+    assert abs(stage["cost_usd"] - hist.cost_usd) < 1e-3
+    assert stage["node_sessions"] > stage["this_attempt_sessions"]
+    seen = result["seen"]
+    text = seen["stageText"]
+    assert "attempt_history" in text and "lost_attempts" in text
+    # the plot: an <img> with the inline PNG, rendered with a real size in the cost report's page
+    assert seen["plotVisible"], seen
+    assert seen["plotBox"]["width"] > 200 and seen["plotBox"]["height"] > 100
+    # the rendered HTML: real tables, readable headers, no raw markdown
+    assert seen["htmlTables"] >= 6 and "Spend ($)" in seen["htmlText"], seen.get("htmlText", "")[:500]
+    assert "###" not in seen["htmlText"] and "**" not in seen["htmlText"]
+    report = _meta(base, "cost_report")
+    assert report["plot"].startswith("![") and "data:image/png;base64," in report["plot"]
+    assert report["spend_usd"] == round(report["spend_usd"], 4)  # rounded metadata floats
+    assert abs(report["spend_usd"] - float(data.sessions["cost_usd"].sum())) < 1e-3
+    statuses = {}
+    for node in _graphql(base, CHECKS)["assetNodes"]:
+        for c in node["assetChecksOrError"]["checks"]:
+            ex = c["executionForLatestMaterialization"]
+            sev = ((ex or {}).get("evaluation") or {}).get("severity")
+            statuses[(node["assetKey"]["path"][-1], c["name"])] = (ex["status"] if ex else "NOT_RUN",
+                                                                    sev)
+    # red in the UI: an ERROR-severity failure, or "execution failed" (planned, never ran)
+    red = {k: v for k, v in statuses.items() if v[0] == "EXECUTION_FAILED" or v == ("FAILED", "ERROR")}
+    assert not red, statuses
+    assert statuses[("cost_report", "cost_reconciles_with_node_sessions")][0] == "SUCCEEDED", statuses

@@ -1,0 +1,146 @@
+"""Build one cost report (run + period + all time) and write its files; no Dagster here.
+
+Files, under ``<state folder>/reports/<pipeline>/``:
+
+- ``runs/<run id>/cost_report.{md,html,csv,png}``: the report of ONE run (kept per run);
+- ``cost_report.{md,html,csv,png}``: a copy of the latest report;
+- ``cost_by_day.csv`` (period view: every run, per UTC day) and ``cost_all_time.csv``
+  (one row per recorded run) — separate tables, never summed into the run's figures;
+- ``focus/cost_and_usage_focus.{csv,parquet}``: every charge row in FOCUS 1.2 form
+  (assets/focus.py; Parquet when pyarrow is installed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from assets import cost_tables as ct
+from assets import report_render as rr
+
+
+@dataclass(frozen=True)
+class ReportSelection:
+    """Which run and which period the report covers.
+
+    ``run_ids``: the run (a Dagster run and its run-level retries); empty: the latest
+    recorded run. ``first_day``/``last_day``: the period (UTC days, inclusive); None:
+    the days the selected run billed on.
+    """
+
+    run_ids: tuple[str, ...] = ()
+    first_day: dt.date | None = None
+    last_day: dt.date | None = None
+
+
+@dataclass
+class CostReport:
+    """What :func:`build_report` produced (tables, figures, files)."""
+
+    pipeline: str
+    run_ids: tuple[str, ...]
+    table: pd.DataFrame  # the run: stage x zone x day
+    totals: dict[str, float]
+    by_stage: pd.DataFrame
+    by_zone: pd.DataFrame
+    stages: pd.DataFrame
+    by_day: pd.DataFrame
+    all_time: pd.DataFrame
+    period: tuple[dt.date, dt.date] | None
+    break_even: ct.BreakEven | None
+    budget: ct.BudgetStatus | None
+    markdown: str
+    files: dict[str, Path] = field(default_factory=dict)
+    focus_rows: int = 0
+    reconcile: tuple[float, float] = (0.0, 0.0)  # (cost lines $, node sessions $) of the run
+
+    @property
+    def run_label(self) -> str:
+        return _run_label(self.run_ids)
+
+
+def _run_label(run_ids: tuple[str, ...]) -> str:
+    if not run_ids:
+        return "no recorded run"
+    return "run " + ", ".join(r[:8] for r in run_ids)
+
+
+def _stage_rows(data: ct.CostData, order: list[str]) -> pd.DataFrame:
+    names = [s for s in order if s in set(data.sessions.get("stage", []))] + \
+        sorted(set(data.sessions.get("stage", [])) - set(order))
+    return pd.DataFrame([ct.stage_history(data, s).as_dict() for s in names],
+                        columns=list(ct.StageHistory.__dataclass_fields__))
+
+
+def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelection = ReportSelection(), *,
+                 stage_order: list[str] | None = None, budget_usd: float | None = None,
+                 budget_period: str = "run", budget_enforced: bool = False,
+                 write_focus: bool = True) -> CostReport:
+    """Read the statistics DB, build the run / period / all-time tables and write the files."""
+    data = ct.load(engine, pipeline)
+    run_ids = tuple(selection.run_ids) or ((ct.latest_run(data),) if ct.latest_run(data) else ())
+    run = ct.for_runs(data, run_ids)
+    table = ct.cost_table(run.lines, run.sessions)
+    tot = ct.totals(table)
+    by_stage = ct.subtotals(table, "stage")
+    if stage_order and not by_stage.empty:
+        by_stage["_o"] = by_stage["stage"].map({s: i for i, s in enumerate(stage_order)}).fillna(len(stage_order))
+        by_stage = by_stage.sort_values("_o").drop(columns="_o")
+    by_zone = ct.subtotals(table, "zone")
+    stages = _stage_rows(run, stage_order or [])
+    days = sorted(set(run.lines["day"])) if not run.lines.empty else []
+    first = selection.first_day or (dt.date.fromisoformat(days[0]) if days else None)
+    last = selection.last_day or (dt.date.fromisoformat(days[-1]) if days else first)
+    period = (first, last) if first is not None and last is not None else None
+    by_day = ct.day_summary(ct.for_days(data, *period)) if period else ct.day_summary(ct.for_runs(data, []))
+    all_time = ct.run_summary(data)
+    be = ct.break_even(ct.observed_rates(run.sessions, run.lines, run.checkpoints)) if not run.sessions.empty else None
+    budget = None
+    if budget_usd is not None:
+        budget = ct.budget_status(data, budget_usd, budget_period, run_ids,
+                                  day=(last if budget_period == "day" and last else None))
+    period_label = ("no days" if period is None else first.isoformat() if first == last
+                    else f"{first.isoformat()} .. {last.isoformat()}")
+    rid = run_ids[0] if run_ids else "none"
+    run_dir = out_dir / "runs" / rid
+    png = rr.write_plot(by_stage if not by_stage.empty else by_stage, tot, run_dir / "cost_report.png",
+                        f"{pipeline} {_run_label(run_ids)}", stage_order)
+    kwargs = dict(pipeline=pipeline, run_label=_run_label(run_ids), table=table, tot=tot, by_stage=by_stage,
+                  by_zone=by_zone, stages=stages, be=be, budget=budget, budget_enforced=budget_enforced,
+                  period_label=period_label, by_day=by_day, all_time=all_time)
+    md_file = rr.markdown_report(**kwargs, image_uri="cost_report.png")
+    md_page = rr.markdown_report(**kwargs, image_uri=rr.data_uri(png))
+    files = {"png": png,
+             "md": _write(run_dir / "cost_report.md", md_file + "\n"),
+             "html": rr.write_html(md_page, run_dir / "cost_report.html",
+                                   f"spotfleet cost report: {pipeline}, {_run_label(run_ids)}")}
+    table.to_csv(run_dir / "cost_report.csv", index=False)
+    files["csv"] = run_dir / "cost_report.csv"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for key in ("png", "md", "html", "csv"):  # the latest report, where the README says it is
+        shutil.copyfile(files[key], out_dir / files[key].name)
+    by_day.to_csv(out_dir / "cost_by_day.csv", index=False)
+    all_time.to_csv(out_dir / "cost_all_time.csv", index=False)
+    files["by_day_csv"] = out_dir / "cost_by_day.csv"
+    files["all_time_csv"] = out_dir / "cost_all_time.csv"
+    focus_rows = 0
+    if write_focus:
+        from assets import focus
+
+        frame = focus.focus_frame(data)
+        focus_rows = len(frame)
+        files.update(focus.write_focus(frame, out_dir / "focus" / "cost_and_usage_focus"))
+    lines_usd = float(run.lines["dollars"].sum()) if not run.lines.empty else 0.0
+    sessions_usd = float(run.sessions["cost_usd"].sum()) if not run.sessions.empty else 0.0
+    return CostReport(pipeline, run_ids, table, tot, by_stage, by_zone, stages, by_day, all_time, period, be,
+                      budget, md_page, files, focus_rows, (lines_usd, sessions_usd))
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path

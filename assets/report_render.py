@@ -1,0 +1,231 @@
+"""Render the cost report: markdown (Dagster metadata), a stacked-bar plot, a styled HTML page.
+
+Markdown is turned into HTML by markdown-it-py (CommonMark + GFM tables); the page
+embeds the plot as a data URI so it is one self-contained file. Column names are
+shown with readable headers (:data:`HEADERS`); zone names never break at their
+hyphens (non-breaking hyphens in cells, ``white-space: nowrap`` in the CSS).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from assets.cost_tables import CATEGORIES, BreakEven, BudgetStatus
+
+HEADERS = {
+    "run_id": "Run", "started_utc": "Started (UTC)", "stage": "Stage", "zone": "Zone", "day": "Day (UTC)",
+    "runs": "Runs", "stages": "Stages", "attempts": "Attempts", "lost_attempts": "Lost attempts",
+    "sessions": "Node sessions", "preemptions": "Preemptions", "status": "Status", "attempt": "Attempt",
+    "zones": "Zones (launch order)", "start_step": "Start step", "final_step": "Final step",
+    "spend_usd": "Spend ($)", "on_demand_usd": "On-demand equiv. ($)", "savings_usd": "Savings ($)",
+    "savings_pct": "Savings (%)", "useful_usd": "Useful ($)", "checkpoint_usd": "Checkpoint tax ($)",
+    "redo_usd": "Redo tax ($)", "launch_usd": "First launch ($)", "restart_usd": "Restart tax ($)",
+    "idle_usd": "Idle tax ($)", "fallback_usd": "On-demand fallback premium ($)", "taxes_usd": "Taxes ($)",
+    "cost_usd": "Cost ($)", "tax": "Tax", "tax_usd": "Amount ($)", "share_pct": "Share of spend (%)",
+}
+NBHYPHEN = "\u2011"  # non-breaking hyphen: "us-east-1f" stays on one line
+COLORS = {"useful": "#2a9d8f", "checkpoint": "#e9c46a", "redo": "#f4a261", "launch": "#8ab17d",
+          "restart": "#e76f51", "idle": "#adb5bd"}
+TAX_LABELS = {"launch": "first launch (start-up, paid even without preemptions)",
+              "restart": "restart (relaunches after preemptions / lost attempts)",
+              "checkpoint": "checkpoint (training stalled for saves)",
+              "redo": "redo (work lost after the last checkpoint, recomputed)",
+              "idle": "idle (notice grace, shutdown)",
+              "fallback": "on-demand fallback premium (price over spot; overlaps the time taxes)"}
+
+
+def _fmt(v: object, col: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.1f}" if col.endswith("_pct") else f"{v:,.2f}" if col.endswith("_usd") else f"{v:.4g}"
+    text = str(v)
+    if col == "run_id":
+        text = text[:8]  # the full id is in the CSV files
+    if col in ("zone", "zones", "run_id"):
+        text = text.replace("-", NBHYPHEN)
+    return text.replace("|", "\\|")
+
+
+def md_table(df: pd.DataFrame, cols: list[str] | None = None, total: bool = False) -> str:
+    """A GFM table with readable headers; numbers right-aligned; optional total row."""
+    cols = [c for c in (cols or list(df.columns)) if c in df.columns]
+    if df.empty:
+        return "_no rows_"
+    num = [pd.api.types.is_numeric_dtype(df[c]) and c not in ("attempt",) for c in cols]
+    lines = ["| " + " | ".join(HEADERS.get(c, c.replace("_", " ")) for c in cols) + " |",
+             "|" + "|".join("---:" if n else "---" for n in num) + "|"]
+    for r in df[cols].itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v, c) for v, c in zip(r, cols, strict=True)) + " |")
+    if total:
+        cells = []
+        for i, c in enumerate(cols):
+            if i == 0:
+                cells.append("**total**")
+            elif c.endswith("_usd") or c in ("sessions", "preemptions", "attempts", "lost_attempts", "runs"):
+                cells.append(f"**{_fmt(float(df[c].sum()) if c.endswith('_usd') else int(df[c].sum()), c)}**")
+            elif c == "savings_pct" and "on_demand_usd" in df and df["on_demand_usd"].sum() > 0:
+                cells.append(f"**{100.0 * df['savings_usd'].sum() / df['on_demand_usd'].sum():.1f}**")
+            else:
+                cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def tax_table(tot: dict[str, float]) -> pd.DataFrame:
+    """Tax totals: each tax in $ and as a share of spend."""
+    spend = tot.get("spend_usd", 0.0)
+    rows = [{"tax": TAX_LABELS[t], "usd": tot.get(f"{t}_usd", 0.0),
+             "share_pct": 100.0 * tot.get(f"{t}_usd", 0.0) / spend if spend > 0 else math.nan}
+            for t in ("launch", "restart", "checkpoint", "redo", "idle", "fallback")]
+    out = pd.DataFrame(rows)
+    out = out.rename(columns={"usd": "tax_usd"})
+    return out
+
+
+def effective_cost_lines(be: BreakEven | None) -> list[str]:
+    """Observed vs modelled effective cost per useful hour, and the break-even verdict."""
+    if be is None:
+        return ["_no spot sessions with prices recorded: no break-even analysis_"]
+    o = be.observed
+    verdict = "spot wins" if be.spot_wins else "ON-DEMAND would be cheaper"
+    observed = o.observed_cost_per_useful_hour
+    return [
+        f"- **observed** effective cost: **{_num(observed, 3)} $ per useful hour** "
+        f"(spend ${o.spend_usd:,.2f} / {o.useful_hours:.2f} useful h); on-demand {o.on_demand_price:.3f} $/h",
+        f"- **modelled** effective cost (playbook c_eff at the observed rates, optimal interval): "
+        f"{_num(be.eff_cost_per_useful_hour, 3)} $ per useful hour",
+        f"- observed preemption rate {o.rate_per_hour:.3f}/h over {o.spot_hours:.2f} spot hours "
+        f"({o.preemptions} preemptions, lost node groups included); checkpoint cost C = "
+        f"{o.ckpt_hours * 3600:.1f} s; restart R = {o.restart_hours * 60:.1f} min; spot {o.spot_price:.3f} $/h",
+        f"- break-even rate {be.break_even_rate_per_hour:.3f}/h: **{verdict}**",
+    ]
+
+
+def _num(v: float, nd: int) -> str:
+    return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
+
+
+def budget_line(b: BudgetStatus | None, enforced: bool) -> str:
+    if b is None:
+        return ""
+    state = "within budget" if b.within else "**OVER BUDGET**"
+    return (f"Budget ({b.period}): spend ${b.spend_usd:,.2f} of ${b.budget_usd:,.2f} "
+            f"({100 * b.used_fraction:.0f} %), {state}; "
+            + ("enforced: a stage that would exceed it is not launched." if enforced else "not enforced (warn only)."))
+
+
+def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: dict[str, float],
+                    by_stage: pd.DataFrame, by_zone: pd.DataFrame, stages: pd.DataFrame,
+                    be: BreakEven | None, budget: BudgetStatus | None, budget_enforced: bool,
+                    period_label: str, by_day: pd.DataFrame, all_time: pd.DataFrame,
+                    image_uri: str | None = None) -> str:
+    """The whole report as markdown: run, period and all-time sections, each its own table."""
+    money = ["spend_usd", "on_demand_usd", "savings_usd", "savings_pct"]
+    taxes = [f"{c}_usd" for c in CATEGORIES if c != "useful"] + ["fallback_usd"]
+    out = [f"## Cost report: {pipeline}, {run_label}", "",
+           f"Spend **${tot['spend_usd']:,.2f}** vs **${tot['on_demand_usd']:,.2f}** on-demand for the same "
+           f"useful work: savings **${tot['savings_usd']:,.2f} ({tot['savings_pct']:.1f} %)**. "
+           f"Taxes ${tot['taxes_usd']:,.2f}.", ""]
+    if budget is not None:
+        out += [budget_line(budget, budget_enforced), ""]
+    if image_uri:
+        out += [f"![cost per stage: useful work and taxes vs on-demand]({image_uri})", ""]
+    out += ["### Stages (all attempts)", "",
+            md_table(stages, ["stage", "attempts", "lost_attempts", "sessions", "preemptions", "zones", "cost_usd"],
+                     total=True), "",
+            "### Per stage", "", md_table(by_stage, ["stage", *money, *taxes], total=True), "",
+            "### Per zone", "", md_table(by_zone, ["zone", *money, *taxes], total=True), "",
+            "### Taxes", "", md_table(tax_table(tot), ["tax", "tax_usd", "share_pct"]), "",
+            "### Effective cost: observed vs modelled", "", *effective_cost_lines(be), "",
+            "### Lines (stage x zone x day)", "",
+            md_table(table, ["stage", "zone", "day", *money, "useful_usd", *taxes], total=True), "",
+            f"### Period: {period_label} (every run that billed on these days)", "",
+            md_table(by_day, ["day", "runs", *money, "taxes_usd", "fallback_usd"], total=True), "",
+            "### All time (every recorded run of this pipeline)", "",
+            md_table(all_time, ["run_id", "started_utc", "stages", "attempts", "lost_attempts", "sessions",
+                                "preemptions", *money, "taxes_usd"], total=True)]
+    return "\n".join(out)
+
+
+def write_plot(by_stage_cat: pd.DataFrame, tot: dict[str, float], path: Path, title: str,
+               stage_order: list[str] | None = None, dpi: int = 110) -> Path:
+    """Stacked bar per stage (useful + taxes) next to the on-demand equivalent; PNG.
+
+    ``by_stage_cat``: one row per stage with ``<category>_usd`` and ``on_demand_usd``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cols = [f"{c}_usd" for c in CATEGORIES] + ["on_demand_usd"]
+    by_stage = by_stage_cat.set_index("stage")[cols] if not by_stage_cat.empty else pd.DataFrame(columns=cols)
+    if stage_order:
+        by_stage = by_stage.reindex([s for s in stage_order if s in by_stage.index])
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=dpi)
+    x = list(range(len(by_stage)))
+    bottom = [0.0] * len(by_stage)
+    for c in CATEGORIES:
+        vals = [float(v) for v in by_stage[f"{c}_usd"]] if len(by_stage) else []
+        ax.bar([i - 0.2 for i in x], vals, width=0.4, bottom=bottom, label=f"spot: {c}", color=COLORS[c])
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    od = [float(v) for v in by_stage["on_demand_usd"]] if len(by_stage) else []
+    ax.bar([i + 0.2 for i in x], od, width=0.4, label="on-demand, same useful work", color="#264653")
+    ax.set_xticks(x, list(by_stage.index))
+    ax.set_ylabel("$")
+    pct = tot["savings_pct"]
+    verdict = f"{pct:.0f}% saved" if pct >= 0 else f"{-pct:.0f}% MORE than on-demand"
+    ax.set_title(f"{title}: spot \\${tot['spend_usd']:.2f} vs on-demand \\${tot['on_demand_usd']:.2f} "
+                 f"for the same useful work ({verdict})", fontsize=9)
+    top = max([*bottom, *od], default=1.0)
+    ax.set_ylim(0, top * 1.45 if top > 0 else 1.0)
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def data_uri(png: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()
+
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1500px;
+       color: #1d2833; line-height: 1.45; padding: 0 1em; }
+h2 { border-bottom: 2px solid #264653; padding-bottom: .2em; }
+h3 { margin-top: 1.6em; color: #264653; }
+table { border-collapse: collapse; margin: .6em 0 1.2em; font-size: 0.9em; }
+th, td { border: 1px solid #d0d7de; padding: 4px 8px; }
+td { white-space: nowrap; }
+th { background: #264653; color: #fff; font-weight: 600; text-align: center; min-width: 4.5em; }
+tbody tr:nth-child(even) { background: #f3f6f8; }
+tbody tr:last-child td strong { color: #264653; }
+td[style*="right"] { font-variant-numeric: tabular-nums; }
+img { max-width: 100%; border: 1px solid #d0d7de; }
+code { background: #f3f6f8; padding: 0 .3em; }
+"""
+
+
+def markdown_to_html(markdown: str, title: str) -> str:
+    """A complete, styled HTML page from the report's markdown (markdown-it-py, GFM tables)."""
+    import html
+
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    body = md.render(markdown)
+    return (f"<!doctype html>\n<html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body>\n{body}</body></html>\n")
+
+
+def write_html(markdown: str, path: Path, title: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(markdown_to_html(markdown, title), encoding="utf-8")
+    return path

@@ -1,0 +1,254 @@
+"""Cost report tables, rendering and the FOCUS 1.2 export on recorded attempts (SQLite, no Dagster).
+
+Two runs are recorded through the real recorder (infra/db): run A has a lost first
+attempt (its node group is cancelled) and a retry; run B completes with one
+preemption and an on-demand fallback node. The report of each run must reconcile
+with that run's node sessions, the period total must be the sum of the runs, the
+first launch must not count as a restart, a lost node group counts as a preemption,
+and the FOCUS export must satisfy the column rules.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pandas as pd
+import pytest
+
+from assets import cost_tables as ct
+from assets import focus
+from assets.cost_report import ReportSelection, build_report
+from checkpointing.events import Event
+from fleet.providers.base import NodeSession
+from infra.db.recorder import record_attempt
+from infra.db.session import make_engine, upgrade
+
+T0 = 1_700_000_000.0  # unix seconds (2023-11-14 UTC)
+SCALE = 120.0  # billed seconds per wall second (local fleet: 30 wall s per market hour)
+
+
+def _node(node, stage, attempt, t, first, last, ckpt, reason, zone="us-east-1f", spot=True, step_s=0.1):
+    """A session and its training events: start/restore, progress, saves, (notice), exit."""
+    ev = [Event("start", t + 2.0, node, {"resumed_from_step": first or None})]
+    if first:
+        ev.append(Event("restore", t + 2.5, node, {"step": first, "location": "x", "fell_back": False}))
+    now = t + 2.5
+    for s in range(first + 1, last + 1):
+        now += step_s
+        if s % 5 == 0 or s == last:
+            ev.append(Event("progress", now, node, {"step": s, "total_steps": 100, "mean_step_seconds": step_s}))
+        if s % 20 == 0:
+            ev.append(Event("save_committed", now + 0.01, node, {"step": s, "kind": "periodic", "bytes": 10,
+                                                                "stall_seconds": 0.05, "persist_seconds": 0.2}))
+    if reason == "preempted":
+        ev.append(Event("notice", now + 0.05, node, {"source": "signal"}))
+    if reason != "cancelled":
+        ev.append(Event("exit", now + 0.1, node, {"reason": reason, "step": last}))
+    end = now + 1.0
+    sess = NodeSession(node_id=node, stage=stage, attempt=attempt, provider="local", cloud="aws",
+                       region=zone[:-1], zone=zone, instance_type="p3.2xlarge", spot=spot,
+                       price_per_hour=0.918 if spot else 3.06, launched_at=t, ready_at=t + 1, ended_at=end,
+                       end_reason=reason, notice_at=end - 0.5 if reason == "preempted" else None,
+                       first_step=first, last_step=last, last_checkpoint_step=ckpt)
+    return sess, ev, end
+
+
+def _record(eng, run, stage, attempt, nodes, status):
+    sessions = [n[0] for n in nodes]
+    events = [e for n in nodes for e in n[1]]
+    record_attempt(eng, run_id=run, pipeline="demo", stage=stage, attempt=attempt, provider="local",
+                   status=status, sessions=sessions, events=events, started_at=sessions[0].launched_at,
+                   ended_at=nodes[-1][2], start_step=sessions[0].first_step,
+                   final_step=100 if status == "completed" else None, total_steps=100,
+                   on_demand_price=lambda s: 3.06, time_scale=SCALE, error=None if status == "completed" else "lost")
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    # run A, stage pretrain: attempt 1 preempted once, then its node group is lost (cancelled)
+    a1 = _node("a-n0", "pretrain", 1, T0, 0, 30, 20, "preempted")
+    a2 = _node("a-n1", "pretrain", 1, a1[2] + 3, 20, 55, 40, "cancelled", zone="us-west-2b")
+    _record(eng, "run-a", "pretrain", 1, [a1, a2], "failed")
+    a3 = _node("a-n2", "pretrain", 2, a2[2] + 4, 40, 100, 100, "completed", zone="us-east-1c")
+    _record(eng, "run-a", "pretrain", 2, [a3], "completed")
+    # run B, an hour later: one preemption, the rest on an on-demand node
+    t = T0 + 3600
+    b1 = _node("b-n0", "pretrain", 1, t, 0, 45, 40, "preempted", zone="us-west-2b")
+    b2 = _node("b-n1", "pretrain", 1, b1[2] + 3, 40, 100, 100, "completed", spot=False)
+    _record(eng, "run-b", "pretrain", 1, [b1, b2], "completed")
+    return eng
+
+
+def test_each_run_reconciles_and_the_period_is_their_sum(two_runs, tmp_path):
+    data = ct.load(two_runs, "demo")
+    assert data.run_ids == ["run-a", "run-b"]
+    spend = {}
+    for run in data.run_ids:
+        part = ct.for_runs(data, [run])
+        table = ct.cost_table(part.lines, part.sessions)
+        spend[run] = table["spend_usd"].sum()
+        assert spend[run] == pytest.approx(part.sessions["cost_usd"].sum(), rel=1e-9)
+        assert spend[run] > 0
+    day = dt.datetime.fromtimestamp(T0, dt.UTC).date()
+    by_day = ct.day_summary(ct.for_days(data, day, day))
+    assert list(by_day["runs"]) == [2]
+    assert by_day["spend_usd"].sum() == pytest.approx(spend["run-a"] + spend["run-b"], rel=1e-9)
+    all_time = ct.run_summary(data)
+    assert list(all_time["run_id"]) == ["run-a", "run-b"]
+    assert list(all_time["spend_usd"]) == pytest.approx([spend["run-a"], spend["run-b"]], rel=1e-9)
+
+
+def test_first_launch_is_not_a_restart_and_lost_groups_are_preemptions(two_runs):
+    data = ct.load(two_runs, "demo")
+    run_a = ct.for_runs(data, ["run-a"])
+    first = run_a.sessions[run_a.sessions["first_launch"].astype(bool)]
+    assert list(first["node_id"]) == ["a-n0"]  # only the stage's first node-group launch of the run
+    cats = run_a.lines.groupby("category")["dollars"].sum()
+    assert cats["launch"] > 0 and cats["restart"] > 0
+    launch_sessions = set(run_a.lines[run_a.lines["category"] == "launch"]["node_session_id"])
+    assert launch_sessions == set(first["id"])
+    hist = ct.stage_history(run_a, "pretrain")
+    assert (hist.attempts, hist.lost_attempts, hist.sessions) == (2, 1, 3)
+    assert hist.preemptions == 2 and hist.lost_nodes == 1  # one notice-preemption + one lost node group
+    assert hist.cost_usd == pytest.approx(run_a.sessions["cost_usd"].sum())
+    assert hist.zones == "us-east-1f -> us-west-2b -> us-east-1c"
+    obs = ct.observed_rates(run_a.sessions, run_a.lines, run_a.checkpoints)
+    assert obs.preemptions == 2
+    att = ct.attempts_table(run_a, "pretrain")
+    assert list(att["status"]) == ["failed", "completed"] and list(att["sessions"]) == [2, 1]
+
+
+def test_fallback_premium_and_observed_vs_modelled_cost(two_runs):
+    data = ct.load(two_runs, "demo")
+    run_b = ct.for_runs(data, ["run-b"])
+    table = ct.cost_table(run_b.lines, run_b.sessions)
+    od = run_b.sessions[~run_b.sessions["spot"].astype(bool)]
+    expected = float(((3.06 - 0.918) * od["billed_hours"]).sum())
+    assert table["fallback_usd"].sum() == pytest.approx(expected, rel=1e-9)
+    be = ct.break_even(ct.observed_rates(run_b.sessions, run_b.lines, run_b.checkpoints))
+    useful_h = run_b.lines[run_b.lines["category"] == "useful"]["seconds"].sum() / 3600
+    assert be.observed_cost_per_useful_hour == pytest.approx(table["spend_usd"].sum() / useful_h)
+    assert be.observed_cost_per_useful_hour != pytest.approx(be.eff_cost_per_useful_hour)
+
+
+def test_budget_status_per_run_and_per_day(two_runs):
+    data = ct.load(two_runs, "demo")
+    a = ct.budget_status(data, 1.0, "run", ["run-a"])
+    b = ct.budget_status(data, 1.0, "run", ["run-b"])
+    day = ct.budget_status(data, 1.0, "day", day=dt.datetime.fromtimestamp(T0, dt.UTC).date())
+    assert day.spend_usd == pytest.approx(a.spend_usd + b.spend_usd)
+    assert a.period == "run run-a" and day.period.startswith("day 2023-11-14")
+    assert ct.budget_status(data, a.spend_usd / 2, "run", ["run-a"]).within is False
+
+
+def test_rendered_report_files(two_runs, tmp_path):
+    out = tmp_path / "reports" / "demo"
+    rep = build_report(two_runs, "demo", out, ReportSelection(run_ids=("run-a",)), stage_order=["pretrain"],
+                       budget_usd=40.0)
+    run_dir = out / "runs" / "run-a"
+    for name in ("cost_report.html", "cost_report.md", "cost_report.csv", "cost_report.png"):
+        assert (run_dir / name).stat().st_size > 100
+        assert (out / name).exists()
+    assert rep.reconcile[0] == pytest.approx(rep.reconcile[1], rel=1e-9)
+    html = (run_dir / "cost_report.html").read_text()
+    assert "<table>" in html and "<th>" in html and "###" not in html and "**" not in html
+    assert "Spend ($)" in html and "spend_usd" not in html  # readable headers
+    assert "us\u2011east\u20111f" in html and "white-space: nowrap" in html  # zones do not break at hyphens
+    assert "data:image/png;base64," in html
+    md = (run_dir / "cost_report.md").read_text()
+    for section in ("### Per stage", "### Per zone", "### Taxes", "observed", "modelled", "### Period",
+                    "### All time"):
+        assert section in md
+    all_time = pd.read_csv(out / "cost_all_time.csv")
+    assert len(all_time) == 2  # the all-time table is separate and lists both runs
+    assert rep.totals["spend_usd"] == pytest.approx(all_time.loc[all_time["run_id"] == "run-a", "spend_usd"].iloc[0])
+
+
+def test_focus_export_satisfies_the_column_rules(two_runs, tmp_path):
+    data = ct.load(two_runs, "demo")
+    frame = focus.focus_frame(data)
+    assert len(frame) == len(data.sessions)  # every session lies within one UTC day here
+    assert focus.validate(frame) == []
+    billed, sessions = focus.reconcile(frame, data)
+    assert billed == pytest.approx(sessions, rel=1e-9)
+    assert set(frame["PricingCategory"]) == {"Dynamic", "Standard"}
+    assert (frame.loc[frame["PricingCategory"] == "Standard", "x_FallbackTaxCost"] > 0).all()
+    assert frame["ListCost"].sum() > frame["BilledCost"].sum()  # spot below the on-demand list price
+    assert json.loads(frame["Tags"].iloc[0])["pipeline"] == "demo"
+    files = focus.write_focus(frame, tmp_path / "focus" / "cost")
+    back = focus.read_focus_csv(files["focus_csv"])
+    assert focus.validate(back) == []
+    assert back["BilledCost"].sum() == pytest.approx(billed, rel=1e-12)
+    if "focus_parquet" in files:
+        pq = pd.read_parquet(files["focus_parquet"])
+        assert str(pq["ChargePeriodStart"].dtype).startswith("datetime64") and len(pq) == len(frame)
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda f: f.drop(columns=["BilledCost"]), "BilledCost: mandatory"),
+    (lambda f: f.assign(ChargeCategory="Spot"), "ChargeCategory: ['Spot'] not among"),
+    (lambda f: f.assign(PricingCategory="Spot"), "PricingCategory: ['Spot'] not among"),
+    (lambda f: f.assign(PricingCategory=None), "PricingCategory: must not be null"),
+    (lambda f: f.assign(ChargePeriodEnd=f["ChargePeriodStart"]), "ChargePeriodStart must be before"),
+    (lambda f: f.assign(ChargePeriodStart="2023-11-14 22:13:20"), "ChargePeriodStart: must be ISO 8601"),
+    (lambda f: f.assign(BilledCost=None), "BilledCost: must not be null"),
+    (lambda f: f.assign(ListCost=f["ListCost"] * 1.01), "ListCost: must equal ListUnitPrice x PricingQuantity"),
+    (lambda f: f.assign(x_RedoTaxCost=f["x_RedoTaxCost"] + 0.5), "must equal BilledCost"),
+    (lambda f: f.assign(BillingCurrency="usd"), "ISO 4217"),
+    (lambda f: f.assign(MyColumn=1), "MyColumn: not a FOCUS 1.2 column"),
+    (lambda f: f.assign(Tags="pipeline=demo"), "Tags: must be a JSON object"),
+    (lambda f: f.assign(BillingPeriodEnd="2023-11-01T00:00:00Z"), "within BillingPeriodStart/End"),
+])
+def test_focus_validator_catches_each_rule(two_runs, mutate, message):
+    frame = focus.focus_frame(ct.load(two_runs, "demo"))
+    problems = focus.validate(mutate(frame.copy()))
+    assert any(message in p for p in problems), problems
+
+
+def test_training_job_plans_no_check_and_the_checks_job_has_them_all():
+    """A check planned in a run whose upstream step fails shows as "execution failed" (red) in
+    Dagster although it never ran: checks live in <pipeline>__checks, not in the training job."""
+    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
+    from pipelines.definitions import (
+        build_definitions,
+        checks_job_name,
+        pipeline_job_name,
+        report_job_name,
+    )
+
+    defs = build_definitions(load_pipelines(EXAMPLE_PIPELINES), include_gfs=False)
+    train = defs.resolve_job_def(pipeline_job_name("demo"))
+    assert train.asset_layer.asset_graph.asset_check_keys == set()
+    every = {(k.asset_key.path[-1], k.name) for cd in defs.asset_checks for k in cd.check_keys}
+    for name in (checks_job_name("demo"), report_job_name("demo")):
+        keys = defs.resolve_job_def(name).asset_layer.asset_graph.asset_check_keys
+        assert {(k.asset_key.path[-1], k.name) for k in keys} == every
+    assert {("cost_report", "cost_reconciles_with_node_sessions"), ("cost_report", "within_budget"),
+            ("train_pretrain", "latest_checkpoint_recent")} <= every
+
+
+def test_a_check_with_missing_input_is_skipped_not_failed(tmp_path):
+    """With nothing recorded, the cost and checkpoint checks say "skipped", never "failed"."""
+    from dagster import DagsterInstance
+
+    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
+    from pipelines.definitions import build_definitions, checks_job_name
+    from pipelines.resources import FleetResource, StatsDB
+
+    stats = StatsDB(url=f"sqlite:///{tmp_path / 'empty.db'}", var_dir=str(tmp_path))
+    defs = build_definitions(load_pipelines(EXAMPLE_PIPELINES), include_gfs=False,
+                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(tmp_path))})
+    job = defs.resolve_job_def(checks_job_name("demo"))
+    with DagsterInstance.ephemeral() as instance:
+        res = job.execute_in_process(instance=instance)
+    evals = {e.event_specific_data.check_name + ":" + e.event_specific_data.asset_key.path[-1]: e.event_specific_data
+             for e in res.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+    assert len(evals) == 5, evals
+    assert "skipped" not in evals["enough_samples:preemption_stats"].metadata  # the market itself is there
+    del evals["enough_samples:preemption_stats"]
+    for name, ev in evals.items():
+        assert ev.passed and ev.metadata["skipped"].value is True, name
+        assert ev.description.startswith("skipped: "), name

@@ -1,0 +1,96 @@
+"""Two consecutive `spotfleet main` runs: two per-run reports, each reconciling with its own
+node sessions, and a period (day) total equal to their sum; the all-time table lists both.
+
+Real main-job runs (subprocesses of the CLI) of a one-stage pipeline on the local fleet
+with one injected preemption, sharing one state folder (SQLite statistics DB, Dagster home).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+PIPELINE = """
+pipelines:
+  - name: twice
+    provider: local
+    deadline_hours: 48
+    budget_usd: 40
+    checkpoint_uri: checkpoints/twice
+    schedule_cron: null
+    market: {seed: 4, wall_seconds_per_market_hour: 30, cloud: signal, grace_seconds: 2,
+             inject_preemptions_at_steps: {train: [30]}}
+    stages:
+      - name: train
+        script: examples/train_example.py
+        args: [--steps, "60", --seed, "1", --size, tiny, --step-sleep, "0.03", --periodic-every, "20"]
+        work_hours: 1
+        resources: {zones: [us-east-1f, us-east-1c, us-west-2b]}
+"""
+
+
+def _main(cfg: Path, var: Path) -> tuple[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    for k in ("SPOTFLEET_DB_URL", "DAGSTER_HOME", "SPOTFLEET_VAR_DIR", "SPOTFLEET_PIPELINES"):
+        env.pop(k, None)
+    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "main", "--pipelines", str(cfg),
+                          "--var-dir", str(var)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+    run_id = re.search(r"\[spotfleet main\] run ([0-9a-f-]{36}) succeeded", text).group(1)
+    return run_id, text
+
+
+def test_two_main_runs_two_reports_and_the_period_is_their_sum(tmp_path):
+    cfg = tmp_path / "twice.yaml"
+    cfg.write_text(PIPELINE)
+    var = tmp_path / "var"
+    run1, out1 = _main(cfg, var)
+    run2, out2 = _main(cfg, var)
+    assert run1 != run2
+    reports = var / "reports" / "twice"
+    for run, out in ((run1, out1), (run2, out2)):
+        # the summary points at THIS run's report, and every check ran on it
+        assert str(reports / "runs" / run / "cost_report.html") in out
+        assert "cost_reconciles_with_node_sessions: passed" in out
+        assert "FAILED" not in out and "nan" not in out
+
+    from assets import cost_tables as ct
+    from infra.db.session import make_engine
+
+    data = ct.load(make_engine(f"sqlite:///{var / 'spotfleet.db'}"), "twice")
+    assert data.run_ids == [run1, run2]
+    spend = {}
+    for run in (run1, run2):
+        part = ct.for_runs(data, [run])
+        assert len(part.sessions) >= 2  # the injected preemption -> a relaunch
+        csv = pd.read_csv(reports / "runs" / run / "cost_report.csv")
+        spend[run] = csv["spend_usd"].sum()
+        # each per-run report reconciles with that run's node sessions
+        assert spend[run] == pytest.approx(part.sessions["cost_usd"].sum(), rel=1e-9)
+        assert spend[run] > 0
+    by_day = pd.read_csv(reports / "cost_by_day.csv")  # the period of the latest report
+    days = set(pd.to_datetime(data.lines["day"]).dt.date.astype(str))
+    if len(days) == 1:  # both runs on one UTC day (not across midnight): the day is their sum
+        assert list(by_day["runs"]) == [2]
+        assert by_day["spend_usd"].sum() == pytest.approx(spend[run1] + spend[run2], rel=1e-9)
+    all_time = pd.read_csv(reports / "cost_all_time.csv")
+    assert list(all_time["run_id"]) == [run1, run2]
+    assert all_time["spend_usd"].sum() == pytest.approx(spend[run1] + spend[run2], rel=1e-9)
+    # the second report is the second run's alone, not everything ever recorded
+    md2 = (reports / "runs" / run2 / "cost_report.md").read_text()
+    assert f"run {run2[:8]}" in md2.splitlines()[0]
+    from assets import focus
+
+    frame = focus.read_focus_csv(reports / "focus" / "cost_and_usage_focus.csv")
+    assert focus.validate(frame) == []
+    assert frame["BilledCost"].sum() == pytest.approx(spend[run1] + spend[run2], rel=1e-9)
