@@ -38,8 +38,11 @@ ENV_FINAL_SAVE_TIMEOUT_SECONDS = "SPOTFLEET_FINAL_SAVE_TIMEOUT_SECONDS"
 DEFAULT_FINAL_SAVE_TIMEOUT_SECONDS = 300.0
 #: after ``finish``, how long interpreter exit may wait for a stuck save thread (seconds)
 EXIT_JOIN_SECONDS = 2.0
-#: an upload of the spilled checkpoint is waited for until this long before the deadline
-PROMOTION_MARGIN_SECONDS = 0.5
+#: the longest the lease release at the end of ``finish`` may take (seconds; session.py)
+LEASE_RELEASE_SECONDS = 2.0
+#: an upload of the spilled checkpoint is waited for until this long before the deadline:
+#: what ``finish`` does afterwards (lease release, exit join) still ends inside the window
+PROMOTION_MARGIN_SECONDS = 0.5 + LEASE_RELEASE_SECONDS + EXIT_JOIN_SECONDS
 
 
 @dataclass(frozen=True)
@@ -137,11 +140,12 @@ def exit_when_stuck(saver: Any, code: int) -> bool:
     Uses ``threading._register_atexit`` (run before the thread pools are joined); where
     that is missing, nothing is armed and exit waits for the store's own timeouts.
     """
-    job = getattr(saver, "_job", None)
+    jobs = [getattr(saver, "_job", None), *getattr(saver, "abandoned", [])]
     promotion = getattr(saver, "promotion", None)
-    busy = [t for t in (getattr(job, "thread", None) if job is not None and not job.done.is_set() else None,
-                        promotion.thread if promotion is not None and not promotion.done.is_set() else None)
-            if t is not None]
+    threads = [j.thread for j in jobs if j is not None and not j.done.is_set()]
+    if promotion is not None and not promotion.done.is_set():
+        threads.append(promotion.thread)
+    busy = [t for t in dict.fromkeys(threads) if t is not None and t.is_alive()]
     register = getattr(threading, "_register_atexit", None)
     if not busy or register is None:
         return False

@@ -215,6 +215,8 @@ class AsyncSaver:
         self.promotion: Promotion | None = None
         #: why the primary store is considered unhealthy (None: healthy)
         self.store_trouble: str | None = None
+        #: saves the loop gave up waiting for (their threads may still be in the store)
+        self.abandoned: list[_Job] = []
         #: persist seconds of the last successful primary save (spill-or-not estimate)
         self._last_persist_seconds: float | None = None
         #: job identity written into every manifest's meta["job"] (checkpointing.identity)
@@ -300,7 +302,7 @@ class AsyncSaver:
                 current.cancel.set()
                 left = self.wait_limit_seconds if deadline is None else deadline - time.time()
                 if not current.done.wait(max(0.0, min(ABANDON_WAIT_SECONDS, left / 4))):
-                    self._mark_stuck(current, "it did not stop when abandoned")
+                    self._mark_stuck(current, "still running after it was abandoned")
             else:
                 # a blocking save (the final one) waits up to its own timeout, even for a
                 # save already known to be stuck; a loop save at most wait_limit_seconds
@@ -366,6 +368,8 @@ class AsyncSaver:
 
     def _mark_stuck(self, job: _Job, why: str) -> None:
         job.stuck = True
+        if job not in self.abandoned:
+            self.abandoned.append(job)
         self.store_trouble = (f"the {job.kind} save of step {job.step} to {job.store.location} "
                               f"is {why}")
         log.warning("%s", self.store_trouble)

@@ -47,6 +47,7 @@ from checkpointing.outcome import (
     ENV_FINAL_SAVE_TIMEOUT_SECONDS,
     ENV_SAVE_WAIT_SECONDS,
     EXIT_FINAL_SAVE_FAILED,
+    LEASE_RELEASE_SECONDS,
     exit_when_stuck,
     final_save_failed_message,
     saved_state,
@@ -81,7 +82,7 @@ log = logging.getLogger("checkpointing.session")
 #: how often (seconds) the statistics file's mtime is checked
 STATS_POLL_SECONDS = 1.0
 #: the longest finish()/fail() wait for the lease release (seconds)
-LEASE_RELEASE_WAIT_SECONDS = 2.0
+LEASE_RELEASE_WAIT_SECONDS = LEASE_RELEASE_SECONDS
 
 
 @dataclass
