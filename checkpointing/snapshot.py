@@ -305,10 +305,12 @@ class SnapshotBuffers:
             self.allocations += 1
         self._layout_key, self._specs, self._flat_bytes = key, specs, total
 
-    def reserve(self, state: Any) -> None:
-        """Allocate (and touch) the buffer for ``state`` now, outside the training loop."""
+    def reserve(self, state: Any, *, timeout: float | None = 60.0) -> None:
+        """Allocate (and touch) the buffer for ``state`` now, outside the training loop.
+        Waits at most ``timeout`` seconds for a previous snapshot to be released."""
         _skeleton, tensors = flatten(state)
-        self._free.wait()
+        if not self._free.wait(timeout):
+            raise TimeoutError("the snapshot buffer is still in use by the previous save")
         self._ensure(tensors)
 
     def capture(self, state: Any, *, timeout: float | None = None) -> Snapshot:
