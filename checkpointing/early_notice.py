@@ -71,9 +71,15 @@ def _wants_sigterm(spec: str | None) -> bool:
 
 
 def install() -> bool:
-    """Install the recording handler when the conditions above hold; True if installed."""
-    if _state["installed"]:
-        return True
+    """Install the recording handler when the conditions above hold; True if installed.
+
+    Safe to call again (e.g. in a child forked from a process that already imported
+    checkpointing, after its environment and signal dispositions were reset)."""
+    try:
+        if is_early_handler(signal.getsignal(signal.SIGTERM)):
+            return True
+    except ValueError:
+        return False
     env = os.environ
     if env.get(ENV_EARLY_SIGTERM, "").strip().lower() in ("off", "0", "false", "no"):
         return False
@@ -86,6 +92,8 @@ def install() -> bool:
     try:
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return False
+        _received.clear()  # nothing inherited from a parent process
+        _state["claimed"] = False
         signal.signal(signal.SIGTERM, _handler)
     except (ValueError, OSError):
         return False

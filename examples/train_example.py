@@ -23,16 +23,19 @@ import os
 import sys
 import time
 
-# imported first: a SIGTERM while torch loads is then a notice, not a kill (exit 75, not -15)
-import checkpointing  # noqa: F401
+# first: a SIGTERM while torch loads is then a notice, not a kill (exit 75, not -15); the
+# explicit install() also covers a process forked from one that imported checkpointing
+from checkpointing import early_notice
+
+early_notice.install()
 
 # isort: split
-import torch
-from torch import nn
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
-from checkpointing.runtime_env import ENV_CHECKPOINT_URI
-from checkpointing.session import TrainingSession
-from checkpointing.torch_state import state_sha256
+from checkpointing.runtime_env import ENV_CHECKPOINT_URI  # noqa: E402
+from checkpointing.session import TrainingSession  # noqa: E402
+from checkpointing.torch_state import state_sha256  # noqa: E402
 
 SIZES = {  # (width, depth) per model family
     "mlp": {"tiny": (32, 2), "small": (128, 3), "medium": (512, 4), "large": (1024, 6)},
