@@ -19,8 +19,12 @@ from pydantic import Field
 class GfsEvalConfig(dg.Config):
     trace: str = Field("v2023", description="v2023 (real Alibaba pods) or v2026 (synthetic, real node list)")
     level: str = Field("low", description="spot workload: low (x1), medium (x2), high (x4)")
-    policies: list[str] = Field(default_factory=lambda: ["YARN-CS", "Chronus", "Lyra", "FGD", "GFS"],
-                                description="policies to compare; ablations: GFS-e, GFS-d, GFS-s, GFS-p, GFS-sp")
+    policies: list[str] = Field(
+        default_factory=lambda: ["YARN-CS", "Chronus", "Lyra", "FGD", "YARN-CS+Q", "Lyra+Q", "FGD+Q", "GFS", "GFS-BF"],
+        description="policies to compare: ungated YARN-CS, Chronus, Lyra, FGD; quota-gated YARN-CS+Q, Lyra+Q, "
+                    "FGD+Q (same GDE + SQA as GFS, eta fixed at 1); GFS; GFS-BF (beyond the paper); "
+                    "ablations GFS-e, GFS-d, GFS-s, GFS-p, GFS-sp")
+    refit: str = Field("daily", description="GDE: 'daily' (rolling origin, no future data) or 'once'")
     days: int = Field(14, description="v2026: simulated days")
     fraction: float = Field(0.25, description="v2026: share of the jobs")
     node_fraction: float = Field(0.18, description="v2026: share of each model's nodes (1 = 10,412 GPUs)")
@@ -47,7 +51,7 @@ def gfs_evaluation(context: dg.AssetExecutionContext, config: GfsEvalConfig) -> 
     comp = run_comparison(config.trace, config.level, _data_dir(config), config.policies,
                           EvalScale(days=config.days, fraction=config.fraction,
                                     node_fraction=config.node_fraction),
-                          progress=lambda msg: context.log.info(msg))
+                          progress=lambda msg: context.log.info(msg), refit=config.refit)
     plot_dir = Path(config.plot_dir or tempfile.mkdtemp(prefix="gfs-"))
     png = plot_comparison(comp, plot_dir / f"gfs-{config.trace}-{config.level}.png")
     md = to_markdown(comp.table)

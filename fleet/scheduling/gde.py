@@ -208,8 +208,14 @@ class _TorchForecaster(Forecaster):
         ``max_steps`` caps the optimizer steps (random batches) of this call."""
         t0 = time.perf_counter()
         torch.manual_seed(self.seed)
-        if not (warm_start and self.net is not None):
-            self.scale = np.maximum(series.values[:, : max(int(origins.max()), 1)].max(1), 1.0)
+        seen = np.maximum(series.values[:, : max(int(origins.max()), 1)].max(1), 1.0)
+        if warm_start and self.net is not None:
+            # grow the per-series scale with the demand seen so far: a scale frozen at the
+            # first day's peak left the inputs far above 1 as multi-day jobs piled up (v2026:
+            # the bound sat 1,177 GPUs above the demand instead of 206)
+            self.scale = np.maximum(self.scale, seen)
+        else:
+            self.scale = seen
         x, y, s, tf, ok = windows(series, self.lookback, self.horizon, origins, self.pad)
         x, y, s, tf = x[ok], y[ok], s[ok], tf[ok]
         sc = self.scale[s][:, None]
