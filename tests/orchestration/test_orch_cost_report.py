@@ -252,3 +252,48 @@ def test_a_check_with_missing_input_is_skipped_not_failed(tmp_path):
     for name, ev in evals.items():
         assert ev.passed and ev.metadata["skipped"].value is True, name
         assert ev.description.startswith("skipped: "), name
+
+
+def test_summary_lines_name_this_run_and_print_no_nan(two_runs, tmp_path, capsys):
+    """`spotfleet main`'s stage lines: the whole stage of THIS run; a stage that did not finish
+    prints '-' (never 'nan'), a run without a report says so instead of an older run's path."""
+    from types import SimpleNamespace
+
+    from pipelines.commands.main_report import print_report_paths, print_stage_summary
+
+    cfg = SimpleNamespace(name="demo", stages=[SimpleNamespace(name="pretrain"), SimpleNamespace(name="finetune")])
+    stats = SimpleNamespace(engine=lambda: two_runs)
+    print_stage_summary(cfg, stats, "run-a")
+    print_report_paths(cfg, tmp_path, "run-a")
+    out = capsys.readouterr().out
+    assert "pretrain: 2 attempt(s) (failed, completed, 1 lost), 3 node session(s), 2 preemption(s)" in out
+    assert "zones us-east-1f -> us-west-2b -> us-east-1c" in out and "final step 100" in out
+    assert "finetune: not run" in out
+    assert "cost report: none for run run-a" in out and "nan" not in out
+
+
+def test_budget_enforced_before_launch_and_warned_otherwise(two_runs):
+    from types import SimpleNamespace
+
+    from dagster import Failure, build_asset_context
+
+    from assets.cost_assets import check_budget_before_launch
+
+    cfg = SimpleNamespace(name="demo", budget_usd=1.0, budget_period="run", enforce_budget=True)
+    ctx = build_asset_context()
+    # run-a spent ~$0.70: another $0.20 fits, $0.50 does not
+    check_budget_before_launch(ctx, cfg, "finetune", two_runs, 0.20, ["run-a"])
+    with pytest.raises(Failure) as exc:
+        check_budget_before_launch(ctx, cfg, "finetune", two_runs, 0.50, ["run-a"])
+    msg = exc.value.description
+    assert "stage finetune would exceed the budget of pipeline demo" in msg and "NOT launched" in msg
+    assert "budget_usd $1.00" in msg and "run run-a" in msg
+    assert exc.value.allow_retries is False
+    # per day: TODAY's spend of every run counts (the recorded runs are from 2023: none today)
+    day = SimpleNamespace(name="demo", budget_usd=1.5, budget_period="day", enforce_budget=True)
+    check_budget_before_launch(ctx, day, "finetune", two_runs, 1.0, ["run-a"])
+    with pytest.raises(Failure) as exc:
+        check_budget_before_launch(ctx, day, "finetune", two_runs, 2.0, ["run-a"])
+    assert "spend so far $0.00 in day " in exc.value.description
+    warn = SimpleNamespace(name="demo", budget_usd=1.0, budget_period="run", enforce_budget=False)
+    check_budget_before_launch(ctx, warn, "finetune", two_runs, 0.50, ["run-a"])  # warns only

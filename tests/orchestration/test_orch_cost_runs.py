@@ -94,3 +94,34 @@ def test_two_main_runs_two_reports_and_the_period_is_their_sum(tmp_path):
     frame = focus.read_focus_csv(reports / "focus" / "cost_and_usage_focus.csv")
     assert focus.validate(frame) == []
     assert frame["BilledCost"].sum() == pytest.approx(spend[run1] + spend[run2], rel=1e-9)
+
+
+def test_an_enforced_budget_keeps_the_stage_from_launching(tmp_path):
+    """budget_usd below the plan's expected cost + enforce_budget: the stage fails once, before
+    any node is launched, with the budget message; no retry, no node session."""
+    import yaml
+    from dagster import DagsterInstance
+
+    from pipelines.config import parse_pipelines
+    from pipelines.definitions import build_definitions, pipeline_job_name
+    from pipelines.resources import FleetResource, StatsDB
+
+    data = yaml.safe_load(PIPELINE)
+    data["pipelines"][0].update(name="broke", budget_usd=0.01, enforce_budget=True)
+    [cfg] = parse_pipelines(data)
+    var = tmp_path / "var"
+    stats = StatsDB(url="", var_dir=str(var))
+    defs = build_definitions([cfg], include_gfs=False,
+                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(var))})
+    with DagsterInstance.ephemeral() as instance:
+        res = defs.resolve_job_def(pipeline_job_name("broke")).execute_in_process(instance=instance,
+                                                                                 raise_on_error=False)
+    assert not res.success
+    failures = [e for e in res.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert [e.step_key for e in failures] == ["broke__train_train"]
+    msg = failures[0].event_specific_data.error.message
+    assert "would exceed the budget of pipeline broke" in msg and "NOT launched" in msg
+    assert not [e for e in res.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    from assets import cost_tables as ct
+
+    assert ct.load(stats.engine(), "broke").sessions.empty  # nothing was launched, nothing billed
