@@ -36,7 +36,7 @@ class CostReportConfig(Config):
 
 
 def run_group(context: AssetExecutionContext) -> list[str]:
-    """This run, its root run and every run retried from that root (run-level retries)."""
+    """This run, its root run and every run retried from that root (run-level retries); root first."""
     run = context.run
     root = run.root_run_id or run.run_id
     ids = {run.run_id, root}
@@ -46,7 +46,7 @@ def run_group(context: AssetExecutionContext) -> list[str]:
         ids |= {r.run_id for r in context.instance.get_runs(filters=RunsFilter(tags={ROOT_TAG: root}))}
     except Exception:  # noqa: BLE001 - an instance without run storage: this run and its root
         pass
-    return sorted(ids)
+    return [root, *sorted(ids - {root})]  # the root first: it names the run's report folder
 
 
 def _group_of(context: AssetExecutionContext, run_id: str) -> list[str]:
@@ -60,7 +60,7 @@ def _group_of(context: AssetExecutionContext, run_id: str) -> list[str]:
     from dagster import RunsFilter
 
     ids = {run_id, root} | {r.run_id for r in context.instance.get_runs(filters=RunsFilter(tags={ROOT_TAG: root}))}
-    return sorted(ids)
+    return [root, *sorted(ids - {root})]
 
 
 def _day(text: str, field: str) -> dt.date | None:

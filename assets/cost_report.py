@@ -105,8 +105,8 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
                                   day=(last if budget_period == "day" and last else None))
     period_label = ("no days" if period is None else first.isoformat() if first == last
                     else f"{first.isoformat()} .. {last.isoformat()}")
-    rid = run_ids[0] if run_ids else "none"
-    run_dir = out_dir / "runs" / rid
+    # the run's own folder (the root run's id); nothing recorded yet: only the latest copy
+    run_dir = out_dir / "runs" / run_ids[0] if run_ids else out_dir / ".empty"
     png = rr.write_plot(by_stage if not by_stage.empty else by_stage, tot, run_dir / "cost_report.png",
                         f"{pipeline} {_run_label(run_ids)}", stage_order)
     kwargs = dict(pipeline=pipeline, run_label=_run_label(run_ids), table=table, tot=tot, by_stage=by_stage,
