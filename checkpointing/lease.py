@@ -132,15 +132,7 @@ class PrefixLease:
         for _ in range(ACQUIRE_ATTEMPTS):
             current, version, exists = self._read()
             now = time.time()
-            if current is not None and current.owner != self.owner and current.job_id != self.job_id \
-                    and current.expires > now:
-                raise LeaseHeld(
-                    f"checkpoint prefix {self.store.location} is leased by another running job: "
-                    f"{current.describe()}, lease renewed {now - current.renewed:.0f} s ago, expires in "
-                    f"{current.expires - now:.0f} s. This process is job {self.job_id!r}. Two jobs must "
-                    "not write one prefix. Fix: give this job its own SPOTFLEET_CHECKPOINT_URI; or, if "
-                    f"this run continues that job, set SPOTFLEET_JOB_ID={current.job_id}; or, if that "
-                    f"job is really gone, wait for its lease to expire or delete {self.location}.")
+            self._refuse_if_held(current, now)
             self._acquired = now
             try:
                 with self._lock:
@@ -157,6 +149,24 @@ class PrefixLease:
             return current
         raise LeaseHeld(f"could not acquire the lease {self.location}: {ACQUIRE_ATTEMPTS} conditional "
                         "writes lost to concurrent writers; is another job starting on this prefix?")
+
+    def check_available(self) -> LeaseRecord | None:
+        """Read-only: raise ``LeaseHeld`` if another job's live lease holds the prefix;
+        returns the current record (None when there is none)."""
+        current, _version, _exists = self._read()
+        self._refuse_if_held(current, time.time())
+        return current
+
+    def _refuse_if_held(self, current: LeaseRecord | None, now: float) -> None:
+        if current is not None and current.owner != self.owner and current.job_id != self.job_id \
+                and current.expires > now:
+            raise LeaseHeld(
+                f"checkpoint prefix {self.store.location} is leased by another running job: "
+                f"{current.describe()}, lease renewed {now - current.renewed:.0f} s ago, expires in "
+                f"{current.expires - now:.0f} s. This process is job {self.job_id!r}. Two jobs must "
+                "not write one prefix. Fix: give this job its own SPOTFLEET_CHECKPOINT_URI; or, if "
+                f"this run continues that job, set SPOTFLEET_JOB_ID={current.job_id}; or, if that "
+                f"job is really gone, wait for its lease to expire or delete {self.location}.")
 
     def renew(self) -> bool:
         """Extend the lease; False (and ``lost`` set) when another owner holds it now."""

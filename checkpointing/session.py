@@ -273,12 +273,15 @@ class TrainingSession:
         st = self.state
         ident = JobIdentity.create(job_id=self.job_id, model=st.model, optimizer=st.optimizer,
                                    scheduler=st.scheduler, config=self.job_config)
+        lease = None
+        if self.use_lease:  # a RUNNING other job is reported first (read-only check)
+            lease = PrefixLease(self.store, ident.job_id, ttl_seconds=self.lease_ttl_seconds,
+                                node_id=self.events.node_id)
+            lease.check_available()
         spill = self.saver.spill_store  # a spilled checkpoint would be restored too
         check_job(ident, list_checkpoints(self.store) + (list_checkpoints(spill) if spill else []),
                   self.store.location)
-        if self.use_lease:
-            lease = PrefixLease(self.store, ident.job_id, ttl_seconds=self.lease_ttl_seconds,
-                                node_id=self.events.node_id)
+        if lease is not None:
             lease.acquire()
             lease.start_heartbeat()
             self.lease = lease
