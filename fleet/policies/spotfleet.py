@@ -6,10 +6,11 @@ observed market + a 5 h on-demand exit rule) was tuned on the 9-zone V100 set an
 and kept it on on-demand. This version keeps no market-sized reserve and no tuned exit
 rules: the spot / on-demand / idle decision is Uniform Progress's (NSDI'24), which has
 no market parameter at all, plus the deadline safety net — except that it bridges an
-outage on on-demand only when the spare slack falls below ``time left x min((D-W)/D,
-share of time no zone had capacity before the job)`` (Uniform Progress's line, or less
-where capacity is nearly always somewhere: waiting is free). What it adds is what the
-baselines ignore and a live controller knows:
+outage on on-demand only when the spare slack falls below ``time left x min((D-W)/D, b)``
+with ``b`` the expected share of time that burns slack (:meth:`slack_burn_share`; less
+than Uniform Progress's line where capacity is nearly always somewhere: waiting is free),
+and that with ample slack it waits for a better zone (``patience``). What it adds is
+what the baselines ignore and a live controller knows:
 
 * **Price and region aware zone choice.** Every candidate zone gets an expected cost
   per *useful* hour: its spot $/h now times the expected run (mean up-run from the
