@@ -67,6 +67,7 @@ class SweepResult:
     runs: dict[str, list[RunResult]] = field(default_factory=dict)
     omniscient: list[float] = field(default_factory=list)
     wall_seconds: float = 0.0
+    on_demand_cost: float = 0.0  # $ of the job on the cheapest on-demand region (0: spec's)
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,15 @@ class PolicySummary:
 
 def run_sweep(market: Market, spec: JobSpec, policies: Sequence[Policy], starts: Sequence[int],
               with_omniscient: bool = True,
-              progress: Callable[[str], None] | None = None) -> SweepResult:
-    """Simulate every policy at every start; ``progress`` receives one line per policy."""
+              progress: Callable[[str], None] | None = None,
+              observe: str = "probe") -> SweepResult:
+    """Simulate every policy at every start; ``progress`` receives one line per policy.
+    ``observe``: ``"probe"`` (zones known only when held or tried) or ``"oracle"``."""
     t0 = time.perf_counter()
     res = SweepResult(spec=spec, starts=list(starts))
+    if market.on_demand_price is not None:
+        res.on_demand_cost = float(market.on_demand_price.min()) * (
+            spec.work_hours + spec.restart_hours)
     if with_omniscient:
         tp = time.perf_counter()
         res.omniscient = [omniscient_bound(market, spec, s).cost for s in starts]
@@ -98,7 +104,7 @@ def run_sweep(market: Market, spec: JobSpec, policies: Sequence[Policy], starts:
                      f"  ({time.perf_counter() - tp:.1f} s)")
     for pol in policies:
         tp = time.perf_counter()
-        runs = [simulate(pol, market, spec, s) for s in starts]
+        runs = [simulate(pol, market, spec, s, observe=observe) for s in starts]
         res.runs[pol.name] = runs
         if progress:
             met = np.mean([r.deadline_met for r in runs])
@@ -110,7 +116,7 @@ def run_sweep(market: Market, spec: JobSpec, policies: Sequence[Policy], starts:
 
 def summarize(res: SweepResult) -> list[PolicySummary]:
     """One row per policy (and the omniscient bound, when computed)."""
-    od = res.spec.on_demand_cost
+    od = res.on_demand_cost or res.spec.on_demand_cost
     omni = np.asarray(res.omniscient, dtype=float)
     rows = []
     for name, runs in res.runs.items():

@@ -98,8 +98,7 @@ def _run(args: argparse.Namespace) -> int:
           f"notice {spec.notice_seconds:g} s; {len(starts)} starts x {len(policies)} policies",
           flush=True)
     res = run_sweep(market, spec, policies, starts, with_omniscient=not args.no_omniscient,
-                    progress=lambda line: print(line, flush=True),
-                    **({} if args.observe == "probe" else {"observe": args.observe}))
+                    progress=lambda line: print(line, flush=True), observe=args.observe)
     rows = summarize(res)
     print()
     print(format_table(rows, markdown=False))

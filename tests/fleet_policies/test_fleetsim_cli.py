@@ -58,3 +58,17 @@ def test_fleet_sim_multi_node_folder_needs_the_node_count(tmp_path, capsys):
                "--starts", "2", "--warmup-hours", "10", "--policies", "failover"])
     out = capsys.readouterr().out
     assert rc == 0 and "4 node(s)" in out
+
+
+def test_fleet_sim_observe_modes(shared_data, capsys):
+    args = ["fleet-sim", "--traces", str(shared_data / AVAIL), "--work-hours", "6",
+            "--deadline-hours", "9", "--starts", "3", "--policies", "on_demand,failover",
+            "--no-omniscient"]
+    costs = {}
+    for mode in ("probe", "oracle"):
+        assert main([*args, "--observe", mode]) == 0
+        out = capsys.readouterr().out.splitlines()
+        costs[mode] = {n: float(next(ln for ln in out if ln.startswith(n + " ")).split()[1])
+                       for n in ("on_demand", "failover")}
+    assert costs["probe"]["on_demand"] == costs["oracle"]["on_demand"]  # needs no market view
+    assert costs["probe"]["failover"] < costs["probe"]["on_demand"]
