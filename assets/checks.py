@@ -177,6 +177,9 @@ def _checkpoint_check(pa: "PipelineAssets", stage: str):
         if sessions.empty:
             return skipped(f"stage {stage} has no node session in run {label} (it did not run)", run=label)
         ck = run.checkpoints[run.checkpoints["stage"] == stage] if not run.checkpoints.empty else run.checkpoints
+        if ck.empty and not (sessions["last_step"].fillna(0) > 0).any():
+            return skipped(f"stage {stage} made no training progress in run {label} (nothing to checkpoint; "
+                           "see the stage's failure)", run=label)
         if ck.empty:
             return AssetCheckResult(passed=False, metadata={"run": label},
                                     description=f"no checkpoint recorded for {stage} in run {label}; is the "

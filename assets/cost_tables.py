@@ -34,8 +34,9 @@ CATEGORIES = ("useful", "checkpoint", "redo", "launch", "restart", "idle")
 TAXES = ("checkpoint", "redo", "launch", "restart", "idle")
 GROUP = ["pipeline", "stage", "zone", "day"]
 MONEY = ["spend_usd", "on_demand_usd", "savings_usd"] + [f"{c}_usd" for c in CATEGORIES] + ["fallback_usd"]
-#: end reasons of a node that was lost with its node group (the attempt failed)
-LOST_REASONS = ("failed", "cancelled")
+#: end reason of a node lost with its node group (the attempt failed and its nodes were
+#: cancelled); a node whose own process crashed ("failed") is a failure, not a preemption
+LOST_REASONS = ("cancelled",)
 #: nodes of one node-group launch start within this many wall seconds of each other
 GROUP_LAUNCH_WINDOW_S = 5.0
 
