@@ -91,9 +91,23 @@ def zone_stats_from_frame(df, local_time_factor: float = 1.0) -> list[Any]:
     return [st for st in merge_session_latency(traces + measured) if st.source == "trace"]
 
 
+def measured_checkpoint_hours(checkpoints, local_time_factor: float = 1.0) -> float | None:
+    """Checkpoint time C measured in the statistics DB (market hours): the mean stall
+    (what a save blocks training, the training process's delta) of the committed
+    checkpoints; ``local_time_factor`` converts the local fleet's wall seconds. None when
+    nothing was measured."""
+    if checkpoints is None or len(checkpoints) == 0 or "stall_seconds" not in checkpoints:
+        return None
+    stall = checkpoints["stall_seconds"].dropna()
+    stall = stall[stall > 0]
+    if stall.empty:
+        return None
+    return float(stall.mean()) * local_time_factor / 3600.0
+
+
 def plan_for_stage(stage: StageConfig, stats: list[Any], forecasts: list[Any],
                    market: MarketConfig | dict[str, Any], deadline_hours: float | None,
-                   on_demand_fallback: bool) -> FleetPlan:
+                   on_demand_fallback: bool, ckpt_hours: float | None = None) -> FleetPlan:
     """The fleet plan of one stage (``fleet.planning.planner.plan_stage``), typed.
 
     The train asset applies it to the stage's StageSpec (``FleetPlan.apply``): failover
@@ -105,5 +119,6 @@ def plan_for_stage(stage: StageConfig, stats: list[Any], forecasts: list[Any],
     req = StageRequest(
         work_hours=float(stage.work_hours), deadline_hours=deadline_hours, name=stage.name,
         accelerator=r.accelerator, accelerator_count=r.count, num_nodes=r.nodes,
-        candidate_zones=tuple(r.zones), allow_on_demand=on_demand_fallback)
+        candidate_zones=tuple(r.zones), allow_on_demand=on_demand_fallback,
+        **({"ckpt_hours": ckpt_hours} if ckpt_hours else {}))
     return plan_stage(req, stats, forecasts, _market(market).price_book())

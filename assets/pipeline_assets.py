@@ -163,16 +163,23 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
                 "preemption_forecast": AssetIn(key=[p, "preemption_forecast"])},
            description="Per stage: zones in failover order, spot / on-demand mix, on-demand fallback "
                        "threshold, expected cost and completion, and why (fleet.planning).")
-    def fleet_plan(context: AssetExecutionContext, preemption_stats, preemption_forecast) -> Output:
-        stats = fleet_adapter.zone_stats_from_frame(
-            preemption_stats, fleet_adapter.market_seconds_per_wall_second(market))
+    def fleet_plan(context: AssetExecutionContext, stats_db: StatsDB, preemption_stats,
+                   preemption_forecast) -> Output:
+        from infra.db.models import CheckpointRecord
+        from infra.db.recorder import read_table
+
+        factor = fleet_adapter.market_seconds_per_wall_second(market) if cfg.provider == "local" else 1.0
+        stats = fleet_adapter.zone_stats_from_frame(preemption_stats, factor)
+        # the checkpoint time measured in the DB (the same delta the training process uses)
+        ckpt_h = fleet_adapter.measured_checkpoint_hours(
+            read_table(stats_db.engine(), CheckpointRecord, p), factor)
         total_work = sum(s.work_hours for s in cfg.stages)
         plans: dict[str, FleetPlan] = {}
         for s in cfg.stages:
             share = cfg.deadline_hours * s.work_hours / total_work
             try:
                 plans[s.name] = fleet_adapter.plan_for_stage(
-                    s, stats, preemption_forecast, cfg.market, share, cfg.on_demand_fallback)
+                    s, stats, preemption_forecast, cfg.market, share, cfg.on_demand_fallback, ckpt_h)
             except ValueError as exc:
                 raise config_failure(context, f"cannot plan stage {s.name}: {exc}") from None
             context.log.info(plans[s.name].explain())

@@ -179,6 +179,11 @@ def posterior_restart_seconds(prior: float | None, measured: list[float],
     return (prior_weight * p + sum(measured)) / (prior_weight + len(measured))
 
 
+def restart_seconds_of(launched_at: float, ready_at: float | None) -> float | None:
+    """R of one node session: launch to the training process's ``start`` (s)."""
+    return None if ready_at is None else max(0.0, ready_at - launched_at)
+
+
 def session_cost_usd(price_per_hour: float, launched_at: float, ended_at: float | None) -> float:
     """What one node session cost ($): price x held market hours (0 while it runs)."""
     if ended_at is None:

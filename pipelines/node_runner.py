@@ -59,9 +59,15 @@ def describe_event(e: Event) -> str | None:
     if k == "relaunch":
         return f"relaunch {d.get('from_zone')} -> {d.get('to_zone')} ({d.get('reason', '')})"
     if k == "decision":
+        where = f" (replay second {d['replay_seconds']})" if d.get("replay_seconds") is not None else ""
         return (f"fleet policy {d.get('policy')} ({d.get('policy_class')}): "
-                f"{d.get('target')} at market second {d.get('market_seconds')}")
-    if k in ("start", "interval", "save_started", "stats", "moved"):
+                f"{d.get('target')} at market second {d.get('market_seconds')}{where}")
+    if k == "interval":
+        return (f"[{node}] insurance interval tau {d.get('tau_seconds')} s (MTTP {d.get('mttp_seconds')} s, "
+                f"R {d.get('restart_seconds')} s, delta {d.get('delta_seconds')} s)")
+    if k == "moved":
+        return f"fleet policy moves {d.get('from_zone')} -> {d.get('to_zone')}: {d.get('reason')}"
+    if k in ("start", "save_started", "stats"):
         return None
     return f"[{node}] {k}: {d}"
 

@@ -43,6 +43,7 @@ from checkpointing.costmodel import (
     effective_cost_per_useful_hour,
     optimal_interval_hours,
 )
+from checkpointing.intervals import thesis_optimum_seconds
 from fleet.contract import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_RESTART_SECONDS, RunPriors
 from fleet.market.prices import PriceBook
 from fleet.stats.forecast import ZoneForecast
@@ -140,17 +141,29 @@ class FleetPlan:
     restart_hours: float = DEFAULT_RESTART_SECONDS / 3600.0  # R the plan used (measured if known)
 
     # -- the run contract ------------------------------------------------------------------
+    def insurance_interval_seconds(self, zone: str | None = None) -> float | None:
+        """The insurance interval the training process should arrive at in ``zone`` (s):
+        Algorithm 1's ``tau = sqrt(2 C (MTTP + R))`` (``checkpointing.intervals``) with
+        this plan's C, R and the zone's MTTP = 1 / rate. (``ZoneChoice.interval_hours`` is
+        the c_eff-optimal T the planner scores zones with; it is smaller by about
+        ``sqrt((MTTP - R) / (MTTP + R))``.)"""
+        choice = next((z for z in self.zones if z.zone == zone), self.zones[0] if self.zones else None)
+        if choice is None or not (math.isfinite(choice.rate_per_hour) and choice.rate_per_hour > 1e-5):
+            return None
+        return thesis_optimum_seconds(self.checkpoint_hours * 3600.0, 3600.0 / choice.rate_per_hour,
+                                      self.restart_hours * 3600.0)
+
     def priors(self, notice_seconds: float = 0.0) -> RunPriors:
         """The plan's statistics in SECONDS (fleet/contract.py): per-zone MTTP = 1 / the
         preemption rate the plan scored the zone with, R (measured in the statistics DB
-        when known), checkpoint time, the planned interval, the work and the prices."""
+        when known), checkpoint time (measured when known), the insurance interval of the
+        first zone (``insurance_interval_seconds``), the work and the prices."""
         mttp = {z.zone: 3600.0 / z.rate_per_hour for z in self.zones
                 if math.isfinite(z.rate_per_hour) and z.rate_per_hour > 1e-5}
-        interval = self.checkpoint_interval_hours
         return RunPriors(
             mttp_seconds=mttp, restart_seconds=self.restart_hours * 3600.0,
             checkpoint_seconds=self.checkpoint_hours * 3600.0,
-            interval_seconds=interval * 3600.0 if math.isfinite(interval) else None,
+            interval_seconds=self.insurance_interval_seconds(),
             work_seconds=self.work_hours * 3600.0 if self.work_hours else None,
             notice_seconds=notice_seconds,
             spot_price_per_hour={z.zone: z.spot_price for z in self.zones},

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from fleet.contract import restart_seconds_of
 from fleet.market.traces import Trace
 from fleet.providers.base import NodeSession
 
@@ -232,7 +233,7 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
             held_s += max(0.0, end - start)
             ends.append(end)
             if s.ready_at is not None:
-                latencies.append(s.ready_at - s.launched_at)
+                latencies.append(restart_seconds_of(s.launched_at, s.ready_at))
         npre = sum(1 for s in ss if s.end_reason == "preempted")
         pre_h = [s.ended_at / 3600.0 for s in ss if s.end_reason == "preempted" and s.ended_at]
         regain: list[float] = []

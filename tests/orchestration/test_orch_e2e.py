@@ -181,12 +181,15 @@ def test_provider_giving_up_is_retried_from_the_checkpoint_on_postgres(tmp_path,
     assert result.success
     t = _tables(stats, cfg.name)
     att = t["stage_attempts"].sort_values("attempt")
-    assert list(att["status"]) == ["failed", "completed"]
-    assert "max_relaunches" in att.iloc[0]["error"]
+    # the market may preempt a retry too (the policy lives through the replayed window):
+    # every lost attempt is a provider giving up, and a retry finishes from the checkpoint
+    statuses = list(att["status"])
+    assert statuses[0] == "failed" and statuses[-1] == "completed" and len(statuses) <= 4
+    assert all("max_relaunches" in e for e in att[att["status"] == "failed"]["error"])
     ck = t["checkpoints"]
     a1_ckpt = int(ck[ck["attempt"] == 1]["step"].max())
     assert a1_ckpt >= 30  # at least the emergency save at the first injected notice
-    assert a1_ckpt <= att.iloc[1]["start_step"] <= 100 and att.iloc[1]["final_step"] == 100
+    assert a1_ckpt <= att.iloc[-1]["start_step"] <= 100 and att.iloc[-1]["final_step"] == 100
 
 
 def test_on_demand_fallback_when_the_deadline_needs_it(tmp_path):
@@ -203,7 +206,7 @@ def test_on_demand_fallback_when_the_deadline_needs_it(tmp_path):
     cfg, stats, result, logs, _ = _run(tmp_path, pipeline)
     assert result.success
     plan = result.output_for_node("tight__fleet_plan")["only"]
-    assert plan["use_spot"] and plan["fallback_slack_hours"] is not None  # the plan: spot, with a fallback
+    assert plan.spot_nodes and plan.fallback_slack_hours is not None  # the plan: spot, with a fallback
     t = _tables(stats, cfg.name)
     sessions = t["node_sessions"].sort_values("launched_at")
     assert bool(sessions.iloc[0]["spot"]) is True

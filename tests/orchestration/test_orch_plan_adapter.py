@@ -98,5 +98,8 @@ def test_plan_apply_puts_the_priors_in_seconds_into_the_stage_spec():
     for z in plan.zones:
         assert pr.mttp_seconds[z.zone] == pytest.approx(3600.0 / z.rate_per_hour)
     assert pr.restart_seconds == pytest.approx(plan.restart_hours * 3600.0)
-    assert pr.interval_seconds == pytest.approx(plan.checkpoint_interval_hours * 3600.0)
+    # the insurance interval the training process will compute from the same numbers
+    first = plan.zones[0]
+    tau = (2 * plan.checkpoint_hours * 3600.0 * (3600.0 / first.rate_per_hour + plan.restart_hours * 3600.0)) ** 0.5
+    assert pr.interval_seconds == pytest.approx(tau)
     assert pr.work_seconds == pytest.approx(cfg.stages[0].work_hours * 3600.0)

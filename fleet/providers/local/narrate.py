@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from checkpointing.events import Event
+from fleet.contract import session_cost_usd
 from fleet.providers.base import NodeSession
 from fleet.providers.events import is_provider_event
 
@@ -106,7 +107,7 @@ def sessions_table(sessions: Sequence[NodeSession], time_factor: float = 1.0) ->
     rows = [head, "-" * len(head)]
     for s in sessions:
         wall = (s.ended_at or s.launched_at) - s.launched_at
-        cost = s.price_per_hour * wall * time_factor / 3600.0
+        cost = session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at) * time_factor
         steps = f"{s.first_step if s.first_step is not None else '?'}->{s.last_step if s.last_step is not None else '?'}"
         rows.append(f"{_short(s.node_id):<8} {s.zone:<12} {'spot' if s.spot else 'on-demand':<9} "
                     f"{s.price_per_hour:>6.3f} {wall:>7.1f} {steps:>11} {s.end_reason:<10} {cost:>8.3f}")

@@ -48,6 +48,7 @@ from checkpointing.events import Event
 from fleet.contract import (
     posterior_mttp_seconds,
     posterior_restart_seconds,
+    session_cost_usd,
     training_env,
     training_stats,
 )
@@ -310,6 +311,7 @@ class _StageRun(AttemptRecord):
             target=("idle" if tgt is None else tgt.zone if tgt.spot else "on-demand"),
             spot=None if tgt is None else tgt.spot, market_seconds=round(t, 3), tick=d.tick,
             interval_seconds=d.interval_seconds, location=location, failed_probes=failed,
+            replay_seconds=round(self.provider.schedule().offset_seconds + t, 3),
             tries=[("idle" if x is None else x.zone if x.spot else "on-demand") for x in d.tries]))
         return tgt
 
@@ -412,7 +414,7 @@ class _StageRun(AttemptRecord):
                 final = n.exit_event.data.get("step", n.last_step)
                 sha = n.exit_event.data.get("state_sha256", sha)
         factor = self.cfg.time_scale.factor
-        cost_wall = sum(s.price_per_hour * ((s.ended_at or s.launched_at) - s.launched_at) / 3600.0
+        cost_wall = sum(session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at)
                         for s in self.sessions)
         preemptions = sum(1 for s in self.sessions if s.end_reason == "preempted")
         info = {
@@ -488,9 +490,11 @@ class _StageRun(AttemptRecord):
             for node in group:
                 inj = self.injector.open_node(node.node_id, node.zone, spot=node.spot)
                 env = self._node_env(node, inj.notice_sources, stats_path, self.injector.grace_seconds)
-                with node.log_path.open("wb") as log:
-                    node.proc = subprocess.Popen(self.spec.command, env=env, stdout=log,
-                                                 stderr=subprocess.STDOUT, start_new_session=True)
+                # a warm fork server (no fresh python + torch import) when $SPOTFLEET_FORK_SERVER
+                # names one, else Popen; either way its own process group, output to the log
+                from fleet.providers.local.forkserver import spawn
+
+                node.proc = spawn(self.spec.command, env, node.log_path)
                 self.injector.attach(node.node_id, node.proc.pid)
         except OSError as exc:
             for node in group:
