@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "pipelines.commands.local_fleet",  # local-fleet               (providers)
     "pipelines.commands.gfs",  # gfs-eval, gfs-forecast        (GFS scheduling)
     "pipelines.commands.main_job",  # main, db                      (Dagster main job)
+    "pipelines.commands.cost_report_cmd",  # cost-report         (cost report of a run / period)
 )
 
 

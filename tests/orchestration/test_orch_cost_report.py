@@ -297,3 +297,21 @@ def test_budget_enforced_before_launch_and_warned_otherwise(two_runs):
     assert "spend so far $0.00 in day " in exc.value.description
     warn = SimpleNamespace(name="demo", budget_usd=1.0, budget_period="run", enforce_budget=False)
     check_budget_before_launch(ctx, warn, "finetune", two_runs, 0.50, ["run-a"])  # warns only
+
+
+def test_cost_report_cli_any_run_and_period(two_runs, tmp_path, capsys):
+    from pipelines.cli import main
+
+    url = str(two_runs.url)
+    common = ["--db-url", url, "--var-dir", str(tmp_path / "var"), "--pipeline", "demo"]
+    assert main(["cost-report", *common, "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "run-a" in listed and "run-b" in listed
+    assert main(["cost-report", *common, "--run", "run-b", "--from", "2023-11-14", "--to", "2023-11-14"]) == 0
+    out = capsys.readouterr().out
+    data = ct.for_runs(ct.load(two_runs, "demo"), ["run-b"])
+    assert f"demo, run run-b: spend ${data.sessions['cost_usd'].sum():.2f}" in out
+    assert "period 2023-11-14 .. 2023-11-14: 2 run(s)" in out
+    assert (tmp_path / "var" / "reports" / "demo" / "runs" / "run-b" / "cost_report.html").exists()
+    assert main(["cost-report", *common, "--run", "nope"]) == 2
+    assert "no recorded run of demo starts with it" in capsys.readouterr().err
