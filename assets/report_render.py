@@ -127,10 +127,16 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
     """The whole report as markdown: run, period and all-time sections, each its own table."""
     money = ["spend_usd", "on_demand_usd", "savings_usd", "savings_pct"]
     taxes = [f"{c}_usd" for c in CATEGORIES if c != "useful"] + ["fallback_usd"]
+    saved = tot["savings_usd"]
+    if tot["on_demand_usd"] <= 0:
+        verdict = "no useful work was done, so nothing to compare with"
+    elif saved >= 0:
+        verdict = f"savings **${saved:,.2f} ({tot['savings_pct']:.1f} %)**"
+    else:
+        verdict = f"spot cost **${-saved:,.2f} MORE ({-tot['savings_pct']:.1f} %)**"
     out = [f"## Cost report: {pipeline}, {run_label}", "",
            f"Spend **${tot['spend_usd']:,.2f}** vs **${tot['on_demand_usd']:,.2f}** on-demand for the same "
-           f"useful work: savings **${tot['savings_usd']:,.2f} ({tot['savings_pct']:.1f} %)**. "
-           f"Taxes ${tot['taxes_usd']:,.2f}.", ""]
+           f"useful work: {verdict}. Taxes ${tot['taxes_usd']:,.2f}.", ""]
     if budget is not None:
         out += [budget_line(budget, budget_enforced), ""]
     if image_uri:
