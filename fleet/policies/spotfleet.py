@@ -209,12 +209,12 @@ class SpotfleetPolicy(Policy):
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1,
                                  max_tries=affordable_probes(state, g))
         if self.p.patience > 0 and order:
-            # ample slack: wait for a better zone than those likely up now when the
-            # expected wait for it fits ``patience`` times over in the slack to spare
+            # ample slack: try only the best zones (cost per useful hour, whether or not
+            # they are believed up) and otherwise wait for them, while the expected wait
+            # fits ``patience`` times over in the slack to spare
             best = int(np.argmin(eff))
-            if (eff[best] < eff[order[0]]
-                    and spare - reserve > self.p.patience * self.prior.mean_down_hours[best]):
-                order = [z for z in order if eff[z] <= eff[best]] or [best]
+            if spare - reserve > self.p.patience * self.prior.mean_down_hours[best]:
+                order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
 
     def reserve_hours(self, state: JobState, at_hours: float) -> float:

@@ -95,14 +95,14 @@ def _volatile_holdout(data: Path, n: int) -> list[tuple[Market, list[int] | None
     from fleet.market.regimes import regime_market, volatile_config
 
     cfg = volatile_config(hours=24.0 * 12)
-    return [(regime_market(cfg, seed), None) for seed in range(30, 35)]
+    return [(regime_market(cfg, seed), None) for seed in range(40, 45)]
 
 
 def _available_holdout(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
     from fleet.market.regimes import available_config, regime_market
 
     cfg = available_config(hours=24.0 * 12)
-    return [(regime_market(cfg, seed), None) for seed in range(30, 35)]
+    return [(regime_market(cfg, seed), None) for seed in range(40, 45)]
 
 
 FAMILIES: dict[str, Family] = {
@@ -111,12 +111,13 @@ FAMILIES: dict[str, Family] = {
                    spot_price=18.0, on_demand_price=85.0),
     "volatile": Family("volatile", "synthetic volatile (9 zones, 3 regions)", 12.0, 25.0, 168.0,
                        _volatile, spot_price=1.0, on_demand_price=3.4),
-    # held out: seeds never looked at while the policy was written (20-24 held out v1 at 8ec51fd)
-    "volatile_holdout": Family("volatile_holdout", "held-out synthetic volatile (seeds 30-34)",
+    # held out: seeds never looked at while the policy was written
+    # (20-24 held out v1 at 8ec51fd, 30-34 v2 at 61e4473, 40-44 v3)
+    "volatile_holdout": Family("volatile_holdout", "held-out synthetic volatile (seeds 40-44)",
                                12.0, 25.0, 168.0, _volatile_holdout, spot_price=1.0,
                                on_demand_price=3.4),
     "available_holdout": Family("available_holdout", "held-out synthetic mostly-available "
-                                "(seeds 30-34)", 12.0, 25.0, 168.0, _available_holdout,
+                                "(seeds 40-44)", 12.0, 25.0, 168.0, _available_holdout,
                                 spot_price=1.0, on_demand_price=3.4),
 }
 
