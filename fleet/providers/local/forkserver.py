@@ -1,0 +1,286 @@
+"""A warm fork server for the local fleet's training processes (relaunch without re-import).
+
+Every node session of the local fleet is a fresh ``python train.py ...``; on a 2-core
+machine its interpreter start plus ``import torch`` take 2-4 s before the first step,
+and a preemption pays that again on every relaunch. The fork server is one process
+that has imported the heavy libraries (torch, numpy) once; each launch forks it, and
+the child becomes the training process:
+
+* it starts a new session (its own process group, like ``Popen(start_new_session=True)``,
+  so the injector's notices and ``os.killpg`` reach it), resets signal dispositions,
+  takes the launch's environment, working directory and argv, sends stdout/stderr to
+  the node's log, and runs the script as ``__main__`` (``runpy.run_path``) — the script
+  still imports its own modules (e.g. ``checkpointing``) with the launch's environment;
+* the server reaps it and reports its exit status (``-N`` for a signal, like Popen).
+
+:func:`spawn` is what a provider calls instead of ``subprocess.Popen``: with
+``$SPOTFLEET_FORK_SERVER`` naming a running server's socket and a command of the form
+``[<this python>, script.py, ...]`` it returns a :class:`ForkedProcess` (``pid``,
+``poll``, ``wait``, ``returncode``, like ``Popen``); otherwise it falls back to Popen.
+Start a server with :func:`start_server` (``spotfleet main`` does, for its run).
+
+Only the import cost is shared: nothing of a training run happens in the server, so
+runs stay independent and bit-exact (the example's exact-resume checks hold).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_FORK_SERVER = "SPOTFLEET_FORK_SERVER"
+PRELOAD = ("numpy", "torch")
+_HDR = struct.Struct("!I")
+
+
+def _send(sock: socket.socket, obj: dict) -> None:
+    data = json.dumps(obj).encode()
+    sock.sendall(_HDR.pack(len(data)) + data)
+
+
+def _recv(sock: socket.socket, timeout: float | None = None) -> dict | None:
+    """One message, or None when the peer closed; ``timeout`` (s) raises TimeoutError."""
+    sock.settimeout(timeout)
+    try:
+        head = _recv_exact(sock, _HDR.size)
+        if head is None:
+            return None
+        body = _recv_exact(sock, _HDR.unpack(head)[0])
+        return None if body is None else json.loads(body)
+    finally:  # a timeout raises TimeoutError (socket.timeout)
+        sock.settimeout(None)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+# --------------------------------------------------------------------------- client
+
+
+class ForkedProcess:
+    """A training process forked by the server: the parts of ``Popen`` the providers use."""
+
+    def __init__(self, pid: int, conn: socket.socket, args: list[str]) -> None:
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+        self._conn = conn
+
+    def _read_exit(self, timeout: float | None) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        try:
+            msg = _recv(self._conn, timeout)
+        except TimeoutError:
+            return None
+        self.returncode = int(msg["returncode"]) if msg else -int(signal.SIGKILL)  # server gone
+        with contextlib.suppress(OSError):
+            self._conn.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            ready, _, _ = select.select([self._conn], [], [], 0)
+            if ready:
+                self._read_exit(None)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        rc = self._read_exit(timeout)
+        if rc is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return rc
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _forkable(command: list[str]) -> bool:
+    return (len(command) >= 2 and command[1].endswith(".py") and Path(command[1]).is_file()
+            and os.path.realpath(command[0]) == os.path.realpath(sys.executable))
+
+
+def spawn(command: list[str], env: dict[str, str], log_path: Path | str,
+          cwd: str | None = None) -> subprocess.Popen | ForkedProcess:
+    """Start ``command`` with ``env``, output to ``log_path``, in its own session.
+
+    Through the fork server named by ``env[SPOTFLEET_FORK_SERVER]`` when the command is
+    ``[python, script.py, ...]`` with this interpreter and the server answers; else
+    ``subprocess.Popen`` (the same contract: own process group, stdout+stderr to the log).
+    """
+    path = env.get(ENV_FORK_SERVER)
+    if path and _forkable(command):
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(path)
+            _send(sock, {"argv": list(command[1:]), "env": dict(env), "cwd": cwd or os.getcwd(),
+                         "log": str(log_path)})
+            reply = _recv(sock, timeout=30.0)
+            if reply and reply.get("pid"):
+                return ForkedProcess(int(reply["pid"]), sock, list(command))
+            sock.close()
+        except (OSError, TimeoutError):
+            pass  # no server (any more): an ordinary process
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=cwd)
+
+
+# --------------------------------------------------------------------------- server
+
+
+@dataclass
+class ServerHandle:
+    """A running fork server: its socket path and process; ``stop()`` ends it."""
+
+    socket_path: str
+    proc: subprocess.Popen
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+
+
+def start_server(socket_path: str | Path, wait_ready: float = 0.0) -> ServerHandle:
+    """Start ``python -m fleet.providers.local.forkserver <socket>`` (imports in the background).
+
+    Returns at once unless ``wait_ready`` > 0 (then up to that many seconds until it
+    listens). Launches before it listens fall back to ordinary processes.
+    """
+    path = str(socket_path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "fleet.providers.local.forkserver", path],
+                            stdin=subprocess.DEVNULL)
+    end = time.time() + wait_ready
+    while time.time() < end and not os.path.exists(path) and proc.poll() is None:
+        time.sleep(0.05)
+    return ServerHandle(path, proc)
+
+
+def _child(conn: socket.socket, req: dict) -> None:
+    """In the forked child: become the training process described by ``req``."""
+    os.setsid()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR1,
+                signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+    # the launcher learns the pid only now, when the process group exists (os.killpg works at
+    # once, as after Popen(start_new_session=True))
+    with contextlib.suppress(OSError):
+        _send(conn, {"pid": os.getpid()})
+    conn.close()
+    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    script = req["argv"][0]
+    sys.argv = list(req["argv"])
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+
+
+def _serve(path: str) -> dict | None:
+    """Accept launches until SIGTERM; returns the request in a forked child, None in the server."""
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            __import__(name)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = f"{path}.{os.getpid()}"
+    listener.bind(tmp)
+    listener.listen(64)
+    os.replace(tmp, path)  # appears only once bound and warm
+    children: dict[int, socket.socket] = {}
+    stop = False
+
+    def _term(*_):
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _term)
+    while not stop:
+        with contextlib.suppress(InterruptedError):
+            ready, _, _ = select.select([listener], [], [], 0.05)
+            if ready:
+                conn, _ = listener.accept()
+                req = _recv(conn, timeout=10.0)
+                if req is None:
+                    conn.close()
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    listener.close()
+                    for c in children.values():
+                        c.close()
+                    _child(conn, req)
+                    return req
+                children[pid] = conn  # the child says its pid; we say its exit status
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = children.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    _send(conn, {"returncode": os.waitstatus_to_exitcode(status)})
+                    conn.close()
+    listener.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    for conn in children.values():
+        conn.close()
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    req = _serve(args[0])
+    if req is None:
+        return
+    import runpy
+
+    # the training script runs as __main__; SystemExit / exceptions end the child normally
+    # (atexit handlers and non-daemon threads run, stdio is flushed)
+    runpy.run_path(req["argv"][0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The warm fork server: forked training processes behave like fresh ones.
+
+Same final state as a Popen'd run (bit-exact), a notice to the process group is an
+emergency save + exit 75, SIGKILL reads as -9, and without a server (or for a command
+that is not `python script.py`) spawn() falls back to an ordinary process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet.providers.local.forkserver import ENV_FORK_SERVER, ForkedProcess, spawn, start_server
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "train_example.py"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    handle = start_server(tmp_path_factory.mktemp("fs") / "fs.sock", wait_ready=120)
+    assert os.path.exists(handle.socket_path), "fork server did not come up"
+    yield handle
+    handle.stop()
+    assert handle.proc.returncode is not None
+
+
+def _env(tmp: Path, tag: str, server=None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTFLEET_")}
+    env.update(SPOTFLEET_EVENTS_FILE=str(tmp / f"{tag}.jsonl"), SPOTFLEET_NODE_ID=tag)
+    if server is not None:
+        env[ENV_FORK_SERVER] = server.socket_path
+    return env
+
+
+def _events(tmp: Path, tag: str) -> list[dict]:
+    return [json.loads(x) for x in (tmp / f"{tag}.jsonl").read_text().splitlines() if x.strip()]
+
+
+def _cmd(tmp: Path, tag: str, *extra: str) -> list[str]:
+    return [sys.executable, str(EXAMPLE), "--steps", "40", "--size", "tiny", "--seed", "3",
+            "--checkpoint-uri", str(tmp / tag), *extra]
+
+
+def test_a_forked_run_ends_bit_identical_to_a_fresh_one(server, tmp_path):
+    fresh = spawn(_cmd(tmp_path, "fresh"), _env(tmp_path, "fresh"), tmp_path / "fresh.log")
+    forked = spawn(_cmd(tmp_path, "forked"), _env(tmp_path, "forked", server), tmp_path / "forked.log")
+    assert isinstance(fresh, subprocess.Popen) and isinstance(forked, ForkedProcess)
+    assert fresh.wait(timeout=300) == 0 and forked.wait(timeout=300) == 0
+    sha = [next(e for e in reversed(_events(tmp_path, t)) if e["kind"] == "exit")["data"]["state_sha256"]
+           for t in ("fresh", "forked")]
+    assert sha[0] and sha[0] == sha[1]
+    assert "state_sha256=" in (tmp_path / "forked.log").read_text()  # stdout went to the node's log
+    assert os.getpgid(os.getpid()) != forked.pid  # it ran in its own session / process group
+
+
+def test_a_notice_to_the_process_group_is_an_emergency_save(server, tmp_path):
+    proc = spawn(_cmd(tmp_path, "n", "--step-sleep", "0.05", "--steps", "100000"),
+                 _env(tmp_path, "n", server), tmp_path / "n.log")
+    assert isinstance(proc, ForkedProcess)
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(e["kind"] == "progress" for e in _events_or_empty(tmp_path, "n")):
+        time.sleep(0.1)
+    assert proc.poll() is None
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 75
+    kinds = [e["kind"] for e in _events(tmp_path, "n")]
+    assert "save_committed" in kinds and kinds[-1] == "exit"
+
+    killed = spawn(_cmd(tmp_path, "k", "--step-sleep", "0.05", "--steps", "100000"),
+                   _env(tmp_path, "k", server), tmp_path / "k.log")
+    os.killpg(killed.pid, signal.SIGKILL)
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+
+
+def _events_or_empty(tmp: Path, tag: str) -> list[dict]:
+    try:
+        return _events(tmp, tag)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+
+
+def test_without_a_server_or_for_other_commands_it_is_popen(tmp_path):
+    env = _env(tmp_path, "x")
+    env[ENV_FORK_SERVER] = str(tmp_path / "no-such.sock")
+    p = spawn([sys.executable, "-c", "print('hi')"], env, tmp_path / "x.log")
+    assert isinstance(p, subprocess.Popen) and p.wait(timeout=60) == 0
+    q = spawn(_cmd(tmp_path, "y"), env, tmp_path / "y.log")
+    assert isinstance(q, subprocess.Popen) and q.wait(timeout=300) == 0
