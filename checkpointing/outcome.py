@@ -104,13 +104,18 @@ def saved_state(saver: Any, step: int) -> SavedState:
 def final_save_failed_message(saved: SavedState, total_steps: int | None, error: str | None) -> str:
     """The error a run prints when its final checkpoint was not committed."""
     done = f"all {total_steps} steps" if total_steps else f"{saved.step} steps"
-    resume = saved.spilled_step if saved.spilled_step is not None else (saved.saved_step or 0)
+    stored = saved.saved_step or 0
+    if saved.spilled_step is not None:
+        rerun = (f"re-run this job: on this machine it resumes at step {saved.spilled_step} from "
+                 f"the local copy and uploads it; elsewhere it resumes at step {stored} and "
+                 f"redoes {max(0, saved.step - stored)} steps")
+    else:
+        rerun = (f"re-run this job; it resumes at step {stored} and redoes "
+                 f"{max(0, saved.step - stored)} steps")
     return (f"training completed {done}, but the FINAL checkpoint (step {saved.step}) was NOT "
             f"committed to {saved.store}: {error or 'unknown error'}. Saved: {saved.describe()}. "
             f"A follow-on stage must not start from this store yet. What to do: fix the store "
-            f"(space, reachability, credentials) and re-run this job; it resumes at step "
-            f"{resume} and redoes {max(0, saved.step - resume)} steps "
-            f"(exit code {EXIT_FINAL_SAVE_FAILED}).")
+            f"(space, reachability, credentials) and {rerun} (exit code {EXIT_FINAL_SAVE_FAILED}).")
 
 
 def wait_for_promotion(saver: Any, deadline: float | None) -> None:

@@ -563,16 +563,18 @@ class TrainingSession:
         else:
             wait_for_promotion(self.saver, self.guard.deadline if self.guard is not None else None)
         self._drain_results()
-        self.saver.close(wait=not preempted)
         saved = saved_state(self.saver, self.state.step)
+        error = (final.error if final is not None and final.error else None) \
+            or self.saver.store_trouble
+        if not preempted and self.save_on_finish and saved.saved_step != self.state.step:
+            saved = self._spill_final_state(saved, error)
+        self.saver.close(wait=not preempted)
         reason = "preempted" if preempted else "completed"
         self.exit_code = EXIT_PREEMPTED if preempted else EXIT_COMPLETED
         if preempted:
             log.warning("stopped after a preemption notice at step %d; %s", self.state.step,
                         saved.describe())
         elif self.save_on_finish and saved.saved_step != self.state.step:
-            error = (final.error if final is not None and final.error else None) \
-                or self.saver.store_trouble
             message = final_save_failed_message(saved, self.total_steps, error)
             log.error("%s", message)
             reason, self.exit_code = "final_save_failed", EXIT_FINAL_SAVE_FAILED
@@ -584,6 +586,19 @@ class TrainingSession:
         if self.guard is not None:
             self.guard.stop()
         return self.exit_code
+
+    def _spill_final_state(self, saved: Any, error: str | None) -> Any:
+        """The store could not take the final checkpoint: keep the final state on local disk
+        (the spill area) so that a re-run on this machine loses nothing; it is uploaded
+        by that re-run (or now, if the store answers). Returns the updated summary."""
+        spill = self.saver.spill_store
+        last = self.saver.last_spilled
+        if spill is None or (last is not None and last.step == self.state.step):
+            return saved
+        self.saver.store_trouble = self.saver.store_trouble or error or "the final save failed"
+        self.saver.save(self.state.capture, self.state.step, SaveKind.EMERGENCY.value,
+                        deadline=time.time() + self.saver.wait_limit_seconds)
+        return saved_state(self.saver, self.state.step)
 
     def fail(self, error: BaseException) -> None:
         """Report an exception that ends training (``exit`` with reason ``error``)."""

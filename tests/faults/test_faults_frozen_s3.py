@@ -221,3 +221,17 @@ def test_s3_down_before_the_final_save_exits_74(gateway: RadosGateway, proxied: 
     assert f"FINAL checkpoint (step {STEPS}) was NOT committed to {uri}" in out
     store = S3Store(bucket, "run", client=gateway.client())
     assert list_checkpoints(store)[-1].step == saved
+    # nothing is lost: the final state was kept on local disk ...
+    assert exit_event.data["spilled_step"] == STEPS
+    assert exit_event.data["spilled_location"].startswith(str(tmp_path / "spill"))
+    assert f"on this machine it resumes at step {STEPS}" in out
+
+    # ... and S3 back (a new endpoint), the re-run on this machine resumes there and uploads it
+    with FreezableProxy.for_url(gateway.endpoint_url) as back:
+        proc = _start(tmp_path, uri, back.endpoint_url, "b")
+        out = _communicate(proc, 300)
+    assert proc.returncode == 0, out[-3000:]
+    evs = _events(tmp_path, "b")
+    assert [e.data["step"] for e in evs if e.kind == "restore"] == [STEPS]
+    assert evs[-1].data["reason"] == "completed" and evs[-1].data["saved_step"] == STEPS
+    assert list_checkpoints(store)[-1].step == STEPS
