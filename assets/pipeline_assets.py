@@ -48,6 +48,21 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TRAIN_RETRY = RetryPolicy(max_retries=3, delay=2.0, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS)
 
 
+def train_retry_policy(cfg: PipelineConfig) -> RetryPolicy:
+    """``TRAIN_RETRY``; on the local fleet its first delay is one MARKET minute of wall time.
+
+    The delay gives a lost node group's capacity time to come back. The local fleet's
+    market runs ``3600 / wall_seconds_per_market_hour`` times faster than the wall clock,
+    so 2 wall seconds there are minutes of market time spent idle (the example: 4 market
+    minutes, 2.4 % of the main job's wall time); real clouds keep the 2 s.
+    """
+    if cfg.provider != "local":
+        return TRAIN_RETRY
+    delay = min(TRAIN_RETRY.delay, cfg.market.wall_seconds_per_market_hour / 60.0)
+    return RetryPolicy(max_retries=TRAIN_RETRY.max_retries, delay=delay, backoff=TRAIN_RETRY.backoff,
+                       jitter=TRAIN_RETRY.jitter)
+
+
 def refresh_condition() -> AutomationCondition:
     """Refresh when any upstream (e.g. node sessions written by a run) updated, once.
 
@@ -112,6 +127,9 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
                        "trace folder, one availability trace per zone.")
     def spot_market(context: AssetExecutionContext, fleet: FleetResource) -> Output:
         _recheck_config(context, cfg, fleet)  # job start: what changed since the code location loaded
+        context.log.info(f"{p}: loading the {cfg.market.kind} spot market "
+                         + (f"({cfg.market.n_zones} zones, {cfg.market.hours:g} h of history, seed {cfg.market.seed})"
+                            if cfg.market.kind == "synthetic" else f"from {cfg.market.trace_dir}") + " ...")
         traces = fleet_adapter.market_traces(market)
         summary = pd.DataFrame([{"zone": t.zone, "region": t.region, "accelerator": t.accelerator,
                                  "hours": round(t.duration_hours, 1),
@@ -130,6 +148,8 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         from fleet.stats.preemption import session_stats, zone_stats
         from infra.db.recorder import node_sessions_as_dataclasses
 
+        context.log.info(f"{p}: preemption statistics of {len(spot_market)} zone trace(s) and the recorded "
+                         "node sessions ...")
         rows = [s.to_dict() for s in zone_stats(spot_market)]
         sessions = node_sessions_as_dataclasses(stats_db.engine(), p)
         rows += [s.to_dict() for s in session_stats(sessions)] if sessions else []
@@ -256,7 +276,7 @@ def _train_asset(cfg: PipelineConfig, stage: StageConfig, idx: int, sessions_key
 
     @asset(key=[p, f"train_{stage.name}"], group_name=p, kinds={"python"},
            ins={"fleet_plan": AssetIn(key=[p, "fleet_plan"])}, deps=deps,
-           retry_policy=TRAIN_RETRY,
+           retry_policy=train_retry_policy(cfg),
            description=f"Train stage '{stage.name}' on the {cfg.provider} fleet; preemptions inside an "
                        "attempt are survived by the provider, lost attempts are retried by Dagster and "
                        "resume from the latest checkpoint.",

@@ -74,6 +74,7 @@ def run_main(args) -> int:
     stats_db = StatsDB(url=args.db_url or "", var_dir=str(var))
     with_db(stats_db.resolved_url(), "--db-url" if args.db_url else None, stats_db.engine)  # migrate first
     print("[spotfleet main] loading the Dagster code location ...", flush=True)
+    _start_fork_server()  # warms up (imports torch) while Dagster loads and the market is analysed
 
     from dagster import DagsterInstance
 
@@ -123,6 +124,32 @@ def run_main(args) -> int:
               "(stages resume from their checkpoints only within a run and its retries)", file=sys.stderr)
         return 1
     return 1 if any(c.severity.value == "ERROR" for c in failed_checks) else 0
+
+
+_FORK_SERVER = None
+
+
+def _start_fork_server() -> None:
+    """A warm fork server for the local fleet's training processes, stopped at exit.
+
+    Node launches (first ones and relaunches after preemptions) then fork an interpreter
+    that already imported torch instead of starting a fresh one
+    (``fleet/providers/local/forkserver.py``). ``SPOTFLEET_FORK_SERVER=off`` disables it.
+    """
+    import atexit
+    import tempfile
+
+    from fleet.providers.local.forkserver import ENV_FORK_SERVER, start_server
+
+    global _FORK_SERVER
+    if os.environ.get(ENV_FORK_SERVER, "").lower() in ("off", "0", "no", "false"):
+        os.environ.pop(ENV_FORK_SERVER, None)
+        return
+    if _FORK_SERVER is not None:  # a previous `main` in this process (tests): one server at a time
+        _FORK_SERVER.stop()
+    _FORK_SERVER = start_server(Path(tempfile.gettempdir()) / f"spotfleet-fork-{os.getpid()}.sock")
+    os.environ[ENV_FORK_SERVER] = _FORK_SERVER.socket_path  # inherited by node runners -> providers
+    atexit.register(_FORK_SERVER.stop)
 
 
 def ui_command(home: Path, var: Path, pipelines: str | None = None) -> str:
