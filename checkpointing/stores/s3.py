@@ -130,7 +130,8 @@ class S3Store(CheckpointStore):
             config = Config(
                 connect_timeout=connect_timeout_seconds,
                 read_timeout=read_timeout_seconds,
-                retries={"max_attempts": max_attempts, "mode": "standard"},
+                # total tries (botocore's "max_attempts" would count retries only)
+                retries={"total_max_attempts": max_attempts, "mode": "standard"},
                 max_pool_connections=max(10, self.max_concurrency + 2),
                 # Path-style for custom endpoints (no wildcard DNS on a local server);
                 # checksums only where the API demands them (older S3-compatible servers).

@@ -137,3 +137,31 @@ def test_state_naming_a_forbidden_global_falls_back(tmp_path: Path) -> None:
     restored = torch.nn.Linear(4, 3)
     assert TrainingState(model=restored).apply(outcome.value) == 5
     assert torch.equal(restored.weight, saved[5])
+
+
+def test_s3_store_timeouts_are_bounded_and_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frozen S3 used to hold a request for boto3's defaults (60 s read timeout, more
+    with retries); the store's bound is now explicit, smaller and set per deployment."""
+    from checkpointing.stores.base import StoreError
+    from checkpointing.stores.s3 import S3Store
+
+    for var in ("SPOTFLEET_S3_CONNECT_TIMEOUT_SECONDS", "SPOTFLEET_S3_READ_TIMEOUT_SECONDS",
+                "SPOTFLEET_S3_MAX_ATTEMPTS"):
+        monkeypatch.delenv(var, raising=False)
+    store = S3Store("b", "p", endpoint_url="http://127.0.0.1:9")
+    config = store.client.meta.config
+    assert (config.connect_timeout, config.read_timeout) == (3.0, 20.0)
+    assert config.retries == {"total_max_attempts": 3, "mode": "standard"}  # tries, not retries
+    assert store.request_bound_seconds == 3 * (3.0 + 20.0) + (1 + 2)
+
+    monkeypatch.setenv("SPOTFLEET_S3_READ_TIMEOUT_SECONDS", "2")
+    monkeypatch.setenv("SPOTFLEET_S3_MAX_ATTEMPTS", "2")
+    store = S3Store("b", "p", endpoint_url="http://127.0.0.1:9")
+    assert store.client.meta.config.read_timeout == 2.0
+    assert store.request_bound_seconds == 2 * (3.0 + 2.0) + 1
+    assert S3Store("b", "p", endpoint_url="http://127.0.0.1:9",
+                   read_timeout_seconds=7).read_timeout_seconds == 7.0  # explicit wins
+
+    monkeypatch.setenv("SPOTFLEET_S3_READ_TIMEOUT_SECONDS", "soon")
+    with pytest.raises(StoreError, match="SPOTFLEET_S3_READ_TIMEOUT_SECONDS"):
+        S3Store("b", "p", endpoint_url="http://127.0.0.1:9")
