@@ -37,6 +37,7 @@ from dagster import (
 from assets import fleet_adapter
 from assets.config_failure import config_failure
 from assets.cost_assets import CostReportConfig
+from checkpointing.redact import redact
 from fleet.planning.planner import FleetPlan
 from fleet.policies.registry import get_policy
 from fleet.providers.base import StageSpec
@@ -313,7 +314,8 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         regions=tuple(stage.resources.regions), zones=tuple(stage.resources.zones),
         use_spot=stage.resources.spot, instance_type=stage.resources.instance_type,
         deadline_seconds=_stage_deadline_seconds(cfg, stage) if cfg.on_demand_fallback else None,
-        env=_stage_env(cfg, stage, fleet), max_relaunches=stage.max_relaunches, policy=stage.policy)
+        env={"SPOTFLEET_JOB_ID": f"{cfg.name}/{stage.name}/{root_run}", **_stage_env(cfg, stage, fleet)},
+        max_relaunches=stage.max_relaunches, policy=stage.policy)
     if plan is not None:
         spec = plan.apply(spec)
     zones, use_spot = list(spec.zones), spec.use_spot
@@ -325,7 +327,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
                                plan.expected_cost if plan is not None else None, runs)
     before = latest_checkpoint_step(eng, cfg.name, stage.name, run_id=context.run.run_id)
     context.log.info(f"{stage.name}: attempt {attempt} (run {context.run.run_id[:8]}, root {root_run[:8]}), "
-                     f"zones {zones}, {'spot' if use_spot else 'on-demand'}, checkpoints {ckpt_uri}; "
+                     f"zones {zones}, {'spot' if use_spot else 'on-demand'}, checkpoints {redact(ckpt_uri)}; "
                      f"latest recorded checkpoint step {before}")
     extras = {
         "spec": spec_to_dict(spec), "attempt": attempt, "provider": cfg.provider,
@@ -359,14 +361,15 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         events=events, started_at=started, ended_at=time.time(),
         start_step=first_steps[0] if first_steps else None, final_step=result.get("final_step"),
         total_steps=_total_steps(events), on_demand_price=lambda s: fleet_adapter.on_demand_price(cfg.market.model_dump()),
-        time_scale=cfg.market.time_scale if cfg.provider == "local" else 1.0, error=result.get("error"))
+        time_scale=cfg.market.time_scale if cfg.provider == "local" else 1.0,
+        error=redact(result["error"]) if result.get("error") else None)
     preempted = sum(1 for s in sessions if s.end_reason == "preempted")
     context.log_event(AssetMaterialization(
         asset_key=sessions_key, description=f"{stage.name} attempt {attempt} recorded",
         metadata={"stage": stage.name, "attempt": attempt, "sessions": len(sessions), "preemptions": preempted}))
     if not completed:
         raise Failure(
-            description=f"stage {stage.name} attempt {attempt} lost: {result.get('error')}. "
+            description=f"stage {stage.name} attempt {attempt} lost: {redact(result.get('error'))}. "
                         "Dagster retries it (RetryPolicy with backoff); the retry resumes from the "
                         "latest checkpoint.",
             metadata={"sessions": len(sessions), "preemptions": preempted,
@@ -385,7 +388,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
             (s.ended_at - s.launched_at) * s.price_per_hour / 3600.0 *
             (cfg.market.time_scale if cfg.provider == "local" else 1.0)
             for s in sessions if s.ended_at is not None), 4)),
-        "checkpoint_uri": MetadataValue.text(ckpt_uri),
+        "checkpoint_uri": MetadataValue.text(redact(ckpt_uri)),
         "plan": MetadataValue.text(plan.summary() if plan is not None else "no plan"),
         "fleet_policy": MetadataValue.text(f"{spec.policy} ({type(get_policy(spec.policy)).__qualname__})"),
     })
