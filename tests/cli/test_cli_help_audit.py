@@ -88,3 +88,22 @@ def test_a_refused_postgres_connection_is_one_line_and_hides_the_password(capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "s3cret" not in err and "me:***@127.0.0.1:1/x" in err
     assert "cannot connect" in err and "check host, port, user, password" in err
+
+
+def test_the_ui_hint_names_a_dagster_that_exists(tmp_path, monkeypatch):
+    """A fresh shell has no venv on PATH: the hint must name the venv's dagster itself."""
+    import shlex
+    import sys
+    from pathlib import Path
+
+    from pipelines.commands.main_job import ui_command
+
+    monkeypatch.chdir(Path(sys.executable).parents[2])  # the checkout holding .venv
+    home, var = tmp_path / "var" / "dagster_home", tmp_path / "var"
+    words = shlex.split(ui_command(home, var, str(tmp_path / "p.yaml")))
+    exe = next(w for w in words if "=" not in w)
+    assert exe != "dagster" and Path(exe).is_file() and Path(exe).name == "dagster"
+    assert words[words.index(exe) + 1:] == ["dev", "-m", "pipelines.definitions"]
+    env = dict(w.split("=", 1) for w in words if "=" in w)
+    assert env == {"DAGSTER_HOME": str(home), "SPOTFLEET_VAR_DIR": str(var),
+                   "SPOTFLEET_PIPELINES": str(tmp_path / "p.yaml")}

@@ -287,3 +287,20 @@ def test_a_config_error_at_job_start_is_not_retried(tmp_path, monkeypatch):
         untagged = run.with_tags({k: v for k, v in run.tags.items()
                                   if k != "dagster/retry_on_asset_or_op_failure"})
         assert auto_reexecution_should_retry_run(instance, untagged, RunFailureReason.STEP_FAILURE) is True
+
+
+def test_a_lost_attempt_on_the_local_fleet_waits_one_market_minute():
+    """The retry delay is for capacity to come back: one market minute of the local fleet's
+    compressed clock (0.5 wall s in the example), the full 2 s on real clouds."""
+    from dagster import Backoff
+
+    from assets.pipeline_assets import TRAIN_RETRY, train_retry_policy
+
+    [local] = parse_pipelines(_example(), SRC)
+    sky = _mutated(lambda p: (_sky(p), p["market"].update(inject_preemptions_at_steps={},
+                                                          lose_attempt_at_step={})))
+    [cloud] = parse_pipelines(sky, SRC)
+    assert train_retry_policy(local).delay == pytest.approx(30 / 60)
+    assert train_retry_policy(local).max_retries == TRAIN_RETRY.max_retries == 3
+    assert train_retry_policy(local).backoff == Backoff.EXPONENTIAL
+    assert train_retry_policy(cloud) is TRAIN_RETRY and TRAIN_RETRY.delay == 2.0
