@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkpointing.redact import redact_obj
+
 log = logging.getLogger("checkpointing.events")
 
 EVENT_KINDS = (
@@ -70,7 +72,9 @@ class Event:
     data: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, default=str)
+        """One JSON line; credentials in URLs and secret ``NAME=value`` pairs are redacted
+        (``checkpointing.redact``), so no event line carries them."""
+        return json.dumps(redact_obj(asdict(self)), sort_keys=True, default=lambda o: redact_obj(str(o)))
 
     @staticmethod
     def from_json(line: str) -> Event:

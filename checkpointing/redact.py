@@ -36,7 +36,7 @@ _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]{0,15}://)(?P<u
 _SECRET_NAME = (r"[A-Za-z0-9_\-]*(?:secret|password|passwd|_token\b|\btoken_|\btoken\b|api_?key|"
                 r"signature|credential|private_key|session_key)[A-Za-z0-9_\-]*")
 _NAME_VALUE = re.compile(
-    r"(?P<name>" + _SECRET_NAME + r")(?P<sep>[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s'\",;&}\])]+)",
+    r"(?P<name>" + _SECRET_NAME + r")(?P<sep>[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s'\",;&}\])\\]+)",
     re.IGNORECASE)
 _SECRET_KEY = re.compile(r"^" + _SECRET_NAME + r"$", re.IGNORECASE)
 

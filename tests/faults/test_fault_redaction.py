@@ -80,6 +80,31 @@ def test_s3_store_uses_uri_credentials_and_never_shows_them(s3_gateway, monkeypa
     assert "no-such-bucket-h9b" in str(err.value)
 
 
+def test_training_process_against_unreachable_s3_leaks_no_credential(tmp_path: Path) -> None:
+    """The example with s3://KEY:SECRET@bucket and an endpoint URL with user:password,
+    pointing at a closed port: it fails (restore cannot reach the store); its log, its
+    traceback and its events file name the place, never the credentials."""
+    from example_procs import ExampleLauncher
+
+    secret, password = "Uri5ecretValue+/=9", "EndpointPw-42x"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPOTFLEET_", "AWS_"))}
+    env.update({"SPOTFLEET_CHECKPOINT_URI": f"s3://AKIAH9BTEST:{secret}@h9b-bucket/run",
+                "AWS_ENDPOINT_URL": f"http://h9b:{password}@127.0.0.1:9", "AWS_REGION": "us-east-1",
+                "SPOTFLEET_S3_MAX_ATTEMPTS": "1", "SPOTFLEET_SPILL_DIR": "off",
+                "SPOTFLEET_EVENTS_FILE": str(tmp_path / "events.jsonl")})
+    launcher = ExampleLauncher(["--steps", "20", "--size", "tiny"], env, tmp_path / "events.jsonl",
+                               tmp_path / "logs")
+    proc = launcher.start("p")
+    proc.join(timeout=300)
+    log = launcher.log("p")
+    events = (tmp_path / "events.jsonl").read_text()
+    assert proc.exitcode == 1, log
+    assert "unreachable" in log and "s3://h9b-bucket/run" in log  # the error is still useful
+    assert "reason" in events and "error" in events  # the exit event recorded the error
+    for text in (log, events):
+        assert secret not in text and password not in text
+
+
 PIPELINE = """
 pipelines:
   - name: redact
