@@ -187,7 +187,7 @@ def write_plot(by_stage_cat: pd.DataFrame, tot: dict[str, float], path: Path, ti
     ax.set_ylabel("$")
     pct = tot["savings_pct"]
     verdict = f"{pct:.0f}% saved" if pct >= 0 else f"{-pct:.0f}% MORE than on-demand"
-    ax.set_title(f"{title}: spot \\${tot['spend_usd']:.2f} vs on-demand \\${tot['on_demand_usd']:.2f} "
+    ax.set_title(f"{title}\nspot \\${tot['spend_usd']:.2f} vs on-demand \\${tot['on_demand_usd']:.2f} "
                  f"for the same useful work ({verdict})", fontsize=9)
     top = max([*bottom, *od], default=1.0)
     ax.set_ylim(0, top * 1.45 if top > 0 else 1.0)

@@ -110,7 +110,8 @@ try {
     // the rendered HTML report the analyst opens (path from the materialization's metadata)
     const meta = await graphql(`{ assetOrError(assetKey: {path: ["${group}", "cost_report"]}) { ... on Asset {
       assetMaterializations(limit: 1) { metadataEntries { label ... on PathMetadataEntry { path } } } } } }`);
-    const html = meta.assetOrError.assetMaterializations[0].metadataEntries.find((e) => e.label === 'html');
+    const mats = (meta.assetOrError && meta.assetOrError.assetMaterializations) || [];
+    const html = mats.length ? mats[0].metadataEntries.find((e) => e.label === 'html') : null;
     if (html && html.path) {
       const report = await browser.newPage({ viewport: { width: 1400, height: 900 } });
       await report.goto(`file://${html.path}`, { waitUntil: 'load' });
