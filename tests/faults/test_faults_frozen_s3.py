@@ -35,7 +35,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests" / "s3"))
 from fault_kit import FreezableProxy  # noqa: E402
-from s3_radosgw_server import RadosGateway, running_gateway  # noqa: E402
+from s3_radosgw_server import RadosGateway  # noqa: E402
 
 from checkpointing.events import Event, read_events  # noqa: E402
 from checkpointing.manifest import ENV_DEBUG_PERSIST_DELAY, list_checkpoints  # noqa: E402
@@ -56,9 +56,9 @@ BOUNDS = {"SPOTFLEET_S3_READ_TIMEOUT_SECONDS": "2", "SPOTFLEET_S3_CONNECT_TIMEOU
 
 
 @pytest.fixture(scope="module")
-def gateway():
-    with running_gateway("faults-radosgw-") as gw:
-        yield gw
+def gateway(s3_gateway: RadosGateway) -> RadosGateway:
+    """The fault tests' one radosgw of the session (tests/faults/conftest.py)."""
+    return s3_gateway
 
 
 @pytest.fixture(scope="module")
