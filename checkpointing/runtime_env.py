@@ -19,6 +19,10 @@ them itself — ``checkpointing.session`` does. All durations are in SECONDS.
                                providers refresh it during the attempt from what the
                                attempt observed: fleet/contract.py)
     SPOTFLEET_GRACE_SECONDS    notice window T_grace (default 30)
+    SPOTFLEET_JOB_ID           the job (lineage) the checkpoints belong to; the pipelines set
+                               <pipeline>/<stage>/<root run> (checkpointing.identity)
+    SPOTFLEET_LEASE_TTL_SECONDS  lease on the checkpoint prefix, renewed every ttl/3
+                               (default 60; checkpointing.lease)
     SPOTFLEET_NOTICE_SOURCES   comma list: ``signal:SIGTERM``, ``aws:http://host:port``,
                                ``gcp:http://host:port``, ``azure:http://host:port``
                                (default ``signal:SIGTERM``)

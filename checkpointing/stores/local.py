@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,8 @@ CHUNK_BYTES = 8 << 20
 _TMP_MARK = ".tmp-"
 #: suffix of the lock file beside a blob written with ``put_if`` (hidden from ``list``)
 _LOCK_MARK = ".tmp-lock"
+#: the longest ``put_if`` waits for that lock, seconds
+LOCK_WAIT_SECONDS = 10.0
 
 
 def _fsync_dir(path: Path) -> None:
@@ -213,7 +216,16 @@ class LocalStore(CheckpointStore):
         except OSError as exc:
             raise StoreError(f"cannot open lock file {lock_path}: {exc}; check permissions") from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            end = time.monotonic() + LOCK_WAIT_SECONDS
+            while True:  # bounded: a process frozen inside its (tiny) critical section
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= end:
+                        raise StoreError(f"{lock_path} stayed locked for {LOCK_WAIT_SECONDS:.0f} s "
+                                         "(a writer frozen mid-update?); retry later") from None
+                    time.sleep(0.01)
             try:
                 current = hashlib.sha256(final.read_bytes()).hexdigest()
             except FileNotFoundError:
