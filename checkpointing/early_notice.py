@@ -43,7 +43,9 @@ def _grace_seconds() -> float:
 
 
 def _unclaimed() -> None:
-    if not _state["claimed"]:
+    # only while our handler is still the one installed: a program that installed its own
+    # SIGTERM handler since then has taken the signal over
+    if not _state["claimed"] and is_early_handler(signal.getsignal(signal.SIGTERM)):
         os._exit(EXIT_UNCLAIMED)
 
 

@@ -98,6 +98,21 @@ def test_early_sigterm_handler_is_only_for_fleet_processes(tmp_path: Path) -> No
     assert code == -signal.SIGTERM  # opted out: the default action, as before
 
 
+def test_unclaimed_early_sigterm_ends_the_process_after_the_window(tmp_path: Path) -> None:
+    """A fleet process that imports checkpointing but never arms a guard is not made
+    immune to SIGTERM: it exits 143 once the grace window is over; a program that set
+    its own SIGTERM handler meanwhile keeps it."""
+    env = _env(tmp_path, "u", SPOTFLEET_GRACE_SECONDS="2")
+    for code, want in (("", 143), ("signal.signal(signal.SIGTERM, lambda *a: None); ", 0)):
+        script = (f"import checkpointing, signal, time; {code}print('ready', flush=True); "
+                  "time.sleep(8)")
+        proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                                text=True)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == want
+
+
 def _forge_forbidden_state(store: LocalStore, name: str) -> None:
     """Replace state.pkl by a pickle naming os.system and re-seal the manifest so that
     every checksum is consistent (a hostile or foreign writer, not a torn write)."""
