@@ -208,3 +208,21 @@ def test_failed_probes_never_push_a_job_past_its_deadline(deadline):
     for name, factory in builtin_policy_factories().items():
         r = simulate(factory(), m, JobSpec(2.0, deadline, notice_seconds=120), 100)
         assert r.deadline_met, (name, deadline, r.completion_hours, r.failed_probes)
+
+
+def test_spotfleet_waits_for_its_region_instead_of_paying_egress_when_slack_allows():
+    n = 400
+    avail = np.ones((3, n), dtype=bool)
+    avail[0, 40:42] = avail[0, 60:62] = False  # short outages before the start: quick regains
+    avail[0, 113:116] = False  # the job's zone is reclaimed 13 ticks in, back 30 min later
+    avail[1, :] = False  # its region's other zone never has capacity
+    price = np.ones((3, n))
+    price[2] = 1.3  # the other region is dearer
+    m = Market(zones=("us-east-1a", "us-east-1b", "us-west-2a"), gap_seconds=600.0,
+               available=avail, spot_price=price)
+    spec = JobSpec(4.0, 12.0, notice_seconds=120, checkpoint_gb=100.0)
+    ours = simulate(SpotfleetPolicy(), m, spec, 100)
+    eager = simulate(Failover(), m, spec, 100)
+    assert ours.deadline_met and ours.migrations == 0 and ours.preemptions == 1
+    assert eager.migrations >= 1  # eager failover moves the checkpoint to us-west-2
+    assert ours.cost < eager.cost
