@@ -26,6 +26,16 @@ them itself — ``checkpointing.session`` does. All durations are in SECONDS.
     SPOTFLEET_NOTICE_SOURCES   comma list: ``signal:SIGTERM``, ``aws:http://host:port``,
                                ``gcp:http://host:port``, ``azure:http://host:port``
                                (default ``signal:SIGTERM``)
+
+Fault bounds (issue 9; docs/checkpointing.md "Failure modes"), all optional:
+
+    SPOTFLEET_SAVE_WAIT_SECONDS    longest wait of the loop for a save in flight (10)
+    SPOTFLEET_FINAL_SAVE_TIMEOUT_SECONDS  longest wait of finish() for the final save (300)
+    SPOTFLEET_SPILL_DIR            local spill area for emergency checkpoints the store
+                                   cannot take in time (default under the temp dir; off)
+    SPOTFLEET_S3_CONNECT_TIMEOUT_SECONDS / _READ_TIMEOUT_SECONDS / SPOTFLEET_S3_MAX_ATTEMPTS
+                                   per-request S3 bounds (3 / 20 / 3 tries)
+    SPOTFLEET_EARLY_SIGTERM        ``off``: no recording SIGTERM handler at import
 """
 
 from __future__ import annotations
