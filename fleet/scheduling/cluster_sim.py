@@ -8,10 +8,11 @@ an eviction loses the work since the last checkpoint and requeues the job.
 
 A spot run admitted under the quota is *guaranteed* for H hours (it counts in S_a).
 With ``PolicyConfig.backfill`` (GFS-BF, beyond the paper) a spot job the quota refuses
-may still start on idle GPUs as a *best-effort* run, within a second, looser bound
-(total spot <= C - the ``backfill_p``-quantile HP bound, the mean by default); Alg. 2
-evicts best-effort runs before guaranteed ones, and a best-effort run is promoted to
-guaranteed at a quota update when the quota has room for it.
+may still start on idle GPUs as a *best-effort* run (by default on any idle GPU; with
+``SQAParams.backfill_p > 0`` only while total spot <= C - the ``backfill_p``-quantile HP
+bound); Alg. 2 evicts best-effort runs (and runs past their guarantee) before guaranteed
+ones, and a best-effort run is promoted to guaranteed at a quota update when the quota
+has room for it.
 
 Speed: per-node numpy arrays; per-pool free/spot counters for O(1) fast fails; within
 one scan a failed (g, w) shape makes every larger shape skip (capacity only shrinks

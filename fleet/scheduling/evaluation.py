@@ -179,8 +179,11 @@ def forecast_hp_bounds(trace: JobTrace, method: str, sqa: SQAParams | None = Non
     out: dict[float, np.ndarray] = {}
     n_pools = len(trace.pool_names)
     for p in ps:
-        z = float(norm.ppf(p))
         bound = np.zeros((n_pools, T))
+        if p <= 0.0:  # no HP demand assumed: a bound of 0 (GFS-BF with backfill_p = 0: any idle GPU)
+            out[p] = bound
+            continue
+        z = float(norm.ppf(p))
         if sqa.aggregate == "sum_of_quantiles":
             per_series = np.maximum((mu + z * np.maximum(sg, 0.0)).max(axis=2), 0.0)  # [T, S]
             for s_i, pool in enumerate(pools):

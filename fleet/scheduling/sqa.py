@@ -49,7 +49,9 @@ class SQAParams:
     eta_max: float = 4.0
     aggregate: str = "sum_of_quantiles"  # or "quantile_of_sum" (see module docstring)
     hp_count: str = "gang"  # or "pod": GPUs per HP job in the demand series
-    backfill_p: float = 0.5  # GFS-BF: quantile of the best-effort tier's bound (the mean)
+    # GFS-BF: quantile of the HP bound that caps the best-effort tier (total spot <=
+    # C - bound); 0 = no cap, best-effort spot may take any idle GPU
+    backfill_p: float = 0.0
 
     def __post_init__(self) -> None:
         if self.aggregate not in AGGREGATES:
@@ -58,6 +60,8 @@ class SQAParams:
             raise ValueError(f"SQAParams.hp_count={self.hp_count!r}; use one of {HP_COUNTS}")
         if not 0.0 < self.p < 1.0:
             raise ValueError(f"SQAParams.p={self.p} must be in (0, 1)")
+        if not 0.0 <= self.backfill_p < 1.0:
+            raise ValueError(f"SQAParams.backfill_p={self.backfill_p} must be in [0, 1)")
         if self.horizon_h < 1:
             raise ValueError(f"SQAParams.horizon_h={self.horizon_h} must be >= 1 hour")
 
