@@ -106,11 +106,39 @@ def build_task(spec: StageSpec, zones: list[str] | None = None, use_spot: bool |
         **opts.extra_envs,
         **spec.env,
     }
-    task = sky.Task(name=spec.name, run=shlex.join(spec.command), setup=opts.setup,
+    run = elastic_run_script(spec) if spec.num_nodes > 1 else shlex.join(spec.command)
+    task = sky.Task(name=spec.name, run=run, setup=opts.setup,
                     workdir=opts.workdir, envs=envs, num_nodes=spec.num_nodes)
     resources = build_resources(spec, zones, use_spot, opts)
     task.set_resources(set(resources) if opts.any_of else resources)
     return task
+
+
+#: port of the c10d rendezvous store on the head node
+RDZV_PORT = 29400
+
+
+def elastic_run_script(spec: StageSpec, port: int = RDZV_PORT) -> str:
+    """The ``run`` of a multi-node task: every node starts a torch elastic agent
+    (``checkpointing.elastic_run``, c10d rendezvous, ``--nnodes 1:K``); the head node
+    (first line of ``SKYPILOT_NODE_IPS``, ``SKYPILOT_NODE_RANK`` 0) hosts the rendezvous
+    store. ``spec.command`` must be ``[python, script.py, args...]`` (docs/elastic.md)."""
+    if len(spec.command) < 2 or not spec.command[1].endswith(".py"):
+        raise ValueError(f"StageSpec.command={spec.command!r}: a multi-node stage runs "
+                         "[python, script.py, args...] with checkpointing.elastic.ElasticSession "
+                         "(e.g. examples/train_elastic.py)")
+    py, script, *args = spec.command
+    tail = shlex.join(["--", script, *args])
+    return "\n".join([
+        'HEAD_IP=$(echo "$SKYPILOT_NODE_IPS" | head -n1)',
+        'NODE_IP=$(echo "$SKYPILOT_NODE_IPS" | sed -n "$((SKYPILOT_NODE_RANK + 1))p")',
+        'HOST_STORE=""',
+        'if [ "$SKYPILOT_NODE_RANK" = "0" ]; then HOST_STORE="--host-store"; fi',
+        'export SPOTFLEET_NODE_ID="${SKYPILOT_TASK_ID}-n${SKYPILOT_NODE_RANK}"',
+        f'exec {shlex.quote(py)} -m checkpointing.elastic_run --nnodes "1:$SKYPILOT_NUM_NODES" '
+        f'--rdzv-endpoint "$HEAD_IP:{port}" --rdzv-id "$SKYPILOT_TASK_ID" '
+        f'--local-addr "$NODE_IP" $HOST_STORE {tail}',
+    ]) + "\n"
 
 
 def task_to_yaml(task: Any) -> str:

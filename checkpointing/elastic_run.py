@@ -1,0 +1,307 @@
+"""Per-node launcher of an elastic stage: PyTorch's elastic agent with c10d rendezvous.
+
+What ``torchrun --nnodes=MIN:MAX --nproc-per-node=1 --rdzv-backend=c10d
+--rdzv-endpoint=HOST:PORT --max-restarts=N script.py ...`` does, with three changes
+that make preemptions cheap (everything else is ``torch.distributed.elastic``:
+``LocalElasticAgent``, ``DynamicRendezvousHandler`` on the c10d backend):
+
+1. Workers are **forked** from the agent (``start_method="fork"`` with a function
+   entrypoint that runs the script with ``runpy``), so a membership change costs a fork,
+   not a fresh interpreter importing torch again.
+2. The agent stops its workers for a membership change with ``SIGUSR1``
+   (``checkpointing.elastic.REFORM_SIGNAL``) instead of SIGTERM: SIGTERM is how a cloud
+   announces a preemption, and the worker must tell the two apart (hand off and re-form
+   vs. leave).
+3. A node that leaves (its agent got SIGTERM: the notice, or its worker left after a
+   metadata-endpoint notice) removes itself from the rendezvous at once instead of
+   waiting for its keep-alive to expire, so the survivors re-form without delay. It does
+   NOT close the rendezvous (that would end the job for everyone).
+
+Exit codes: 0 the stage completed; 75 this node left after a preemption notice; 1 the
+worker group failed (more than ``--max-restarts`` failures).
+
+    python -m checkpointing.elastic_run --nnodes 1:4 --rdzv-endpoint 10.0.0.1:29400 \\
+        --rdzv-id stage-a1 -- examples/train_elastic.py --steps 300
+
+The rendezvous store (``--rdzv-endpoint``) must be hosted by something that outlives
+every spot node: the local fleet hosts it in the provider process, on SkyPilot the head
+node hosts it (put the head on on-demand capacity: ``docs/elastic.md``). ``--host-store``
+makes this process host it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import runpy
+import sys
+import time
+from dataclasses import dataclass, field
+
+from checkpointing.runtime_env import EXIT_COMPLETED, EXIT_PREEMPTED
+
+log = logging.getLogger("checkpointing.elastic_run")
+
+DEFAULT_PORT = 29400
+
+
+@dataclass
+class ElasticRunConfig:
+    """One node's agent settings. Durations in seconds (the rendezvous takes whole seconds)."""
+
+    min_nodes: int
+    max_nodes: int
+    rdzv_endpoint: str
+    run_id: str
+    max_restarts: int = 1000  # each re-form after a shrink counts as one (grow does not)
+    local_addr: str | None = None
+    host_store: bool = False
+    last_call_timeout: int = 3  # wait for more nodes once min_nodes have joined
+    join_timeout: int = 600
+    keep_alive_interval: int = 5  # heartbeats are CAS writes: frequent ones starve joiners
+    keep_alive_max_attempt: int = 3
+    monitor_interval: float = 0.05
+    shutdown_timeout: int = 30  # a leaving node's worker gets this long to exit
+    reform_timeout: int = 10  # a re-forming worker gets this long to hand off and exit
+    read_timeout: int = 20  # rendezvous store reads (a peer agent died mid-round)
+    max_rejoins: int = 5  # rendezvous failures this node survives by joining again
+    exit_barrier_timeout: int = 120
+    start_method: str = "fork"
+    extra_rdzv: dict[str, str] = field(default_factory=dict)
+
+
+def _run_script(script: str, *argv: str) -> None:
+    """Worker entrypoint: run ``script`` as ``__main__`` (its SystemExit is the exit code)."""
+    from checkpointing.elastic import install_reform_handler
+
+    install_reform_handler()
+    sys.argv = [script, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code == 0:
+            return  # the agent collects the worker's return value
+        # leave (75) / re-form (76): everything that matters is on disk or in /dev/shm
+        # already; skip the interpreter teardown (seconds with torch loaded on a busy
+        # machine), which would delay the survivors' re-formation by as much
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class _ExitWithoutTraceback(logging.Filter):
+    """Log a worker's non-zero exit without the traceback of ``ProcessExitedException``.
+
+    Formatting an exception through torch's log formatter imports ``torch._dynamo``
+    (measured: 9-14 s on a loaded 2-core machine) in the agent at the moment the
+    survivors should re-form; exit 75 / 76 are expected exits, not errors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:
+            exc = record.exc_info[1]
+            record.msg = f"{record.msg} [{type(exc).__name__}: {str(exc).replace('%', '%%')}]"
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _agent_class():
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    from checkpointing.elastic import REFORM_SIGNAL
+
+    class SpotfleetElasticAgent(LocalElasticAgent):
+        """``LocalElasticAgent`` whose membership-change stop is ``SIGUSR1``, not SIGTERM."""
+
+        reform_timeout = 10
+
+        def _stop_workers(self, worker_group, *args, **kwargs) -> None:  # noqa: ANN001
+            self._shutdown(REFORM_SIGNAL, timeout=self.reform_timeout)
+
+    return SpotfleetElasticAgent
+
+
+def _leave_rendezvous(handler) -> None:  # noqa: ANN001
+    """Remove this node from the rendezvous now (best effort; otherwise its keep-alive
+    expires after keep_alive_interval x keep_alive_max_attempt seconds). Uses the
+    dynamic rendezvous handler's exit operation, which is not public API: if it is not
+    there, the expiry path still works."""
+    try:
+        from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _RendezvousExitOp
+
+        handler._stop_heartbeats()
+        handler._op_executor.run(_RendezvousExitOp(), time.monotonic() + 5.0)
+    except Exception as exc:  # noqa: BLE001 - best effort
+        log.warning("could not leave the rendezvous explicitly (%s: %s); the other nodes "
+                    "drop this node when its keep-alive expires", type(exc).__name__, exc)
+
+
+def run_node(cfg: ElasticRunConfig, script: str, argv: list[str]) -> int:
+    """Run this node's agent until the stage completes, the node leaves, or it fails."""
+    # a fresh worker bootstrap store per rendezvous round: with the agent-shared store, a
+    # node that was rank 0 and then left would leave the others pointing at a dead store
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    from torch.distributed import DistError
+    from torch.distributed.elastic.agent.server.api import WorkerSpec
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
+    from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
+    from torch.distributed.elastic.rendezvous import registry as rdzv_registry
+
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(
+        _ExitWithoutTraceback())
+    store_server = None
+    if cfg.host_store:
+        store_server = host_rendezvous_store(cfg.rdzv_endpoint)
+    params = RendezvousParameters(
+        backend="c10d", endpoint=cfg.rdzv_endpoint, run_id=cfg.run_id,
+        min_nodes=cfg.min_nodes, max_nodes=cfg.max_nodes, local_addr=cfg.local_addr,
+        is_host="false", last_call_timeout=cfg.last_call_timeout, join_timeout=cfg.join_timeout,
+        keep_alive_interval=cfg.keep_alive_interval,
+        keep_alive_max_attempt=cfg.keep_alive_max_attempt, read_timeout=cfg.read_timeout,
+        **cfg.extra_rdzv)
+    rejoins = 0
+    while True:
+        handler = rdzv_registry.get_rendezvous_handler(params)
+        spec = WorkerSpec(role="trainer", local_world_size=1, entrypoint=_run_script,
+                          args=(script, *argv), rdzv_handler=handler,
+                          max_restarts=cfg.max_restarts, monitor_interval=cfg.monitor_interval,
+                          local_addr=cfg.local_addr)
+        agent = _agent_class()(spec, logs_specs=DefaultLogsSpecs(), start_method=cfg.start_method,
+                               exit_barrier_timeout=cfg.exit_barrier_timeout,
+                               shutdown_timeout=cfg.shutdown_timeout)
+        agent.reform_timeout = cfg.reform_timeout
+        os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+        try:
+            result = agent.run()
+        except SignalException as exc:
+            log.warning("node leaves the stage (signal %s)", exc.sigval)
+            _leave_rendezvous(handler)
+            return EXIT_PREEMPTED
+        except (RendezvousError, DistError) as exc:
+            # e.g. the agent that was rank 0 of the round died before publishing the
+            # worker store: this node is healthy, its state (if any) waits in /dev/shm
+            rejoins += 1
+            if rejoins > cfg.max_rejoins:
+                raise
+            log.warning("rendezvous failed (%s: %s); joining again (%d/%d)", type(exc).__name__,
+                        exc, rejoins, cfg.max_rejoins)
+            _leave_rendezvous(handler)
+            continue
+        break
+    del store_server
+    if result.is_failed():
+        for rank, failure in result.failures.items():
+            log.error("worker rank %d failed: exit code %s (%s)", rank, failure.exitcode,
+                      failure.message)
+        handler.shutdown()
+        return 1
+    handler.shutdown()
+    return EXIT_COMPLETED
+
+
+def host_rendezvous_store(endpoint: str):  # noqa: ANN201
+    """Host the c10d rendezvous TCPStore at ``host:port`` (port 0: any free port).
+
+    Returns the store; keep a reference for as long as the stage runs. ``.port`` is the
+    bound port."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    host, _, port = endpoint.rpartition(":")
+    return TCPStore(host or "127.0.0.1", int(port or DEFAULT_PORT), is_master=True,
+                    wait_for_workers=False, multi_tenant=True, timeout=timedelta(seconds=60))
+
+
+def prewarm() -> float:
+    """Import and exercise, once in the agent, what every worker needs, so that each
+    forked worker starts warm; returns the seconds it took.
+
+    Building the first optimizer of a process imports ``torch._dynamo`` (10 s on this
+    2-core machine under load); without this every re-formed worker would pay it."""
+    t0 = time.perf_counter()
+    import torch
+    import torch.distributed  # noqa: F401
+
+    import checkpointing.elastic  # noqa: F401
+    import checkpointing.session  # noqa: F401
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    model(torch.zeros(1, 2)).sum().backward()
+    opt.step()
+    return time.perf_counter() - t0
+
+
+def wait_for_go(timeout_seconds: float = 600.0) -> None:
+    """Launch alignment (``SPOTFLEET_ELASTIC_GO_FILE``): report this node warm, then wait
+    until the launcher lets the batch join the rendezvous together (nodes booting at the
+    same time form one group instead of growing it one node at a time)."""
+    go = os.environ.get("SPOTFLEET_ELASTIC_GO_FILE")
+    if not go:
+        return
+    node = os.environ.get("SPOTFLEET_NODE_ID", str(os.getpid()))
+    with open(f"{go}.ready.{node}", "w", encoding="utf-8"):
+        pass
+    end = time.monotonic() + timeout_seconds
+    while not os.path.exists(go) and time.monotonic() < end:
+        time.sleep(0.05)
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[ElasticRunConfig, str, list[str]]:
+    p = argparse.ArgumentParser(
+        prog="python -m checkpointing.elastic_run",
+        description="Run one node of an elastic stage (torch elastic agent, c10d rendezvous).")
+    p.add_argument("--nnodes", required=True, help="MIN:MAX nodes (or N)")
+    p.add_argument("--rdzv-endpoint", required=True, help="HOST:PORT of the rendezvous store")
+    p.add_argument("--rdzv-id", required=True, help="job id shared by every node of the stage")
+    p.add_argument("--max-restarts", type=int, default=1000)
+    p.add_argument("--local-addr", default=None, help="address other nodes reach this node at")
+    p.add_argument("--host-store", action="store_true", help="this process hosts the store")
+    p.add_argument("--last-call-timeout", type=int, default=3, metavar="SECONDS")
+    p.add_argument("--keep-alive-interval", type=int, default=5, metavar="SECONDS")
+    p.add_argument("--keep-alive-max-attempt", type=int, default=3)
+    p.add_argument("--join-timeout", type=int, default=600, metavar="SECONDS")
+    p.add_argument("script", help="training script (run as __main__ in each worker)")
+    p.add_argument("script_args", nargs=argparse.REMAINDER)
+    a = p.parse_args(argv)
+    lo, _, hi = a.nnodes.partition(":")
+    try:
+        min_nodes, max_nodes = int(lo), int(hi or lo)
+    except ValueError:
+        p.error(f"--nnodes={a.nnodes!r}: use MIN:MAX, e.g. 1:4")
+    if not 1 <= min_nodes <= max_nodes:
+        p.error(f"--nnodes={a.nnodes!r}: need 1 <= MIN <= MAX")
+    if ":" not in a.rdzv_endpoint:
+        p.error(f"--rdzv-endpoint={a.rdzv_endpoint!r}: use HOST:PORT, e.g. 10.0.0.1:{DEFAULT_PORT}")
+    args = list(a.script_args)
+    if args and args[0] == "--":
+        args = args[1:]
+    cfg = ElasticRunConfig(min_nodes=min_nodes, max_nodes=max_nodes, rdzv_endpoint=a.rdzv_endpoint,
+                           run_id=a.rdzv_id, max_restarts=a.max_restarts, local_addr=a.local_addr,
+                           host_store=a.host_store, last_call_timeout=a.last_call_timeout,
+                           keep_alive_interval=a.keep_alive_interval,
+                           keep_alive_max_attempt=a.keep_alive_max_attempt,
+                           join_timeout=a.join_timeout)
+    return cfg, a.script, args
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("SPOTFLEET_ELASTIC_LOG_LEVEL", "WARNING"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg, script, args = parse_args(argv)
+    if os.environ.get("SPOTFLEET_RDZV_DEBUG"):
+        logging.getLogger("torch.distributed.elastic.rendezvous").setLevel(logging.DEBUG)
+    prewarm()
+    wait_for_go()
+
+    return run_node(cfg, script, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

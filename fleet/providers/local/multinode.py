@@ -1,0 +1,534 @@
+"""Elastic multi-node stages on the local fleet: K nodes over z emulated zones.
+
+A stage with ``StageSpec.num_nodes = K > 1`` runs one node agent per slot
+(``python -m checkpointing.elastic_run``: PyTorch's elastic agent, c10d rendezvous,
+``--nnodes 1:K``), each a real process group in an emulated zone, all on 127.0.0.1.
+This controller is the stage's stable backbone (the playbook's on-demand core): it hosts
+the c10d rendezvous store, places nodes, watches them, and replaces the lost ones.
+
+* **Placement.** Nodes are spread over the candidate zones that have capacity, at most
+  ``max_per_zone`` per zone (default ``ceil(K / z)``: the planner's even spread), fewest
+  nodes first, then the zones' preference order. ``on_demand_nodes`` of the K run
+  on-demand (never preempted; the first zone of the list hosts them).
+* **A zone is reclaimed** (the replayed market, ``preempt_now`` or ``reclaim_zone``):
+  its nodes get the cloud's notice; their workers leave at the next step boundary and
+  the survivors re-form without them (``checkpointing/elastic.py``). The controller does
+  not restart anything: it only launches replacements where capacity and the per-zone
+  cap allow (``regain_zone`` / the market bringing the zone back), which then join the
+  group at the next rendezvous and receive the state from a peer.
+* **All nodes lost**: new nodes are launched when capacity exists; nobody holds the
+  state in memory any more, so the new group's rank 0 restores the latest complete
+  checkpoint (written by rank 0 only).
+
+Nodes launched together wait for each other after their (slow) start before joining
+the rendezvous (``SPOTFLEET_ELASTIC_GO_FILE``), so a batch forms one group instead of
+growing one node at a time. Times are wall-clock unix seconds; prices $/h.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from checkpointing import runtime_env as rt
+from checkpointing.elastic_state import DEFAULT_HANDOFF_ROOT
+from checkpointing.events import Event
+from fleet.emulation.injector import PreemptionInjector
+from fleet.providers.attempt import AttemptRecord
+from fleet.providers.base import AttemptFailed, NodeSession, StageResult, StageSpec
+
+try:  # fleet/providers/events.py (shared by local and SkyPilot); older trees: local/
+    from fleet.providers.events import EventTail, provider_event
+except ImportError:  # pragma: no cover - depends on the tree's layout
+    from fleet.providers.local.provider_events import EventTail, provider_event
+
+#: env var: file whose appearance lets a launch batch's agents join the rendezvous
+ENV_GO_FILE = "SPOTFLEET_ELASTIC_GO_FILE"
+
+
+@dataclass
+class ElasticConfig:
+    """How the local fleet runs an elastic stage. Durations in wall seconds."""
+
+    min_nodes: int = 1  # the group trains while at least this many nodes are up
+    max_per_zone: int | None = None  # default ceil(K / number of candidate zones)
+    on_demand_nodes: int = 0  # of the K slots, how many run on-demand (the core)
+    last_call_timeout: int = 3  # rendezvous: wait this long for more nodes (whole s)
+    batch_wait_seconds: float = 60.0  # a launch batch waits this long for its slowest node
+    completion_wait_seconds: float = 60.0  # after one node completes, wait for the others
+    max_failures: int = 4  # node crashes (exit != 0 without a notice) tolerated
+    handoff_root: str = DEFAULT_HANDOFF_ROOT
+
+
+@dataclass
+class _ElasticNode:
+    node_id: str
+    slot: int
+    zone: str
+    region: str
+    spot: bool
+    price: float
+    launched_at: float
+    start_at: float
+    batch: str
+    log_path: Path
+    events_path: Path
+    tail: EventTail
+    proc: subprocess.Popen | None = None
+    ready_at: float | None = None
+    ended_at: float | None = None
+    notice_at: float | None = None
+    exit_code: int | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+    last_checkpoint_step: int | None = None
+    exit_event: Event | None = None
+    end_reason: str | None = None
+
+
+@dataclass
+class _Batch:
+    name: str
+    go_file: Path
+    nodes: list[str] = field(default_factory=list)
+    created: float = field(default_factory=time.time)
+    released: bool = False
+
+
+class ElasticStageRun(AttemptRecord):
+    """One attempt of one elastic multi-node stage on the local fleet."""
+
+    def __init__(self, provider: Any, spec: StageSpec, attempt: int,
+                 on_event: Callable[[Event], None] | None, elastic: ElasticConfig | None = None):
+        super().__init__(spec, attempt, on_event)
+        self.provider = provider
+        self.cfg = provider.config
+        self.elastic = elastic or getattr(self.cfg, "elastic", None) or ElasticConfig()
+        self.injector: PreemptionInjector | None = None
+        self.run_id = f"{spec.name}-a{attempt}-{uuid.uuid4().hex[:8]}"
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._reclaimed: set[str] = set()
+        self._nodes: list[_ElasticNode] = []
+        self._batches: dict[str, _Batch] = {}
+        self._serial = 0
+        self._store = None
+        self._tmp: str | None = None
+        self._notices: queue.SimpleQueue[tuple[str, float]] = queue.SimpleQueue()
+        self.preemptions = 0
+        self.failures = 0
+        self.all_lost = 0
+
+    # -- controls (tests, drills, the Dagster fault injection) --------------------------
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    def reclaim_zone(self, zone: str, grace_seconds: float | None = None) -> list[str]:
+        """The cloud takes ``zone`` back now: every node there gets the notice (killed
+        after the grace window) and no node is placed there until ``regain_zone``.
+        Returns the noticed node ids."""
+        with self._lock:
+            self._reclaimed.add(zone)
+            nodes = [n for n in self._nodes if n.zone == zone and n.spot and n.proc is not None
+                     and n.ended_at is None]
+        hit = []
+        for n in nodes:
+            with contextlib.suppress(ValueError):
+                self.injector.preempt_now(n.node_id, grace_seconds)
+                hit.append(n.node_id)
+        return hit
+
+    def regain_zone(self, zone: str) -> None:
+        """Capacity returns in ``zone``: nodes may be placed there again."""
+        with self._lock:
+            self._reclaimed.discard(zone)
+
+    def alive_nodes(self) -> list[str]:
+        with self._lock:
+            return [n.node_id for n in self._nodes if n.ended_at is None]
+
+    # -- setup ------------------------------------------------------------------------------
+    def _workdir(self) -> Path:
+        base = self.cfg.workdir
+        if base is None:
+            self._tmp = tempfile.mkdtemp(prefix="spotfleet-elastic-")
+            base = Path(self._tmp)
+        d = Path(base) / self.spec.name / f"attempt-{self.attempt}"
+        for sub in ("events", "logs", "go"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        return d
+
+    def _validate(self, zones: list[str]) -> None:
+        cmd = self.spec.command
+        if len(cmd) < 2 or not cmd[1].endswith(".py"):
+            raise ValueError(f"StageSpec.command={cmd!r}: an elastic multi-node stage runs "
+                             "[python, script.py, args...] (the script uses "
+                             "checkpointing.elastic.ElasticSession, e.g. examples/train_elastic.py)")
+        if not Path(cmd[1]).exists():
+            raise ValueError(f"StageSpec.command[1]={cmd[1]!r}: no such training script")
+        if not zones:
+            raise ValueError("an elastic stage needs at least one candidate zone")
+        if self.elastic.on_demand_nodes > self.spec.num_nodes:
+            raise ValueError(f"ElasticConfig.on_demand_nodes={self.elastic.on_demand_nodes} is "
+                             f"more than StageSpec.num_nodes={self.spec.num_nodes}")
+
+    def _max_per_zone(self, zones: list[str]) -> int:
+        if self.elastic.max_per_zone:
+            return self.elastic.max_per_zone
+        spot = self.spec.num_nodes - self.elastic.on_demand_nodes
+        return max(1, math.ceil(spot / max(1, len(zones))))
+
+    # -- main loop ----------------------------------------------------------------------------
+    def execute(self) -> StageResult:
+        from checkpointing.elastic_run import host_rendezvous_store
+
+        schedule = self.provider.schedule()
+        zones = list(self.spec.zones) or schedule.zones
+        unknown = [z for z in zones if z not in schedule.traces]
+        if unknown:
+            raise ValueError(f"StageSpec.zones has {unknown} which the emulated market does not "
+                             f"have; use a subset of {schedule.zones}")
+        self._validate(zones)
+        workdir = self._workdir()
+        self._store = host_rendezvous_store("127.0.0.1:0")
+        endpoint = f"127.0.0.1:{self._store.port}"
+        self.injector = PreemptionInjector(
+            schedule, self.cfg.time_scale, cloud=self.cfg.cloud, delivery=self.cfg.delivery,
+            grace_seconds=self.cfg.grace_seconds, grace_scale=self.cfg.grace_scale,
+            min_uptime_seconds=self.cfg.min_uptime_seconds, poll_seconds=self.cfg.poll_seconds,
+            on_notice=lambda nid, deadline: self._notices.put((nid, deadline)))
+        self.injector.start(time.time())
+        max_zone = self._max_per_zone(zones)
+        waiting_since: float | None = None
+        completing_since: float | None = None
+        try:
+            while True:
+                if self._cancelled.is_set():
+                    self._emit(provider_event("cancelled", stage=self.spec.name))
+                    raise AttemptFailed(f"stage {self.spec.name!r} was cancelled")
+                now = time.time()
+                self._start_due(endpoint, workdir)
+                self._release_batches()
+                self._pump()
+                self._reap()
+                alive = [n for n in self._nodes if n.ended_at is None]
+                done = [n for n in self._nodes if n.end_reason == "completed"]
+                if done:
+                    completing_since = completing_since or now
+                    if not alive or now - completing_since > self.elastic.completion_wait_seconds:
+                        return self._result()
+                    time.sleep(self.cfg.poll_seconds)
+                    continue
+                if self.failures > self.elastic.max_failures:
+                    raise AttemptFailed(self._failure_message())
+                if self.preemptions > self.spec.max_relaunches * self.spec.num_nodes:
+                    raise AttemptFailed(
+                        f"stage {self.spec.name!r}: {self.preemptions} node preemptions exceed "
+                        f"StageSpec.max_relaunches x num_nodes = "
+                        f"{self.spec.max_relaunches * self.spec.num_nodes}")
+                missing = self.spec.num_nodes - len(alive)
+                if missing > 0:
+                    placed = self._place(missing, zones, max_zone, now, workdir,
+                                         first=not self._nodes, alive=alive)
+                    if placed == 0 and not alive:
+                        if waiting_since is None:
+                            waiting_since = now
+                            self._emit(provider_event("waiting", up=self._up_zones(zones, now),
+                                                      blocked=sorted(self._reclaimed)))
+                        elif now - waiting_since > self.cfg.max_capacity_wait_seconds:
+                            raise AttemptFailed(
+                                f"stage {self.spec.name!r}: no capacity for any node in {zones} "
+                                f"for {now - waiting_since:.0f} s (max_capacity_wait_seconds="
+                                f"{self.cfg.max_capacity_wait_seconds:g})")
+                    elif placed:
+                        waiting_since = None
+                time.sleep(self.cfg.poll_seconds)
+        finally:
+            self._kill_all()
+            self.injector.stop()
+            shutil.rmtree(Path(self.elastic.handoff_root) / self.run_id, ignore_errors=True)
+            self._store = None
+
+    # -- placement ----------------------------------------------------------------------------
+    def _up_zones(self, zones: list[str], now: float) -> list[str]:
+        up = set(self.injector.up_zones(now))
+        with self._lock:
+            return [z for z in zones if z in up and z not in self._reclaimed]
+
+    def _place(self, missing: int, zones: list[str], max_zone: int, now: float, workdir: Path,
+               first: bool, alive: list[_ElasticNode]) -> int:
+        """Launch up to ``missing`` nodes where capacity and the per-zone cap allow."""
+        schedule = self.provider.schedule()
+        od_alive = sum(1 for n in alive if not n.spot)
+        plan: list[tuple[str, bool]] = []
+        for _ in range(max(0, self.elastic.on_demand_nodes - od_alive)):
+            plan.append((zones[0], False))
+        counts = {z: sum(1 for n in alive if n.zone == z and n.spot) for z in zones}
+        up = self._up_zones(zones, now) if self.spec.use_spot else []
+        while len(plan) < missing:
+            cands = [z for z in up if counts[z] < max_zone]
+            if not cands:
+                break
+            z = min(cands, key=lambda c: (counts[c], zones.index(c)))
+            counts[z] += 1
+            plan.append((z, True))
+        if not self.spec.use_spot:
+            plan = [(zones[0], False)] * missing
+        plan = plan[:missing]
+        if not plan:
+            return 0
+        self._serial += 1
+        batch = _Batch(name=f"b{self._serial}", go_file=workdir / "go" / f"b{self._serial}")
+        self._batches[batch.name] = batch
+        itype = self.spec.instance_type or self.cfg.instance_type
+        used_slots = {n.slot for n in alive}
+        free_slots = [s for s in range(self.spec.num_nodes) if s not in used_slots]
+        reason = ("initial placement" if first else
+                  "relaunch: every node was lost" if not alive else
+                  f"grow: {len(alive)} of {self.spec.num_nodes} nodes up")
+        for (zone, spot), slot in zip(plan, free_slots, strict=False):
+            region = schedule.region_of(zone)
+            price = (self.cfg.prices.spot_price(itype, zone) if spot
+                     else self.cfg.prices.on_demand_price(itype, region))
+            nid = f"{self.spec.name}-a{self.attempt}-e{len(self._nodes)}-n{slot}"
+            ev = workdir / "events" / f"{nid}.jsonl"
+            node = _ElasticNode(
+                node_id=nid, slot=slot, zone=zone, region=region, spot=spot, price=price,
+                launched_at=now, start_at=now + self.cfg.allocation_seconds +
+                self.cfg.preparation_seconds, batch=batch.name,
+                log_path=workdir / "logs" / f"{nid}.log", events_path=ev, tail=EventTail(ev))
+            with self._lock:
+                self._nodes.append(node)
+            batch.nodes.append(nid)
+            self._emit(provider_event("launch", node_id=nid, zone=zone, region=region, spot=spot,
+                                      price_per_hour=price, reason=reason, rank=slot,
+                                      relaunch=self.all_lost, elastic=True))
+        if not alive and not first:
+            self.all_lost += 1
+        return len(plan)
+
+    def _node_command(self, endpoint: str) -> list[str]:
+        py, script, *args = self.spec.command
+        k = self.spec.num_nodes
+        return [py, "-m", "checkpointing.elastic_run", "--nnodes", f"{self.elastic.min_nodes}:{k}",
+                "--rdzv-endpoint", endpoint, "--rdzv-id", self.run_id, "--local-addr", "127.0.0.1",
+                "--last-call-timeout", str(self.elastic.last_call_timeout), "--", script, *args]
+
+    def _node_env(self, node: _ElasticNode, sources: str, batch: _Batch) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.cfg.extra_env)
+        env.update(self.spec.env)
+        env.update({
+            rt.ENV_NODE_ID: node.node_id,
+            rt.ENV_ZONE: node.zone,
+            rt.ENV_CHECKPOINT_URI: self.spec.checkpoint_uri,
+            rt.ENV_EVENTS_FILE: str(node.events_path),
+            rt.ENV_NOTICE_SOURCES: sources,
+            rt.ENV_GRACE_SECONDS: f"{self.injector.grace_seconds:g}",
+            "SPOTFLEET_NODE_RANK": str(node.slot),
+            "SPOTFLEET_NUM_NODES": str(self.spec.num_nodes),
+            "SPOTFLEET_HANDOFF_DIR": self.elastic.handoff_root,
+            ENV_GO_FILE: str(batch.go_file),
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.pop("WORLD_SIZE", None)
+        env.pop("RANK", None)
+        if self.cfg.notice_poll_seconds is not None:
+            env["SPOTFLEET_NOTICE_POLL_SECONDS"] = f"{self.cfg.notice_poll_seconds:g}"
+        return env
+
+    def _start_due(self, endpoint: str, workdir: Path) -> None:
+        now = time.time()
+        for node in self._nodes:
+            if node.proc is not None or node.ended_at is not None or node.start_at > now:
+                continue
+            batch = self._batches[node.batch]
+            inj = self.injector.open_node(node.node_id, node.zone, spot=node.spot)
+            env = self._node_env(node, inj.notice_sources, batch)
+            try:
+                with node.log_path.open("wb") as log:
+                    node.proc = subprocess.Popen(self._node_command(endpoint), env=env, stdout=log,
+                                                 stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as exc:
+                raise AttemptFailed(f"could not start node {node.node_id}: {exc}") from exc
+            self.injector.attach(node.node_id, node.proc.pid)
+
+    def _release_batches(self) -> None:
+        """Let a batch join the rendezvous once all its live nodes are warm (or waited long)."""
+        now = time.time()
+        for batch in self._batches.values():
+            if batch.released:
+                continue
+            live = [n for n in self._nodes if n.batch == batch.name and n.ended_at is None]
+            ready = [n for n in live if Path(f"{batch.go_file}.ready.{n.node_id}").exists()]
+            if (live and len(ready) == len(live)) or not live or \
+                    now - batch.created > self.elastic.batch_wait_seconds:
+                batch.go_file.touch()
+                batch.released = True
+
+    # -- events and exits -------------------------------------------------------------------
+    def _drain_notices(self) -> None:
+        while True:
+            try:
+                node_id, deadline = self._notices.get_nowait()
+            except queue.Empty:
+                return
+            self._on_notice(node_id, deadline)
+
+    def _on_notice(self, node_id: str, deadline: float) -> None:
+        with self._lock:
+            node = next((n for n in self._nodes if n.node_id == node_id), None)
+        if node is None:
+            return
+        inj_node = self.injector.nodes.get(node_id)
+        node.notice_at = node.notice_at or (inj_node.notice_at if inj_node else None) or time.time()
+        inj = self.injector.nodes.get(node_id)
+        self._emit(provider_event("notice_sent", node_id=node_id, zone=node.zone,
+                                  deadline_unix=deadline, grace_seconds=self.injector.grace_seconds,
+                                  sources=inj.notice_sources if inj else None))
+
+    def _pump(self) -> None:
+        self._drain_notices()
+        for node in list(self._nodes):
+            for ev in node.tail.poll():
+                self._absorb(node, ev)
+                self._emit(ev)
+
+    def _absorb(self, node: _ElasticNode, event: Event) -> None:
+        d = event.data
+        step = d.get("step")
+        if event.kind == "start":
+            if node.ready_at is None:
+                node.ready_at = event.time
+                self.injector.mark_ready(node.node_id, event.time)
+            if node.first_step is None:
+                r = d.get("resumed_from_step")
+                node.first_step = int(r) if r is not None else 0
+        elif event.kind == "save_committed" and step is not None:
+            node.last_checkpoint_step = int(step)
+        elif event.kind == "exit":
+            node.exit_event = event
+        if isinstance(step, (int, float)):
+            node.last_step = max(int(step), node.last_step or 0)
+
+    def _reap(self) -> None:
+        for node in self._nodes:
+            if node.proc is None or node.ended_at is not None:
+                continue
+            rc = node.proc.poll()
+            if rc is None:
+                continue
+            self._pump()
+            node.exit_code = rc
+            node.ended_at = time.time()
+            self.injector.close_node(node.node_id)
+            inj = self.injector.nodes.get(node.node_id)
+            if node.notice_at is None and inj is not None and inj.notice_at is not None:
+                node.notice_at = inj.notice_at
+            if rc == 0:
+                node.end_reason = "completed"
+            elif node.notice_at is not None or rc == rt.EXIT_PREEMPTED:
+                node.end_reason = "preempted"
+                self.preemptions += 1
+                self._emit(provider_event("preempted", node_id=node.node_id, zone=node.zone,
+                                          exit_code=rc, last_step=node.last_step,
+                                          last_checkpoint_step=node.last_checkpoint_step))
+            elif self._cancelled.is_set() or any(n.end_reason == "completed" for n in self._nodes):
+                node.end_reason = "cancelled"  # the stage ended while this node was joining
+            else:
+                node.end_reason = "failed"
+                self.failures += 1
+                self._emit(provider_event("failed", node_id=node.node_id, zone=node.zone,
+                                          exit_code=rc))
+            self._record(node)
+
+    def _record(self, node: _ElasticNode) -> None:
+        self.sessions.append(NodeSession(
+            node_id=node.node_id, stage=self.spec.name, attempt=self.attempt, provider="local",
+            cloud=self.cfg.cloud if self.cfg.cloud != "signal" else "local", region=node.region,
+            zone=node.zone, instance_type=self.spec.instance_type or self.cfg.instance_type,
+            spot=node.spot, price_per_hour=node.price, launched_at=node.launched_at,
+            ready_at=node.ready_at, ended_at=node.ended_at, end_reason=node.end_reason or "failed",
+            notice_at=node.notice_at, first_step=node.first_step, last_step=node.last_step,
+            last_checkpoint_step=node.last_checkpoint_step))
+
+    def _kill_all(self) -> None:
+        for node in self._nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(node.proc.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    node.proc.wait(timeout=5)
+            if node.ended_at is None:
+                node.ended_at = time.time()
+                node.exit_code = node.proc.poll() if node.proc is not None else None
+                node.end_reason = "cancelled"
+                if self.injector is not None:
+                    self.injector.close_node(node.node_id)
+                self._record(node)
+
+    def _failure_message(self) -> str:
+        node = next((n for n in reversed(self._nodes) if n.end_reason == "failed"), None)
+        if node is None:
+            return f"stage {self.spec.name!r}: elastic node group lost"
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = node.log_path.read_text(encoding="utf-8", errors="replace")[-1500:]
+        return (f"stage {self.spec.name!r}: {self.failures} node crash(es) without a preemption "
+                f"notice (ElasticConfig.max_failures={self.elastic.max_failures}); last: "
+                f"{node.node_id} in {node.zone} exit code {node.exit_code}; log {node.log_path}:\n{tail}")
+
+    # -- result -------------------------------------------------------------------------------
+    def membership_log(self) -> list[dict[str, Any]]:
+        """Rank 0's ``membership`` events: one per group formed (step, world size, source)."""
+        out = []
+        for ev in self.events:
+            if ev.kind == "membership" and ev.data.get("rank") == 0:
+                out.append({"time": ev.time, "node_id": ev.node_id, **ev.data})
+        return out
+
+    def _result(self) -> StageResult:
+        final = sha = None
+        for n in self._nodes:
+            if n.exit_event is not None and n.exit_event.data.get("reason") == "completed":
+                final = n.exit_event.data.get("step", n.last_step)
+                sha = n.exit_event.data.get("state_sha256") or sha
+        factor = self.cfg.time_scale.factor
+        node_hours = {s.node_id: ((s.ended_at or s.launched_at) - s.launched_at) / 3600.0
+                      for s in self.sessions}
+        cost_wall = sum(s.price_per_hour * node_hours[s.node_id] for s in self.sessions)
+        groups = self.membership_log()
+        info = {
+            "provider": "local",
+            "elastic": True,
+            "rdzv_run_id": self.run_id,
+            "preemptions": self.preemptions,
+            "all_nodes_lost": self.all_lost,
+            "zones": [s.zone for s in self.sessions],
+            "state_sha256": sha,
+            "world_sizes": [g["world_size"] for g in groups],
+            "membership": groups,
+            "node_hours_wall": node_hours,
+            "time_scale_factor": factor,
+            "cost_usd_wall": cost_wall,
+            "cost_usd_emulated": cost_wall * factor,
+            "workdir": str(self._nodes[0].log_path.parents[1]) if self._nodes else None,
+        }
+        self._emit(provider_event("completed", zone=None, final_step=final,
+                                  preemptions=self.preemptions))
+        return StageResult(stage=self.spec.name, attempt=self.attempt, completed=True,
+                           sessions=list(self.sessions), events=list(self.events),
+                           final_step=final, info=info)

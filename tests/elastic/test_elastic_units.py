@@ -1,0 +1,150 @@
+"""Fast tests of the elastic pieces: sharding, the /dev/shm handoff, the single-process
+session, the launcher's CLI, and the SkyPilot multi-node task."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from checkpointing.elastic import ElasticSession, shard_bounds
+from checkpointing.elastic_run import parse_args
+from checkpointing.elastic_state import HandoffFile, pack_state, unpack_state
+from checkpointing.torch_state import TrainingState, state_sha256
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("count", [4, 7, 32, 33])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_shards_cover_the_global_batch_once_and_are_balanced(count, world):
+    bounds = [shard_bounds(count, r, world) for r in range(world)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == count
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    sizes = [b - a for a, b in bounds]
+    assert max(sizes) - min(sizes) <= 1
+    with pytest.raises(ValueError, match="rank 4"):
+        shard_bounds(count, 4, 4)
+
+
+def _objects(seed=0):
+    sys.path.insert(0, str(ROOT / "examples"))
+    from train_example import build
+
+    model, opt, sched = build(argparse.Namespace(seed=seed, model="mlp", size="tiny", lr=3e-3,
+                                                 steps=20))
+    return model, opt, sched
+
+
+def _train(model, opt, sched, steps, session=None):
+    from train_example import batch_for_step
+
+    for step in range(steps):
+        x, y = batch_for_step("mlp", 1, step, 8)
+        opt.zero_grad()
+        if session is not None:
+            part = session.shard(len(x))
+            torch.nn.functional.mse_loss(model(x[part]), y[part]).backward()
+            assert session.sync_gradients(len(y[part]), len(y))
+        else:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        sched.step()
+        if session is not None:
+            session.end_step(loss=0.0)
+
+
+def test_handoff_round_trip_is_bit_exact_and_stays_until_discarded(tmp_path):
+    model, opt, sched = _objects()
+    _train(model, opt, sched, 3)
+    state = TrainingState(model=model, optimizer=opt, scheduler=sched, rng=False, step=3)
+    slot = HandoffFile("run-1", "node/a", root=tmp_path)
+    slot.write(state.capture(), step=3)
+    got = slot.read()
+    assert got is not None and got.step == 3 and got.path.parent.name == "run-1"
+    assert slot.read() is not None  # a worker killed before its group formed reads it again
+    m2, o2, s2 = _objects(seed=5)
+    TrainingState(model=m2, optimizer=o2, scheduler=s2, rng=False).apply(got.state)
+    assert state_sha256(m2, o2) == state_sha256(model, opt)
+    slot.discard()
+    assert slot.read() is None
+
+
+def test_a_torn_handoff_is_ignored(tmp_path):
+    slot = HandoffFile("run", "n", root=tmp_path)
+    slot.path.parent.mkdir(parents=True)
+    slot.path.write_bytes(b"SFHANDOFF1" + b"\0" * 5)
+    assert slot.read() is None
+    header, flat = pack_state({"w": torch.arange(4.0), "step": 2})
+    out = unpack_state(header, flat)
+    assert out["step"] == 2 and torch.equal(out["w"], torch.arange(4.0))
+    with pytest.raises(ValueError, match="holds"):
+        unpack_state(header, flat[:-1])
+
+
+def test_single_process_session_is_the_plain_loop_bit_for_bit(tmp_path, monkeypatch):
+    """World size 1 (no torch elastic env): the reference the elastic runs compare with."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    plain = _objects()
+    _train(*plain, 12)
+    model, opt, sched = _objects()
+    el = ElasticSession(model=model, optimizer=opt, scheduler=sched, store=str(tmp_path / "ck"),
+                        total_steps=12, periodic_every=5, handoff_root=str(tmp_path / "shm"))
+    assert el.start() == 0 and el.state_from == "fresh" and el.world_size == 1
+    _train(model, opt, sched, 12, session=el)
+    assert el.should_stop() and el.finish() == 0
+    assert state_sha256(model, opt) == state_sha256(plain[0], plain[1]) == el.final_sha256
+    # a second session over the same store resumes from the final checkpoint (rank 0 wrote it)
+    m2, o2, s2 = _objects(seed=9)
+    el2 = ElasticSession(model=m2, optimizer=o2, scheduler=s2, store=str(tmp_path / "ck"),
+                         total_steps=12, handoff_root=str(tmp_path / "shm"))
+    assert el2.start() == 12 and el2.state_from == "checkpoint"
+    assert state_sha256(m2, o2) == el.final_sha256
+
+
+def test_launcher_cli_errors_name_the_fix(capsys):
+    cfg, script, args = parse_args(["--nnodes", "1:4", "--rdzv-endpoint", "h:29400",
+                                    "--rdzv-id", "x", "--", "t.py", "--steps", "3"])
+    assert (cfg.min_nodes, cfg.max_nodes, script, args) == (1, 4, "t.py", ["--steps", "3"])
+    for bad, why in ((["--nnodes", "4:1"], "MIN <= MAX"), (["--nnodes", "a"], "MIN:MAX"),
+                     (["--rdzv-endpoint", "host"], "HOST:PORT")):
+        argv = ["--nnodes", "1:2", "--rdzv-endpoint", "h:1", "--rdzv-id", "x"]
+        argv[argv.index(bad[0]) + 1] = bad[1]
+        with pytest.raises(SystemExit):
+            parse_args([*argv, "t.py"])
+        assert why in capsys.readouterr().err
+
+
+@pytest.fixture
+def sky_offline(shared_data, tmp_path, monkeypatch):
+    from fleet.market.catalog import offline_catalog
+
+    monkeypatch.setenv("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
+    with offline_catalog(tmp_path / "skyhome", shared_data / "skypilot-catalog-v8"):
+        yield
+
+
+def test_skypilot_multi_node_task_runs_the_elastic_agent_with_the_head_as_endpoint(sky_offline):
+    from fleet.providers.base import StageSpec
+    from fleet.providers.skypilot.tasks import build_task, task_from_yaml, task_to_yaml
+
+    spec = StageSpec(name="dp", command=["python", "examples/train_elastic.py", "--steps", "9"],
+                     checkpoint_uri="s3://bucket/dp", accelerator="L4", num_nodes=4,
+                     zones=("us-east-1a", "us-east-2a"))
+    task = task_from_yaml(task_to_yaml(build_task(spec)))
+    assert task.num_nodes == 4
+    run = task.run
+    assert 'HEAD_IP=$(echo "$SKYPILOT_NODE_IPS" | head -n1)' in run
+    assert '--rdzv-endpoint "$HEAD_IP:29400"' in run and "--nnodes \"1:$SKYPILOT_NUM_NODES\"" in run
+    assert 'if [ "$SKYPILOT_NODE_RANK" = "0" ]; then HOST_STORE="--host-store"' in run
+    assert run.rstrip().endswith("-- examples/train_elastic.py --steps 9")
+    single = build_task(StageSpec(name="one", command=["python", "x.py"], checkpoint_uri="/c",
+                                  accelerator="L4", zones=("us-east-1a",)))
+    assert single.run == "python x.py"
+    with pytest.raises(ValueError, match="script.py"):
+        build_task(StageSpec(name="bad", command=["bash", "-c", "x"], checkpoint_uri="/c",
+                             accelerator="L4", num_nodes=2, zones=("us-east-1a",)))
