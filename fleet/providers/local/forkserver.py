@@ -227,13 +227,14 @@ def _serve(path: str) -> dict | None:
     os.replace(tmp, path)  # appears only once bound and warm
     children: dict[int, socket.socket] = {}
     stop = False
+    parent = os.getppid()  # the launcher (spotfleet main): when it is gone, so is the server
 
     def _term(*_):
         nonlocal stop
         stop = True
 
     signal.signal(signal.SIGTERM, _term)
-    while not stop:
+    while not stop and os.getppid() == parent:
         with contextlib.suppress(InterruptedError):
             ready, _, _ = select.select([listener], [], [], 0.05)
             if ready:
