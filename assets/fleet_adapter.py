@@ -93,12 +93,14 @@ def zone_stats_from_frame(df, local_time_factor: float = 1.0) -> list[Any]:
 
 def measured_checkpoint_hours(checkpoints, local_time_factor: float = 1.0) -> float | None:
     """Checkpoint time C measured in the statistics DB (market hours): the mean stall
-    (what a save blocks training, the training process's delta) of the committed
-    checkpoints; ``local_time_factor`` converts the local fleet's wall seconds. None when
-    nothing was measured."""
+    (what a save blocks training: the training process's delta) of the committed periodic
+    and insurance checkpoints -- emergency saves block until persisted, which is not
+    what an insurance save costs; ``local_time_factor`` converts the local fleet's wall
+    seconds. None when nothing was measured."""
     if checkpoints is None or len(checkpoints) == 0 or "stall_seconds" not in checkpoints:
         return None
-    stall = checkpoints["stall_seconds"].dropna()
+    regular = checkpoints[checkpoints["kind"] != "emergency"] if "kind" in checkpoints else checkpoints
+    stall = regular["stall_seconds"].dropna()
     stall = stall[stall > 0]
     if stall.empty:
         return None

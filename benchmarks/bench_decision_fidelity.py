@@ -51,7 +51,7 @@ def _pipeline(args, name: str) -> dict:
                    "wall_seconds_per_market_hour": args.wall_per_hour, "cloud": "signal",
                    "grace_seconds": args.grace},
         "stages": [{"name": "train", "script": "examples/train_example.py", "policy": args.policy,
-                    "args": ["--steps", str(args.steps), "--size", "tiny", "--step-sleep",
+                    "args": ["--steps", str(args.steps), "--size", args.size, "--step-sleep",
                              str(args.step_sleep), "--periodic-every", "0", "--progress-every", "10"],
                     "work_hours": args.work_hours,
                     "resources": {"zones": ["us-east-1f", "us-east-1c", "us-west-2b"]}}],
@@ -88,6 +88,9 @@ def main() -> int:
     ap.add_argument("--history-hours", type=float, default=240.0)
     ap.add_argument("--work-hours", type=float, default=1.0, help="planned work (market hours)")
     ap.add_argument("--deadline-hours", type=float, default=3.0)
+    ap.add_argument("--size", default="tiny",
+                    help="example model size (tiny: sleep-dominated steps; small: compute-bound, "
+                         "so its speed follows the machine's load)")
     ap.add_argument("--var", type=Path, default=None)
     args = ap.parse_args()
 
@@ -130,7 +133,7 @@ def main() -> int:
     restart_s = statistics.mean((sessions["ready_at"] - sessions["launched_at"]).dropna()) * factor
     stall = ckpts["stall_seconds"].dropna()
     ckpt_s = (float(stall.mean()) if len(stall) else 0.05) * factor
-    step_s = statistics.median(steps) if steps else args.step_sleep
+    step_s = statistics.mean(steps) if steps else args.step_sleep
     work_h = args.steps * step_s * factor / 3600.0
     replay0 = float(decisions[0][4]) - float(decisions[0][3])
     live_cost = float(((sessions["ended_at"] - sessions["launched_at"]) * sessions["price_per_hour"]).sum()
@@ -178,24 +181,28 @@ def main() -> int:
     print(f"\nlive cost / simulated cost             {live_cost / sim.cost:.3f}   (goal 0.98-1.02)")
     print(f"live completion / simulated completion {live_done_h / sim.completion_hours:.3f}")
     if taus and plan is not None:
-        node, tau_wall = taus[-1]
         zone_of = dict(zip(sessions["node_id"], sessions["zone"], strict=False))
-        zone = zone_of.get(node, sessions["zone"].iloc[-1])
-        plan_tau = plan.insurance_interval_seconds(zone)
-        m = INTERVAL_DETAIL.search(next(x for x in reversed(logs) if INTERVAL.match(x)) or "")
-        if plan_tau:
-            ratio = tau_wall * factor / plan_tau
-            print(f"training tau / plan interval ({zone})  {ratio:.3f}   (goal 0.95-1.05): "
-                  f"tau {tau_wall * factor:.0f} market s vs plan {plan_tau:.0f} s")
+        lines = [x for x in logs if INTERVAL.match(x)]
+        # first: before the attempt observed anything; last: after its own refinements
+        for label, line in (("first", lines[0]), ("last", lines[-1])):
+            node, tau_wall = INTERVAL.match(line).group(1), float(INTERVAL.match(line).group(2))
+            zone = zone_of.get(node, sessions["zone"].iloc[-1])
+            plan_tau = plan.insurance_interval_seconds(zone)
+            choice = next((z for z in plan.zones if z.zone == zone), None)
+            if not plan_tau or choice is None:
+                print(f"training tau ({label}) measured in {zone}, which the plan did not score")
+                continue
+            print(f"training tau / plan interval, {label:<5} ({zone})  {tau_wall * factor / plan_tau:.3f}"
+                  f"   (goal 0.95-1.05): tau {tau_wall * factor:.0f} market s vs plan {plan_tau:.0f} s")
+            m = INTERVAL_DETAIL.search(line)
             if m:
-                mt, rt, dt = (float(m.group(i)) * factor for i in (1, 2, 3))
-                choice = next(z for z in plan.zones if z.zone == zone)
-                mp, rp, cp = 3600.0 / choice.rate_per_hour, plan.restart_hours * 3600, plan.checkpoint_hours * 3600
-                print(f"  training: delta {dt:.2f} s, MTTP {mt:.0f} s, R {rt:.0f} s | plan (DB): C {cp:.2f} s, "
-                      f"MTTP {mp:.0f} s, R {rp:.0f} s  -> sqrt(delta/C) {(dt / cp) ** 0.5:.3f}, "
-                      f"sqrt((MTTP+R)/(MTTP+R)_plan) {((mt + rt) / (mp + rp)) ** 0.5:.3f}")
-        else:
-            print(f"training tau measured in {zone}, which the plan did not score")
+                mt, rt = float(m.group(1)) * factor, float(m.group(2)) * factor
+                dt = (tau_wall * factor) ** 2 / (2.0 * (mt + rt))  # the policy's mean delta
+                mp, rp = 3600.0 / choice.rate_per_hour, plan.restart_hours * 3600
+                cp = plan.checkpoint_hours * 3600
+                print(f"    training: delta {dt:.2f} s, MTTP {mt:.0f} s, R {rt:.0f} s | plan from the DB: "
+                      f"C {cp:.2f} s, MTTP {mp:.0f} s, R {rp:.0f} s -> sqrt(delta/C) {(dt / cp) ** 0.5:.3f} "
+                      f"x sqrt((MTTP+R)/plan's) {((mt + rt) / (mp + rp)) ** 0.5:.3f}")
     else:
         print("no insurance interval reported by the training process")
     return 0
