@@ -1,0 +1,155 @@
+"""Elastic recovery vs checkpoint-restore recovery, measured in the same run.
+
+One 4-node elastic stage of ``examples/train_elastic.py`` over 2 emulated zones on the
+local fleet (real processes, torch elastic agents, c10d rendezvous, gloo on 127.0.0.1):
+
+1. zone A is reclaimed (2 nodes get the notice): the survivors re-form at world size 2
+   (SHRINK, no checkpoint read);
+2. zone A regains capacity: 2 replacements join and receive the state from a peer (GROW);
+3. both zones are reclaimed at once: every node leaves, rank 0 writes the emergency
+   checkpoint; the zones regain capacity right after the last node is gone and the
+   controller relaunches 4 nodes, whose rank 0 restores the checkpoint (RELAUNCH + LOAD).
+
+Figures (wall seconds, from the training events):
+
+* recovery time of a change = from the node loss (the leaving nodes' ``exit`` event,
+  i.e. the step boundary where they stopped contributing) to the next completed step of
+  the group that carries on (its rank 0 ``membership`` event, ``first_step_at``);
+* the ratio SHRINK / (RELAUNCH + LOAD) of the same run (issue 11's goal: <= 0.2);
+* steps lost per reclaim = the leavers' last completed step minus the step the next
+  group starts from.
+
+    python benchmarks/bench_elastic.py [--steps 1500] [--step-sleep 0.03] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fleet.providers.local.elastic_drill import (  # noqa: E402
+    EventWatch,
+    drill_run,
+    run_in_thread,
+    train_args,
+)
+from fleet.providers.local.multinode import ElasticConfig  # noqa: E402
+
+ZONE_A, ZONE_B = "us-east-1a", "us-east-1b"
+
+
+def _leaves(w: EventWatch) -> list:
+    return [e for e in w.of("exit") if e.data.get("reason") == "preempted"]
+
+
+def _recovery(w: EventWatch, leavers: list, group: dict) -> dict:
+    lost_at = max(e.time for e in leavers)
+    last_step = max(int(e.data["step"]) for e in leavers)
+    return {"recovery_seconds": round(group["first_step_at"] - lost_at, 3),
+            "steps_lost": last_step - int(group["step"]), "world_size": group["world_size"],
+            "state_from": group["state_from"], "at_step": int(group["step"]),
+            "nodes_lost": len(leavers)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--step-sleep", type=float, default=0.03, help="seconds per step (GPU stand-in)")
+    p.add_argument("--json", default=None, help="also write the figures here")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--last-call-timeout", type=int, default=None,
+                   help="rendezvous last call, whole seconds (default: ElasticConfig's)")
+    a = p.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-elastic-"))
+    w = EventWatch()
+    elastic = ElasticConfig()
+    if a.last_call_timeout is not None:
+        elastic.last_call_timeout = a.last_call_timeout
+    run = drill_run(tmp / "work", tmp / "ckpt", nodes=4, zones=(ZONE_A, ZONE_B), on_event=w,
+                    args=train_args(a.steps, step_sleep=a.step_sleep), digests=False,
+                    elastic=elastic)
+    t0 = time.time()
+    thread, box = run_in_thread(run)
+    out: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, no GPU, "
+                            f"load {os.getloadavg()[0]:.1f} at start",
+                 "steps": a.steps, "step_sleep": a.step_sleep,
+                 "last_call_timeout": elastic.last_call_timeout}
+
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            run.cancel()
+            raise SystemExit(f"bench_elastic: {what} did not happen within {a.timeout:.0f} s; "
+                             f"world sizes so far {w.world_sizes()}")
+
+    need(w.wait(lambda e: 4 in w.world_sizes(), a.timeout), "a 4-node group")
+    need(w.wait(lambda e: w.max_step() >= 60, a.timeout), "60 steps")
+    # 1. shrink
+    run.reclaim_zone(ZONE_A)
+    need(w.wait(lambda e: len(w.groups()) >= 2 and w.groups()[-1]["world_size"] == 2, a.timeout),
+         "the shrink to 2 nodes")
+    shrink = _recovery(w, _leaves(w), w.groups()[-1])
+    # 2. grow
+    s = w.max_step()
+    need(w.wait(lambda e: w.max_step() >= s + 20, a.timeout), "20 steps at world size 2")
+    n_groups = len(w.groups())
+    run.regain_zone(ZONE_A)
+    need(w.wait(lambda e: len(w.groups()) > n_groups and w.groups()[-1]["world_size"] == 4,
+                a.timeout), "the grow back to 4 nodes")
+    g = w.groups()[-1]
+    grow = {"recovery_seconds": round(g.get("pause_seconds") or float("nan"), 3),
+            "world_size": 4, "state_from": g["state_from"], "at_step": int(g["step"])}
+    # 3. every node lost -> relaunch + checkpoint load
+    s = w.max_step()
+    need(w.wait(lambda e: w.max_step() >= s + 20, a.timeout), "20 steps at world size 4")
+    before = len(_leaves(w))
+    n_groups = len(w.groups())
+    run.reclaim_zone(ZONE_A)
+    run.reclaim_zone(ZONE_B)
+    need(w.wait(lambda e: len(_leaves(w)) >= before + 4 and not run.alive_nodes(), a.timeout),
+         "all 4 nodes leaving")
+    run.regain_zone(ZONE_A)
+    run.regain_zone(ZONE_B)
+    need(w.wait(lambda e: len(w.groups()) > n_groups, a.timeout), "the relaunched group")
+    relaunch = _recovery(w, _leaves(w)[before:], w.groups()[-1])
+    thread.join(a.timeout)
+    if "error" in box:
+        raise box["error"]
+    out.update({
+        "shrink": shrink, "grow": grow, "relaunch_and_load": relaunch,
+        "ratio_shrink_to_relaunch": round(shrink["recovery_seconds"] /
+                                          relaunch["recovery_seconds"], 3),
+        "restores_while_a_node_survived": sum(1 for gr in w.groups()[:n_groups]
+                                              if gr["state_from"] == "checkpoint"),
+        "world_sizes": w.world_sizes(),
+        "wall_seconds": round(time.time() - t0, 1),
+        "completed": bool(box.get("result") and box["result"].completed),
+    })
+    print(f"machine: {out['machine']}")
+    print(f"world sizes: {' -> '.join(map(str, out['world_sizes']))}")
+    print(f"SHRINK  (zone of 2 nodes reclaimed): survivors' next step after "
+          f"{shrink['recovery_seconds']:.2f} s, {shrink['steps_lost']} steps lost, state from "
+          f"{shrink['state_from']}")
+    print(f"GROW    (2 nodes join):              group's next step after "
+          f"{grow['recovery_seconds']:.2f} s (the pause of the running group), state from "
+          f"{grow['state_from']}")
+    print(f"RELAUNCH + LOAD (all 4 lost):         next step after "
+          f"{relaunch['recovery_seconds']:.2f} s, {relaunch['steps_lost']} steps lost, state from "
+          f"{relaunch['state_from']}")
+    print(f"ratio SHRINK / (RELAUNCH + LOAD) = {out['ratio_shrink_to_relaunch']:.3f} "
+          f"(goal <= 0.2)")
+    print(json.dumps(out))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2), encoding="utf-8")
+    return 0 if out["completed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
