@@ -84,6 +84,7 @@ def run(endpoint: str, access: str, secret: str, args: argparse.Namespace) -> No
                        "AWS_REGION": "us-east-1"})
     spill_dir = tempfile.mkdtemp(prefix="bench-freeze-spill-")
     os.environ["SPOTFLEET_SPILL_DIR"] = spill_dir
+    os.environ.setdefault("SPOTFLEET_NODE_ID", "bench-freeze")  # behave as a fleet process
     proxy = FreezableProxy.for_url(endpoint)
     bucket = f"bench-freeze-{uuid.uuid4().hex[:10]}"
     S3Store(bucket, "", endpoint_url=endpoint).ensure_bucket()

@@ -143,7 +143,10 @@ def exit_when_stuck(saver: Any, code: int) -> bool:
     threads that only a store timeout would release. Returns True when armed.
 
     Uses ``threading._register_atexit`` (run before the thread pools are joined); where
-    that is missing, nothing is armed and exit waits for the store's own timeouts.
+    that is missing, nothing is armed and exit waits for the store's own timeouts. Armed
+    only in a fleet-launched training process (``SPOTFLEET_EVENTS_FILE`` or
+    ``SPOTFLEET_NODE_ID`` set): a host program (a test runner, a notebook) keeps its own
+    exit status.
     """
     jobs = [getattr(saver, "_job", None), *getattr(saver, "abandoned", [])]
     promotion = getattr(saver, "promotion", None)
@@ -152,7 +155,8 @@ def exit_when_stuck(saver: Any, code: int) -> bool:
         threads.append(promotion.thread)
     busy = [t for t in dict.fromkeys(threads) if t is not None and t.is_alive()]
     register = getattr(threading, "_register_atexit", None)
-    if not busy or register is None:
+    fleet = os.environ.get("SPOTFLEET_EVENTS_FILE") or os.environ.get("SPOTFLEET_NODE_ID")
+    if not busy or register is None or not fleet:
         return False
     log.warning("a checkpoint write to %s is still blocked; the process exits with %d without "
                 "waiting for it", saver.store.location, code)
