@@ -107,7 +107,7 @@ def prior_history(priors: RunPriors, zones: list[str], gap_seconds: float,
     n = max(2, int(hours * 3600.0 / gap_seconds))
     out = np.ones((len(zones), n), dtype=bool)
     for i, z in enumerate(zones):
-        m = priors.mttp_for(z)
+        m = priors.mttp_seconds.get(z)  # a zone without its own statistics stays "up"
         a = float(priors.availability.get(z, 0.0)) or None
         if m is None:
             continue

@@ -170,7 +170,6 @@ class PolicyDriver:
     regions: Sequence[str] | None = None
     no_deadline_factor: float = 3.0
     market: ObservedMarket = field(init=False)
-    decisions: list[tuple[float, str, bool | None]] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, Policy):
@@ -276,9 +275,6 @@ class PolicyDriver:
                 break
         d = Decision(tries=tuple(tries), recheck_at=max(recheck_at, t), interval_seconds=interval,
                      tick=obs.tick, target=act.target)
-        first = d.launch
-        self.decisions.append((t, "idle" if first is None else first.zone if first.spot
-                               else "on-demand", None if first is None else first.spot))
         return d
 
     def _as_launch(self, target: int, state: JobState) -> Launch | None:

@@ -37,8 +37,7 @@ def _local(options: dict[str, Any]) -> FleetProvider:
         time_scale=TimeScale(wall_seconds_per_trace_hour=m.wall_seconds_per_market_hour),
         cloud=m.cloud, grace_seconds=m.grace_seconds, prices=m.price_book(),
         workdir=Path(options["workdir"]) if options.get("workdir") else None,
-        extra_env=dict(options.get("extra_env") or {}),
-        market_clock_start_unix=start)
+        extra_env=dict(options.get("extra_env") or {}))
     return LocalFleetProvider(cfg)
 
 

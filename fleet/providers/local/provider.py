@@ -48,6 +48,7 @@ from checkpointing.events import Event
 from fleet.contract import (
     posterior_mttp_seconds,
     posterior_restart_seconds,
+    restart_seconds_of,
     session_cost_usd,
     training_env,
     training_stats,
@@ -79,7 +80,6 @@ class LocalFleetConfig:
     preparation_seconds: float = 0.3  # emulated setup (image, data) before the process
     policy: str | None = None  # registry name overriding StageSpec.policy (None: the spec's)
     prior_history_hours: float = 24.0 * 30  # market past the policy starts from (emulated h)
-    market_clock_start_unix: float | None = None  # wall instant where market time = wall time
     prices: PriceBook = field(default_factory=PriceBook.default)  # spot per zone, OD per region
     instance_type: str = "p3.2xlarge"  # used when StageSpec.instance_type is None
     workdir: Path | None = None  # logs, events, stats; default: a temporary directory
@@ -133,12 +133,7 @@ class LocalFleetProvider(FleetProvider):
 
     def run_stage(self, spec: StageSpec, attempt: int = 1,
                   on_event: Callable[[Event], None] | None = None) -> StageResult:
-        if spec.num_nodes > 1:  # elastic data-parallel stage (docs/elastic.md)
-            from fleet.providers.local.multinode import ElasticStageRun
-
-            run = ElasticStageRun(self, spec, attempt, on_event)
-        else:
-            run = _StageRun(self, spec, attempt, on_event)
+        run = _StageRun(self, spec, attempt, on_event)
         with self._lock:
             self._runs[spec.name] = run
         try:
@@ -199,7 +194,6 @@ class _StageRun(AttemptRecord):
         self._last_stats: object = None
         self._moving = False
         self._move_to: Launch | None = None
-        self._wall_sessions = self.sessions
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -241,14 +235,14 @@ class _StageRun(AttemptRecord):
 
     def _restart_estimate(self) -> float:
         """R (market s): the plan's prior, refined by this attempt's launch -> ready times."""
-        measured = [self._market(s.ready_at - s.launched_at) for s in self._wall_sessions
+        measured = [self._market(restart_seconds_of(s.launched_at, s.ready_at)) for s in self.sessions
                     if s.ready_at is not None]
         return posterior_restart_seconds(self.spec.priors.restart_seconds, measured)
 
     def _mttp_estimate(self, zone: str | None) -> float | None:
         """MTTP (market s) of ``zone``: the plan's prior, refined by what this attempt held
         and lost so far (never the replay schedule)."""
-        spot = [s for s in self._wall_sessions if s.spot and s.ended_at is not None
+        spot = [s for s in self.sessions if s.spot and s.ended_at is not None
                 and s.end_reason in ("preempted", "completed", "cancelled")]
         held = sum(self._market(s.ended_at - (s.ready_at or s.launched_at)) for s in spot)
         preempted = sum(1 for s in spot if s.end_reason == "preempted")

@@ -34,7 +34,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from checkpointing.events import Event
-from fleet.contract import posterior_mttp_seconds, prior_history, training_env
+from fleet.contract import (
+    posterior_mttp_seconds,
+    posterior_restart_seconds,
+    prior_history,
+    restart_seconds_of,
+    training_env,
+)
 from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
 from fleet.providers.decisions import PolicyDriver, Progress
@@ -243,7 +249,9 @@ class _SkyRun(AttemptRecord):
         held = sum(max(0.0, s.ended_at - (s.ready_at or s.launched_at)) for s in spot)
         lost = sum(1 for s in spot if s.end_reason == "preempted")
         mttp = posterior_mttp_seconds(pr.mttp_for(zone), held, lost)
-        return training_env(mttp, pr.restart_seconds, pr.interval_seconds, pr.checkpoint_seconds)
+        restart = posterior_restart_seconds(pr.restart_seconds, [
+            r for s in self.sessions if (r := restart_seconds_of(s.launched_at, s.ready_at)) is not None])
+        return training_env(mttp, restart, pr.interval_seconds, pr.checkpoint_seconds)
 
     def _placement(self, zones: list[str], t: float) -> tuple[list[str] | None, bool, str]:
         """Candidate zones (ordered) and spot/on-demand for the next managed job (None:

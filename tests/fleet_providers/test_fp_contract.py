@@ -1,0 +1,71 @@
+"""The run contract (fleet/contract.py): units, the in-attempt refinement, the wire format."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fleet.contract import (
+    RunPriors,
+    posterior_mttp_seconds,
+    posterior_restart_seconds,
+    prior_history,
+    training_env,
+    training_stats,
+)
+from fleet.providers.base import StageSpec
+from fleet.providers.wire import spec_from_dict, spec_to_dict
+
+
+def test_posterior_mttp_uses_only_what_was_observed():
+    assert posterior_mttp_seconds(None, 7200.0, 0) is None  # nothing lost, no prior: unknown
+    assert posterior_mttp_seconds(None, 7200.0, 2) == pytest.approx(3600.0)
+    # the prior counts as one preemption after MTTP0 held seconds
+    assert posterior_mttp_seconds(3600.0, 0.0, 0) == pytest.approx(3600.0)
+    assert posterior_mttp_seconds(3600.0, 1800.0, 1) == pytest.approx((3600.0 + 1800.0) / 2)
+    assert posterior_mttp_seconds(3600.0, 36000.0, 0) == pytest.approx(39600.0)  # held long, never lost
+    assert posterior_restart_seconds(300.0, [100.0, 200.0]) == pytest.approx(200.0)
+
+
+def test_training_env_converts_market_seconds_to_the_process_clock():
+    env = training_env(7200.0, 360.0, 900.0, 60.0)
+    assert env == {"SPOTFLEET_MTTP_SECONDS": "7200", "SPOTFLEET_RESTART_SECONDS": "360",
+                   "SPOTFLEET_INTERVAL_SECONDS": "900", "SPOTFLEET_CHECKPOINT_SECONDS": "60"}
+    # the local fleet at 30 wall s per market hour: 1 wall s = 120 market s
+    local = training_env(7200.0, 360.0, None, None, seconds_per_market_second=1 / 120.0)
+    assert float(local["SPOTFLEET_MTTP_SECONDS"]) == pytest.approx(60.0)
+    assert float(local["SPOTFLEET_RESTART_SECONDS"]) == pytest.approx(3.0)
+    assert "SPOTFLEET_INTERVAL_SECONDS" not in local
+    assert training_stats(None, 360.0) == {"restart_seconds": 360.0}  # unknown MTTP is left out
+
+
+def test_prior_history_has_the_priors_statistics():
+    zones = ["a1", "b1"]
+    pr = RunPriors(mttp_seconds={"a1": 4 * 3600.0}, availability={"a1": 0.8})
+    h = prior_history(pr, zones, 300.0, hours=24 * 7)
+    assert h.shape == (2, 2016)
+    a = h[0]
+    assert a.mean() == pytest.approx(0.8, abs=0.02)
+    runs = np.diff(np.flatnonzero(np.diff(a.astype(int)) == -1))  # up+down cycle lengths
+    assert runs.size and np.all(runs == 60)  # 48 up (4 h) + 12 down ticks
+    assert h[1].all()  # b1: no statistics -> assumed up
+    assert prior_history(RunPriors(), zones, 300.0) is None
+
+
+def test_priors_validate_with_the_field_named():
+    with pytest.raises(ValueError, match=r"RunPriors.restart_seconds = -1"):
+        RunPriors(restart_seconds=-1)
+    with pytest.raises(ValueError, match=r"mttp_seconds\['a1'\]"):
+        RunPriors(mttp_seconds={"a1": 0.0})
+    with pytest.raises(ValueError, match="unknown field"):
+        RunPriors.from_dict({"mttp_hours": {"a1": 1.0}})
+
+
+def test_stage_spec_round_trips_through_the_wire_format():
+    spec = StageSpec(name="s", command=["python", "t.py"], checkpoint_uri="/c", zones=("a1", "b1"),
+                     policy="failover", deadline_seconds=7200.0,
+                     priors=RunPriors(mttp_seconds={"a1": 3600.0}, interval_seconds=300.0))
+    back = spec_from_dict(spec_to_dict(spec))
+    assert back == spec
+    with pytest.raises(ValueError, match="unknown field"):
+        spec_from_dict({**spec_to_dict(spec), "zonez": []})
