@@ -315,3 +315,39 @@ def test_cost_report_cli_any_run_and_period(two_runs, tmp_path, capsys):
     assert (tmp_path / "var" / "reports" / "demo" / "runs" / "run-b" / "cost_report.html").exists()
     assert main(["cost-report", *common, "--run", "nope"]) == 2
     assert "no recorded run of demo starts with it" in capsys.readouterr().err
+
+
+def test_the_cost_report_asset_reports_the_selected_run_and_period(two_runs, tmp_path):
+    """The asset's config is the run / period selector: run_id (prefix) + first_day/last_day."""
+    from dagster import DagsterInstance
+
+    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
+    from pipelines.definitions import build_definitions, report_job_name
+    from pipelines.resources import FleetResource, StatsDB
+
+    stats = StatsDB(url=str(two_runs.url), var_dir=str(tmp_path))
+    defs = build_definitions(load_pipelines(EXAMPLE_PIPELINES), include_gfs=False,
+                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(tmp_path))})
+    job = defs.resolve_job_def(report_job_name("demo"))
+    config = {"ops": {"demo__cost_report": {"config": {"run_id": "run-a", "first_day": "2023-11-14",
+                                                        "last_day": "2023-11-14"}}}}
+    with DagsterInstance.ephemeral() as instance:
+        res = job.execute_in_process(instance=instance, run_config=config)
+    table = res.output_for_node("demo__cost_report")
+    data = ct.load(two_runs, "demo")
+    assert table["spend_usd"].sum() == pytest.approx(ct.for_runs(data, ["run-a"]).sessions["cost_usd"].sum())
+    mat = next(e.event_specific_data.materialization for e in res.all_events
+               if e.event_type_value == "ASSET_MATERIALIZATION")
+    md = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    assert md["run"] == "run-a" and md["period"] == "2023-11-14 .. 2023-11-14"
+    assert md["period_spend_usd"] == pytest.approx(data.sessions["cost_usd"].sum(), abs=1e-4)  # both runs
+    assert md["runs_all_time"] == 2 and md["plot"].startswith("![demo cost per stage](data:image/png;base64,")
+    assert md["spend_usd"] == round(md["spend_usd"], 4)
+    evals = {e.event_specific_data.check_name: e.event_specific_data.passed for e in res.all_events
+             if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+    assert evals["cost_reconciles_with_node_sessions"] is True
+    bad = {"ops": {"demo__cost_report": {"config": {"run_id": "nope"}}}}
+    with DagsterInstance.ephemeral() as instance:
+        failed = job.execute_in_process(instance=instance, run_config=bad, raise_on_error=False)
+    err = next(e for e in failed.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "no recorded run 'nope'" in err.event_specific_data.error.message
