@@ -137,7 +137,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
                                  "availability": float(t.up().mean())} for t in traces])
         return Output(traces, metadata={
             "zones": MetadataValue.int(len(traces)), "summary": _md_table(summary),
-            "mean_availability": MetadataValue.float(float(summary["availability"].mean())),
+            "mean_availability": MetadataValue.float(round(float(summary["availability"].mean()), 4)),
         })
 
     @asset(key=[p, "preemption_stats"], group_name=p, kinds={"pandas"},
@@ -177,7 +177,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         df = pd.DataFrame([f.to_dict() for f in fc])
         show = df[["zone", "horizon_hours", "state_up", "availability_mean", "preemptions_mean",
                    "preemptions_p90", "rate_per_held_hour"]]
-        return Output(fc, metadata={"table": _md_table(show), "horizon_hours": MetadataValue.float(horizon)})
+        return Output(fc, metadata={"table": _md_table(show), "horizon_hours": MetadataValue.float(round(horizon, 2))})
 
     @asset(key=[p, "fleet_plan"], group_name=p, kinds={"python"},
            ins={"preemption_stats": AssetIn(key=[p, "preemption_stats"]),
@@ -207,7 +207,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         md = "\n\n".join(f"**{k}**\n\n```\n{v.explain()}\n```" for k, v in plans.items())
         meta = {"plan": MetadataValue.md(md)}
         for k, v in plans.items():
-            meta[f"{k}_expected_cost_usd"] = MetadataValue.float(float(v.expected_cost or 0.0))
+            meta[f"{k}_expected_cost_usd"] = MetadataValue.float(round(float(v.expected_cost or 0.0), 4))
             meta[f"{k}_priors"] = MetadataValue.json(v.priors().to_dict())
         return Output(plans, metadata=meta)
 
