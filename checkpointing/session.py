@@ -67,8 +67,10 @@ from checkpointing.runtime_env import (
     env_float,
 )
 from checkpointing.saver import (
+    DEADLINE_MARGIN_SECONDS,
     DEFAULT_SHARD_BYTES,
     DEFAULT_WAIT_LIMIT_SECONDS,
+    SPILL_FIXED_SECONDS,
     AsyncSaver,
     SaveResult,
     restore_state,
@@ -420,6 +422,11 @@ class TrainingSession:
             # emergency judged infeasible, but Algorithm 1 still schedules a periodic /
             # insurance save at this step: take it best-effort, awaited up to the deadline
             self.save(decision.kind, _notice=True)
+        elif self.auto_save and self._spill_fits(seconds_left):
+            # too slow for the store in this window, but the local spill area is not
+            log.warning("emergency save at step %d: %s; writing it to local disk first (%s)",
+                        self.state.step, decision.reason, self.saver.spill_store.location)
+            self.save(SaveKind.EMERGENCY)
         else:
             left = f"{seconds_left:.1f} s left" if seconds_left is not None else "no deadline"
             reason = (f"no emergency save at step {self.state.step}: {decision.reason} ({left}); "
@@ -433,6 +440,12 @@ class TrainingSession:
                     timeout = max(0.0, self.guard.seconds_left() - 0.5)
                 self.saver.wait(timeout=timeout)
         self._stop = True
+
+    def _spill_fits(self, seconds_left: float | None) -> bool:
+        """Would the snapshot plus a local-disk write fit in what is left of the window?"""
+        if self.saver.spill_store is None or seconds_left is None or self.guard is None:
+            return False
+        return (self._delta or 0.0) + SPILL_FIXED_SECONDS + DEADLINE_MARGIN_SECONDS < seconds_left
 
     def should_save(self) -> SaveKind | None:
         """The save the policy asked for after the last step and that was not taken yet."""

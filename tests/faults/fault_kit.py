@@ -24,6 +24,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,6 +94,8 @@ class FreezableProxy:
         self._running.set()
         self._closed = threading.Event()
         self._socks: list[socket.socket] = []
+        #: when set, each connection forwards at most this many bytes per second (a slow link)
+        self.rate_bytes_per_second: float | None = None
         self._lock = threading.Lock()
         self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True,
                                                name="fault-proxy-accept")
@@ -165,10 +168,13 @@ class FreezableProxy:
                 for src in readable:
                     if not self._running.is_set():
                         break  # frozen between select and read: leave the bytes queued
-                    data = src.recv(256 << 10)
+                    rate = self.rate_bytes_per_second
+                    data = src.recv(16 << 10 if rate else 256 << 10)
                     if not data:
                         return
                     peers[src].sendall(data)
+                    if rate:
+                        time.sleep(len(data) / rate)
         except OSError:
             return
         finally:

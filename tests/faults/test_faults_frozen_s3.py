@@ -121,8 +121,9 @@ def _bucket(gateway: RadosGateway) -> str:
     return name
 
 
-def _start(tmp: Path, uri: str, endpoint: str, node: str, **extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(EXAMPLE), *FLAGS],
+def _start(tmp: Path, uri: str, endpoint: str, node: str, flags: list[str] = FLAGS,
+           **extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(EXAMPLE), *flags],
                             env=_env(tmp, uri, endpoint, node, **{**BOUNDS, **extra}),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -235,3 +236,32 @@ def test_s3_down_before_the_final_save_exits_74(gateway: RadosGateway, proxied: 
     assert [e.data["step"] for e in evs if e.kind == "restore"] == [STEPS]
     assert evs[-1].data["reason"] == "completed" and evs[-1].data["saved_step"] == STEPS
     assert list_checkpoints(store)[-1].step == STEPS
+
+
+def test_notice_when_the_store_is_too_slow_for_the_window_spills(
+        gateway: RadosGateway, proxied: FreezableProxy, tmp_path: Path) -> None:
+    """A slow link (10 kB/s) makes every upload take ~3 s; with a 2 s window the policy
+    judges an emergency save to S3 infeasible. It used to give up ("no emergency save");
+    the checkpoint now goes to local disk inside the window and the next process resumes
+    from it with zero steps lost."""
+    bucket = _bucket(gateway)
+    uri = f"s3://{bucket}/run"
+    proxied.rate_bytes_per_second = 10_000
+    flags = [*FLAGS[:1], "400", *FLAGS[2:]]  # long enough to be noticed mid-run
+    proc = _start(tmp_path, uri, proxied.endpoint_url, "a", flags, SPOTFLEET_GRACE_SECONDS="2",
+                  SPOTFLEET_S3_READ_TIMEOUT_SECONDS="30")  # slow, not dead
+    _wait(tmp_path, "a", proc, lambda evs: any(e.kind == "save_committed" for e in evs))
+    proc.send_signal(signal.SIGTERM)
+    out = _communicate(proc, 120)
+    assert proc.returncode == EXIT_PREEMPTED, out[-3000:]
+    evs = _events(tmp_path, "a")
+    stop = evs[-1].data["step"]
+    assert "emergency infeasible" in out  # the policy's verdict for the store ...
+    assert [e.data["step"] for e in evs if e.kind == "save_spilled"] == [stop]  # ... not for disk
+    assert evs[-1].data["spilled_step"] == stop
+
+    proxied.rate_bytes_per_second = None
+    proc = _start(tmp_path, uri, proxied.endpoint_url, "b", flags)
+    out = _communicate(proc, 300)
+    assert proc.returncode == 0, out[-3000:]
+    assert [e.data["step"] for e in _events(tmp_path, "b") if e.kind == "restore"] == [stop]
