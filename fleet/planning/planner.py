@@ -171,12 +171,24 @@ class FleetPlan:
             on_demand_price_per_hour=(self.on_demand_price if math.isfinite(self.on_demand_price)
                                       else None))
 
+    def placement(self) -> dict[str, int]:
+        """Spot nodes per zone of a multi-node stage (the K-over-z spread), zones in use only."""
+        return {z.zone: z.nodes for z in self.zones if z.nodes}
+
     def apply(self, spec: StageSpec) -> StageSpec:
         """``spec`` as this plan runs it: zones in failover order, spot only when the plan
-        has spot nodes, and the plan's priors (the spec's notice window is kept)."""
+        has spot nodes, and the plan's priors (the spec's notice window is kept). A
+        multi-node stage also gets the plan's spread (``SPOTFLEET_PLACEMENT``,
+        ``zone:nodes,...``) and on-demand core (``SPOTFLEET_ON_DEMAND_NODES``), which the
+        elastic controller places by (docs/elastic.md)."""
+        env = spec.env
+        if spec.num_nodes > 1 and self.spot_nodes > 0:
+            env = {**spec.env, "SPOTFLEET_PLACEMENT": ",".join(
+                       f"{z}:{n}" for z, n in self.placement().items()),
+                   "SPOTFLEET_ON_DEMAND_NODES": str(self.on_demand_nodes)}
         return replace(spec, zones=tuple(self.failover_order) or spec.zones,
                        use_spot=spec.use_spot and self.spot_nodes > 0,
-                       priors=self.priors(spec.priors.notice_seconds))
+                       priors=self.priors(spec.priors.notice_seconds), env=env)
 
     def to_dict(self) -> dict:
         d = asdict(self)

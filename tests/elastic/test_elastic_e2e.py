@@ -123,12 +123,11 @@ def test_all_nodes_lost_resumes_from_the_emergency_checkpoint_exactly(tmp_path):
     try:
         assert w.wait(lambda e: 2 in w.world_sizes(), 300), w.world_sizes()
         assert w.wait(lambda e: w.max_step() >= 80, 300)
-        lost = run.reclaim_zone("us-east-1a") + run.reclaim_zone("us-east-1b")
+        lost = run.reclaim_zone("us-east-1a", "us-east-1b")  # one correlated reclaim
         assert len(lost) == 2
         assert w.wait(lambda e: len([x for x in w.of("exit")
                                      if x.data.get("reason") == "preempted"]) == 2, 120)
-        run.regain_zone("us-east-1a")
-        run.regain_zone("us-east-1b")
+        run.regain_zone("us-east-1a", "us-east-1b")
     finally:
         result = _finish(t, box, run)
     assert result.completed and result.final_step == steps

@@ -148,3 +148,50 @@ def test_skypilot_multi_node_task_runs_the_elastic_agent_with_the_head_as_endpoi
     with pytest.raises(ValueError, match="script.py"):
         build_task(StageSpec(name="bad", command=["bash", "-c", "x"], checkpoint_uri="/c",
                              accelerator="L4", num_nodes=2, zones=("us-east-1a",)))
+
+
+def test_choose_zones_spreads_over_zones_with_capacity_within_caps():
+    from fleet.providers.local.multinode import choose_zones, parse_placement
+
+    zones = ["a", "b", "c"]
+    caps = {"a": 2, "b": 2, "c": 2}
+    assert sorted(choose_zones(4, zones, {}, zones, caps)) == ["a", "a", "b", "c"]
+    # the plan's spread (a:2, b:2) first; c only takes overflow
+    assert sorted(choose_zones(4, zones, {}, zones, caps, {"a", "b"})) == ["a", "a", "b", "b"]
+    assert choose_zones(2, zones, {"b": 2}, ["b", "c"], caps, {"a", "b"}) == ["c", "c"]
+    # zone a reclaimed (not up): its 2 nodes are not replaced there; c takes the overflow
+    assert choose_zones(2, zones, {"b": 2}, ["b", "c"], caps) == ["c", "c"]
+    # only the plan's zones: no capacity left -> nothing placed (the group trains with 2)
+    assert choose_zones(2, ["a", "b"], {"b": 2}, ["b"], {"a": 2, "b": 2}) == []
+    assert parse_placement("us-east-1a:3, us-east-1b:1") == {"us-east-1a": 3, "us-east-1b": 1}
+    with pytest.raises(ValueError, match="zone:nodes"):
+        parse_placement("us-east-1a")
+
+
+def test_plan_apply_hands_the_k_over_z_spread_to_the_elastic_controller():
+    from fleet.planning.planner import FleetPlan, ZoneChoice
+    from fleet.providers.base import StageSpec
+
+    def zc(zone, nodes, rank):
+        return ZoneChoice(zone=zone, region=zone[:-1], instance_type="p3.2xlarge", spot_price=1.0,
+                          on_demand_price=3.0, rate_per_hour=0.1, availability=0.9,
+                          interval_hours=0.5, c_eff=1.2, break_even_rate=1.0, nodes=nodes,
+                          rank=rank)
+
+    plan = FleetPlan(stage="dp", accelerator="V100", instance_type="p3.2xlarge", num_nodes=5,
+                     spot_nodes=4, on_demand_nodes=1,
+                     zones=[zc("us-east-1a", 2, 1), zc("us-east-1b", 2, 2), zc("us-west-2a", 0, 3)],
+                     failover_order=["us-east-1a", "us-east-1b", "us-west-2a"],
+                     on_demand_region="us-east-1", on_demand_price=3.0,
+                     checkpoint_interval_hours=0.5, expected_cost=1.0, on_demand_cost=2.0,
+                     savings_fraction=0.5, expected_completion_hours=1.0, p_any_zone_up=0.9,
+                     meets_deadline=None, fallback_slack_hours=None, latest_switch_hour=None,
+                     mean_nodes_lost_per_hour=0.1, variance_nodes_lost_per_hour=0.1,
+                     variance_by_zone_count={})
+    assert plan.placement() == {"us-east-1a": 2, "us-east-1b": 2}
+    spec = plan.apply(StageSpec(name="dp", command=["python", "t.py"], checkpoint_uri="/c",
+                                num_nodes=5))
+    assert spec.env["SPOTFLEET_PLACEMENT"] == "us-east-1a:2,us-east-1b:2"
+    assert spec.env["SPOTFLEET_ON_DEMAND_NODES"] == "1"
+    single = plan.apply(StageSpec(name="one", command=["python", "t.py"], checkpoint_uri="/c"))
+    assert "SPOTFLEET_PLACEMENT" not in single.env

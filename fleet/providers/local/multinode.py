@@ -130,19 +130,19 @@ class ElasticStageRun(AttemptRecord):
         self._notices: queue.SimpleQueue[tuple[str, float]] = queue.SimpleQueue()
         self.preemptions = 0
         self.failures = 0
-        self.all_lost = 0
 
     # -- controls (tests, drills, the Dagster fault injection) --------------------------
     def cancel(self) -> None:
         self._cancelled.set()
 
-    def reclaim_zone(self, zone: str, grace_seconds: float | None = None) -> list[str]:
-        """The cloud takes ``zone`` back now: every node there gets the notice (killed
-        after the grace window) and no node is placed there until ``regain_zone``.
-        Returns the noticed node ids."""
+    def reclaim_zone(self, *zones: str, grace_seconds: float | None = None) -> list[str]:
+        """The cloud takes ``zones`` back now: every node there gets the notice (killed
+        after the grace window) and no node is placed there until ``regain_zone``. The
+        notices of all the zones go out together (one correlated reclaim). Returns the
+        noticed node ids."""
         with self._lock:
-            self._reclaimed.add(zone)
-            nodes = [n for n in self._nodes if n.zone == zone and n.spot and n.proc is not None
+            self._reclaimed.update(zones)
+            nodes = [n for n in self._nodes if n.zone in zones and n.spot and n.proc is not None
                      and n.ended_at is None]
         hit = []
         for n in nodes:
@@ -151,10 +151,10 @@ class ElasticStageRun(AttemptRecord):
                 hit.append(n.node_id)
         return hit
 
-    def regain_zone(self, zone: str) -> None:
-        """Capacity returns in ``zone``: nodes may be placed there again."""
+    def regain_zone(self, *zones: str) -> None:
+        """Capacity returns in ``zones``: nodes may be placed there again."""
         with self._lock:
-            self._reclaimed.discard(zone)
+            self._reclaimed.difference_update(zones)
 
     def alive_nodes(self) -> list[str]:
         with self._lock:
@@ -270,24 +270,21 @@ class ElasticStageRun(AttemptRecord):
 
     def _place(self, missing: int, zones: list[str], max_zone: int, now: float, workdir: Path,
                first: bool, alive: list[_ElasticNode]) -> int:
-        """Launch up to ``missing`` nodes where capacity and the per-zone cap allow."""
+        """Launch up to ``missing`` nodes where capacity and the per-zone caps allow."""
         schedule = self.provider.schedule()
         od_alive = sum(1 for n in alive if not n.spot)
-        plan: list[tuple[str, bool]] = []
-        for _ in range(max(0, self.elastic.on_demand_nodes - od_alive)):
-            plan.append((zones[0], False))
-        counts = {z: sum(1 for n in alive if n.zone == z and n.spot) for z in zones}
-        up = self._up_zones(zones, now) if self.spec.use_spot else []
-        while len(plan) < missing:
-            cands = [z for z in up if counts[z] < max_zone]
-            if not cands:
-                break
-            z = min(cands, key=lambda c: (counts[c], zones.index(c)))
-            counts[z] += 1
-            plan.append((z, True))
-        if not self.spec.use_spot:
+        od_wanted = self.elastic.on_demand_nodes
+        with contextlib.suppress(KeyError, ValueError):
+            od_wanted = int(self.spec.env["SPOTFLEET_ON_DEMAND_NODES"])
+        plan: list[tuple[str, bool]] = [(zones[0], False)] * max(0, min(missing, od_wanted - od_alive))
+        if self.spec.use_spot:
+            counts = {z: sum(1 for n in alive if n.zone == z and n.spot) for z in zones}
+            up = self._up_zones(zones, now)
+            planned = set(parse_placement(self.spec.env.get("SPOTFLEET_PLACEMENT", "")))
+            plan += [(z, True) for z in choose_zones(missing - len(plan), zones, counts, up,
+                                                     self._caps(zones, max_zone), planned)]
+        else:
             plan = [(zones[0], False)] * missing
-        plan = plan[:missing]
         if not plan:
             return 0
         self._serial += 1
@@ -315,10 +312,18 @@ class ElasticStageRun(AttemptRecord):
             batch.nodes.append(nid)
             self._emit(provider_event("launch", node_id=nid, zone=zone, region=region, spot=spot,
                                       price_per_hour=price, reason=reason, rank=slot,
-                                      relaunch=self.all_lost, elastic=True))
-        if not alive and not first:
-            self.all_lost += 1
+                                      relaunch=self.preemptions, elastic=True))
         return len(plan)
+
+    def _caps(self, zones: list[str], max_zone: int) -> dict[str, int]:
+        """Per-zone node caps: the plan's spread (``SPOTFLEET_PLACEMENT``) for the zones it
+        uses; the other candidate zones take overflow up to ``max_zone`` each."""
+        caps = {z: max_zone for z in zones}
+        planned = parse_placement(self.spec.env.get("SPOTFLEET_PLACEMENT", ""))
+        for z, n in planned.items():
+            if z in caps:
+                caps[z] = n
+        return caps
 
     def _node_command(self, endpoint: str) -> list[str]:
         py, script, *args = self.spec.command
@@ -516,7 +521,8 @@ class ElasticStageRun(AttemptRecord):
             "elastic": True,
             "rdzv_run_id": self.run_id,
             "preemptions": self.preemptions,
-            "all_nodes_lost": self.all_lost,
+            # groups after the first that had to read the checkpoint: every node was lost
+            "all_nodes_lost": sum(1 for g in groups[1:] if g.get("state_from") == "checkpoint"),
             "zones": [s.zone for s in self.sessions],
             "state_sha256": sha,
             "world_sizes": [g["world_size"] for g in groups],
@@ -532,3 +538,38 @@ class ElasticStageRun(AttemptRecord):
         return StageResult(stage=self.spec.name, attempt=self.attempt, completed=True,
                            sessions=list(self.sessions), events=list(self.events),
                            final_step=final, info=info)
+
+
+def parse_placement(text: str) -> dict[str, int]:
+    """``"us-east-1a:2,us-east-1b:2"`` -> ``{"us-east-1a": 2, "us-east-1b": 2}``."""
+    out: dict[str, int] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        zone, _, n = item.rpartition(":")
+        try:
+            out[zone] = int(n)
+        except ValueError:
+            raise ValueError(f"SPOTFLEET_PLACEMENT entry {item!r}: use zone:nodes, e.g. "
+                             "us-east-1a:2") from None
+    return out
+
+
+def choose_zones(missing: int, zones: list[str], counts: dict[str, int], up: list[str],
+                 caps: dict[str, int], planned: set[str] | None = None) -> list[str]:
+    """Zones for ``missing`` new spot nodes: only zones that are up and below their cap;
+    the plan's zones before overflow zones, the emptiest zone (relative to its cap) first,
+    then the preference order of ``zones``.
+
+    ``counts``: spot nodes alive per zone; ``caps``: the most nodes a zone may hold;
+    ``planned``: the zones of the plan's spread (empty / None: every zone alike)."""
+    planned = planned or set(zones)
+    counts = dict(counts)
+    out: list[str] = []
+    for _ in range(max(0, missing)):
+        cands = [z for z in zones if z in up and counts.get(z, 0) < caps.get(z, 0)]
+        if not cands:
+            break
+        z = min(cands, key=lambda c: (c not in planned, counts.get(c, 0) / max(1, caps[c]),
+                                      zones.index(c)))
+        counts[z] = counts.get(z, 0) + 1
+        out.append(z)
+    return out
