@@ -156,7 +156,7 @@ class PolicyDriver:
 
     ``policy`` is a registry name or a policy object. ``deadline_seconds`` None: no
     deadline; the job spec then gets ``no_deadline_factor`` x the work (the safety net
-    stays far away). Locations: a zone name (spot there), ``"on-demand"``, or None
+    stays out of the way: without a deadline nothing forces on-demand). Locations: a zone name (spot there), ``"on-demand"``, or None
     (idle / nothing running).
     """
 
@@ -168,7 +168,7 @@ class PolicyDriver:
     prior_history: np.ndarray | None = None
     on_demand_zone: str | None = None
     regions: Sequence[str] | None = None
-    no_deadline_factor: float = 3.0
+    no_deadline_factor: float = 50.0
     market: ObservedMarket = field(init=False)
 
     def __post_init__(self) -> None:

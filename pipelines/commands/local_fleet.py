@@ -43,8 +43,9 @@ def register(subparsers) -> None:
     r.add_argument("--traces-dir", type=Path, help="directory of spot-trace JSON files "
                    "(with --market traces), e.g. ../shared/data/spot-traces/availability/"
                    "1-node/aws-02-15-2023")
-    r.add_argument("--start-hour", type=number("--start-hour", allow_zero=True), default=0.0,
-                   help="where in the trace the replay starts (hours)")
+    r.add_argument("--start-hour", type=number("--start-hour", allow_zero=True), default=72.0,
+                   help="where in the trace the replay starts (hours); the hours before it are "
+                        "the market's past the fleet policy starts from")
     r.add_argument("--cloud", choices=["aws", "gcp", "azure", "signal"], default="aws",
                    help="whose notice protocol the nodes hear")
     r.add_argument("--grace-scale", type=number("--grace-scale"), default=0.05,
@@ -82,7 +83,8 @@ def _schedule(args):
                  "us-east-2b", "us-east-1c", "us-west-2c", "us-east-2c"]
         if args.zones > len(names):
             raise ValueError(f"--zones {args.zones}: the rotating drill has at most {len(names)}")
-        return CapacitySchedule.rotating(names[: args.zones])
+        drill = CapacitySchedule.rotating(names[: args.zones])
+        return CapacitySchedule(drill.traces.values(), offset_seconds=args.start_hour * 3600.0)
     if args.market == "traces":
         if args.traces_dir is None:
             raise ValueError("--market traces needs --traces-dir DIR (a folder of "
