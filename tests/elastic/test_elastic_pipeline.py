@@ -1,5 +1,6 @@
-"""Issue 11 must-show (b): the elastic stage from a pipeline YAML through the Dagster
-assets, ``nodes: 4``, on the local fleet, with an injected preemption of one node.
+"""Issue 11 must-show (b): the elastic stage from a pipeline YAML
+(``pipelines/examples/elastic.yaml``) through the Dagster assets, ``nodes: 4``, on the
+local fleet, with an injected preemption of one node.
 
 The train asset launches the node runner through Dagster Pipes; the local provider hands
 the 4-node stage to the elastic controller. The preempted node's workers leave, the
@@ -7,6 +8,8 @@ survivors re-form at world size 3 from their in-memory state, and a replacement 
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,34 +21,11 @@ from pipelines.resources import FleetResource, StatsDB
 
 pytestmark = pytest.mark.slow
 
-PIPELINE_YAML = """
-pipelines:
-  - name: elastic
-    provider: local
-    deadline_hours: 48
-    checkpoint_uri: checkpoints/elastic
-    market:
-      seed: 4
-      wall_seconds_per_market_hour: 3600   # ~no market outage during the test
-      cloud: signal
-      grace_seconds: 5
-      hours: 240
-      inject_preemptions_at_steps:
-        dp: [120]
-    stages:
-      - name: dp
-        script: examples/train_elastic.py
-        args: [--steps, "700", --seed, "3", --size, tiny, --step-sleep, "0.04",
-               --periodic-every, "100", --progress-every, "10"]
-        work_hours: 2.0
-        resources:
-          nodes: 4
-          zones: [us-east-1f, us-west-2b]   # both have capacity at the start (seed 4)
-"""
+PIPELINE_YAML = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "elastic.yaml"
 
 
 def test_four_node_stage_from_yaml_through_dagster(tmp_path):
-    [cfg] = parse_pipelines(yaml.safe_load(PIPELINE_YAML))
+    [cfg] = parse_pipelines(yaml.safe_load(PIPELINE_YAML.read_text(encoding="utf-8")))
     assert cfg.stages[0].resources.nodes == 4
     var = tmp_path / "var"
     stats = StatsDB(url="", var_dir=str(var))
