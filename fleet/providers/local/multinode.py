@@ -179,6 +179,13 @@ class ElasticStageRun(AttemptRecord):
                              "checkpointing.elastic.ElasticSession, e.g. examples/train_elastic.py)")
         if not Path(cmd[1]).exists():
             raise ValueError(f"StageSpec.command[1]={cmd[1]!r}: no such training script")
+        if "ElasticSession" not in Path(cmd[1]).read_text(encoding="utf-8", errors="replace"):
+            raise ValueError(
+                f"StageSpec.command[1]={cmd[1]!r}: a stage of num_nodes={self.spec.num_nodes} "
+                "trains data-parallel, one worker per node, and the script must use "
+                "checkpointing.elastic.ElasticSession (this one does not: its nodes would "
+                "train the same model independently). Use examples/train_elastic.py as the "
+                "template (docs/elastic.md), or set nodes: 1")
         if not zones:
             raise ValueError("an elastic stage needs at least one candidate zone")
         if self.elastic.on_demand_nodes > self.spec.num_nodes:
