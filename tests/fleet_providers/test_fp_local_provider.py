@@ -209,3 +209,35 @@ def test_cli_replays_real_traces(shared_data):
     sched = _schedule(args)
     assert len(sched.zones) == 3 and sched.offset_seconds == 5 * 3600
     assert all(sched.traces[z].gap_seconds == 195 for z in sched.zones)
+
+
+def test_a_policy_move_sends_a_notice_saves_and_relaunches_where_it_said(tmp_path):
+    """While the group runs, the policy is asked again at its recheck time; a different
+    target moves the group: notice -> emergency save -> launch there -> exact resume."""
+    from fleet.policies import registry
+    from fleet.policies.base import ON_DEMAND, Action, Policy
+
+    class SpotThenOnDemand(Policy):
+        name = "test_spot_then_on_demand"
+
+        def decide(self, state, obs):
+            if state.location == ON_DEMAND or (state.location >= 0 and state.elapsed_hours >= 1.5):
+                return Action(ON_DEMAND, None, obs.tick + 10_000)
+            return Action(0, None, obs.tick + 6)  # spot in the first zone; ask again in 30 min
+
+    registry.register_policy("test_spot_then_on_demand")(SpotThenOnDemand)
+    try:
+        prov = LocalFleetProvider(_cfg(tmp_path, schedule=_with_past(
+            CapacitySchedule.rotating(ZONES, up_hours=100), 300.0)))
+        res = prov.run_stage(_spec(tmp_path, steps=200, name="mv", policy="test_spot_then_on_demand"))
+    finally:
+        registry._registry.pop("test_spot_then_on_demand", None)
+    assert res.completed and res.final_step == 200
+    first, last = res.sessions[0], res.sessions[-1]
+    assert first.spot and first.end_reason == "cancelled"  # moved, not preempted
+    assert not last.spot and last.end_reason == "completed"
+    moved = [e for e in res.events if is_provider_event(e) and e.kind == "moved"]
+    assert len(moved) == 1 and moved[0].data["to_zone"] == ZONES[0] and moved[0].data["spot"] is False
+    emergency = [e.data["step"] for e in res.events
+                 if e.kind == "save_committed" and e.data.get("kind") == "emergency"]
+    assert emergency and last.first_step == emergency[-1] == first.last_checkpoint_step
