@@ -251,6 +251,7 @@ def test_the_yaml_policy_drives_skypilot_the_same_class_fleet_sim_evaluates(api_
         assert ctl.zones_per_job[job] == tries
 
 
+@pytest.mark.slow
 def test_training_process_gets_the_priors_and_keeps_insurance_saves(api_server, tmp_path):
     """The SkyPilot task environment carries MTTP / R / interval; a real training process
     started with exactly that environment keeps taking insurance saves after the bootstrap
