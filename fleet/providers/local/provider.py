@@ -133,7 +133,12 @@ class LocalFleetProvider(FleetProvider):
 
     def run_stage(self, spec: StageSpec, attempt: int = 1,
                   on_event: Callable[[Event], None] | None = None) -> StageResult:
-        run = _StageRun(self, spec, attempt, on_event)
+        if spec.num_nodes > 1:  # elastic data-parallel stage (docs/elastic.md)
+            from fleet.providers.local.multinode import ElasticStageRun
+
+            run = ElasticStageRun(self, spec, attempt, on_event)
+        else:
+            run = _StageRun(self, spec, attempt, on_event)
         with self._lock:
             self._runs[spec.name] = run
         try:
