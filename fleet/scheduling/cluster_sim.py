@@ -10,9 +10,9 @@ A spot run admitted under the quota is *guaranteed* for H hours (it counts in S_
 With ``PolicyConfig.backfill`` (GFS-BF, beyond the paper) a spot job the quota refuses
 may still start on idle GPUs as a *best-effort* run (by default on any idle GPU; with
 ``SQAParams.backfill_p > 0`` only while total spot <= C - the ``backfill_p``-quantile HP
-bound); Alg. 2 evicts best-effort runs (and runs past their guarantee) before guaranteed
-ones, and a best-effort run is promoted to guaranteed at a quota update when the quota
-has room for it.
+bound); its Alg. 2 variant ("gfs-bf") takes Lyra's fewest-GPU victims and, on ties, breaks
+the fewest guaranteed runs; a best-effort run is promoted to guaranteed at a quota update
+when the quota has room for it.
 
 Speed: per-node numpy arrays; per-pool free/spot counters for O(1) fast fails; within
 one scan a failed (g, w) shape makes every larger shape skip (capacity only shrinks
