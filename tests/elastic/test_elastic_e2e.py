@@ -106,6 +106,7 @@ def test_zone_reclaim_shrinks_and_regain_grows_without_restore(tmp_path):
     reasons = sorted(s.end_reason for s in result.sessions)
     assert reasons.count("preempted") == 2 and reasons.count("completed") == 4, reasons
     assert result.info["world_sizes"] == sizes
+    assert result.info["membership_tax_node_seconds_wall"] > 0  # 2 re-forms paused the group
 
     ref = final_state(reference_run(tmp_path, args))
     got = final_state(tmp_path / "ckpt")

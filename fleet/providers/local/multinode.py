@@ -523,6 +523,11 @@ class ElasticStageRun(AttemptRecord):
                       for s in self.sessions}
         cost_wall = sum(s.price_per_hour * node_hours[s.node_id] for s in self.sessions)
         groups = self.membership_log()
+        # the tax of each shrink / grow: the re-formed group's nodes idle for the pause
+        mean_price = (sum(s.price_per_hour for s in self.sessions) / len(self.sessions)
+                      if self.sessions else 0.0)
+        tax_node_s = sum((g.get("pause_seconds") or 0.0) * g["world_size"] for g in groups[1:]
+                         if g.get("state_from") in ("handoff", "peer"))
         info = {
             "provider": "local",
             "elastic": True,
@@ -535,6 +540,8 @@ class ElasticStageRun(AttemptRecord):
             "world_sizes": [g["world_size"] for g in groups],
             "membership": groups,
             "node_hours_wall": node_hours,
+            "membership_tax_node_seconds_wall": tax_node_s,
+            "membership_tax_usd_wall": tax_node_s / 3600.0 * mean_price,
             "time_scale_factor": factor,
             "cost_usd_wall": cost_wall,
             "cost_usd_emulated": cost_wall * factor,
