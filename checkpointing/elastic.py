@@ -71,7 +71,6 @@ from checkpointing.events import EventLog
 from checkpointing.guard import PreemptionGuard
 from checkpointing.policy import SaveKind
 from checkpointing.runtime_env import (
-    ENV_CHECKPOINT_URI,
     ENV_GRACE_SECONDS,
     ENV_MTTP_SECONDS,
     ENV_NODE_ID,
@@ -80,6 +79,7 @@ from checkpointing.runtime_env import (
     ENV_ZONE,
     EXIT_COMPLETED,
     EXIT_PREEMPTED,
+    checkpoint_uri_from_env,
     env_float,
 )
 from checkpointing.saver import restore_state
@@ -229,11 +229,7 @@ class ElasticSession:
     def from_env(cls, **kwargs: Any) -> ElasticSession:
         """Store, events, guard, grace, MTTP, R and stats file from ``SPOTFLEET_*``."""
         if "store" not in kwargs:
-            uri = os.environ.get(ENV_CHECKPOINT_URI)
-            if not uri:
-                raise ValueError(f"{ENV_CHECKPOINT_URI} is not set; set it to a directory or "
-                                 "s3://bucket/prefix, or pass store=... explicitly")
-            kwargs["store"] = uri
+            kwargs["store"] = checkpoint_uri_from_env()
         kwargs.setdefault("events", EventLog.from_env())
         for key, var in (("grace_seconds", ENV_GRACE_SECONDS), ("mttp_seconds", ENV_MTTP_SECONDS),
                          ("restart_seconds", ENV_RESTART_SECONDS),

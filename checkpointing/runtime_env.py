@@ -67,3 +67,12 @@ def env_float(name: str, default: float | None = None) -> float | None:
         return float(raw)
     except ValueError as exc:
         raise ValueError(f"{name}={raw!r} is not a number of seconds; set it to e.g. 3600") from exc
+
+
+def checkpoint_uri_from_env() -> str:
+    """``SPOTFLEET_CHECKPOINT_URI``, or a ValueError naming the variable and the fix."""
+    uri = os.environ.get(ENV_CHECKPOINT_URI)
+    if not uri:
+        raise ValueError(f"{ENV_CHECKPOINT_URI} is not set; set it to a directory or "
+                         "s3://bucket/prefix, or pass store=... explicitly")
+    return uri

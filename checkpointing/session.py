@@ -56,7 +56,6 @@ from checkpointing.outcome import (
 from checkpointing.policy import AdaptivePolicy, Decision, SaveKind
 from checkpointing.redact import install as install_redaction
 from checkpointing.runtime_env import (
-    ENV_CHECKPOINT_URI,
     ENV_GRACE_SECONDS,
     ENV_MTTP_SECONDS,
     ENV_RESTART_SECONDS,
@@ -64,6 +63,7 @@ from checkpointing.runtime_env import (
     ENV_ZONE,
     EXIT_COMPLETED,
     EXIT_PREEMPTED,
+    checkpoint_uri_from_env,
     env_float,
 )
 from checkpointing.saver import (
@@ -210,11 +210,7 @@ class TrainingSession:
         Explicit keyword arguments win over the environment.
         """
         if "store" not in kwargs:
-            uri = os.environ.get(ENV_CHECKPOINT_URI)
-            if not uri:
-                raise ValueError(f"{ENV_CHECKPOINT_URI} is not set; set it to a directory or "
-                                 "s3://bucket/prefix, or pass store=... explicitly")
-            kwargs["store"] = uri
+            kwargs["store"] = checkpoint_uri_from_env()
         kwargs.setdefault("events", EventLog.from_env())
         if os.environ.get(ENV_JOB_ID):
             kwargs.setdefault("job_id", os.environ[ENV_JOB_ID])
