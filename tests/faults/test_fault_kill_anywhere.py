@@ -32,7 +32,10 @@ from checkpointing.stores.local import LocalStore
 
 pytestmark = pytest.mark.slow
 
-STEPS = 1500
+# Enough steps that all 56 kills land before the job can finish, even on an idle machine:
+# each killed process trains for up to ~1.5 s (about 35 steps on average at ~0.01 s/step,
+# up to ~140), so 1500 steps ran out at kill 44 when nothing else was loading the cores.
+STEPS = 5000
 FLAGS = ["--steps", str(STEPS), "--seed", "11", "--model", "mlp", "--size", "tiny",
          "--step-sleep", "0.003", "--periodic-every", "20", "--progress-every", "10"]
 PERSIST_DELAY = 0.02  # seconds before each blob put and before the manifest (~0.06 s per save)
