@@ -1,10 +1,9 @@
 """Shared fixtures of the fault tests: ONE real radosgw S3 server per test session
-(``s3_gateway``; modules that need their own lifecycle start theirs) and helpers."""
+(``s3_gateway``; modules that need their own lifecycle start theirs) (helpers: fault_s3.py)."""
 
 from __future__ import annotations
 
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,18 +19,6 @@ def s3_gateway() -> Iterator[RadosGateway]:
     reason when Ceph is not installed."""
     with running_gateway("faults-shared-radosgw-") as gw:
         yield gw
-
-
-def new_bucket(gw: RadosGateway) -> str:
-    name = f"flt-{uuid.uuid4().hex[:12]}"
-    gw.client().create_bucket(Bucket=name)
-    return name
-
-
-def aws_env(gw: RadosGateway) -> dict[str, str]:
-    """What the fleet puts in a node's environment for this S3 server."""
-    return {"AWS_ACCESS_KEY_ID": gw.access_key, "AWS_SECRET_ACCESS_KEY": gw.secret_key,
-            "AWS_ENDPOINT_URL": gw.endpoint_url, "AWS_REGION": gw.region}
 
 
 @pytest.fixture(autouse=True)

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import aws_env, new_bucket
 from example_procs import ExampleLauncher
+from fault_s3 import aws_env, new_bucket
 
 from checkpointing.manifest import ENV_DEBUG_PERSIST_DELAY, list_checkpoints, scan
 from checkpointing.saver import load_checkpoint

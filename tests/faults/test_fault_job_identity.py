@@ -21,8 +21,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import aws_env, new_bucket
 from example_procs import ExampleLauncher
+from fault_s3 import aws_env, new_bucket
 
 from checkpointing.events import Event
 from checkpointing.runtime_env import EXIT_PREEMPTED

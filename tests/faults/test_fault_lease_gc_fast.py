@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_s3 import new_bucket
 
 from checkpointing.lease import LEASE_KEY, LeaseHeld, LeaseLost, LeaseRecord, PrefixLease
 from checkpointing.manifest import MANIFEST_NAME, collect_garbage, list_checkpoints, scan
@@ -80,8 +81,6 @@ def test_concurrent_acquire_on_a_local_dir_has_exactly_one_winner(tmp_path: Path
 
 @pytest.mark.s3
 def test_conditional_put_and_acquire_race_on_real_s3(s3_gateway) -> None:
-    from conftest import new_bucket
-
     from checkpointing.stores.s3 import S3Store
 
     store = S3Store(new_bucket(s3_gateway), "race", client=s3_gateway.client())

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import new_bucket
+from fault_s3 import new_bucket
 
 from checkpointing.redact import REDACTED, install, redact, redact_env, strip_userinfo
 from checkpointing.stores.base import StoreError
