@@ -49,6 +49,7 @@ from checkpointing.events import Event
 from fleet.emulation.injector import PreemptionInjector
 from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, NodeSession, StageResult, StageSpec
+from fleet.providers.local.node_process import NodeProcess
 
 try:  # fleet/providers/events.py (shared by local and SkyPilot); older trees: local/
     from fleet.providers.events import EventTail, provider_event
@@ -73,29 +74,13 @@ class ElasticConfig:
     handoff_root: str = DEFAULT_HANDOFF_ROOT
 
 
-@dataclass
-class _ElasticNode:
-    node_id: str
+@dataclass(kw_only=True)
+class _ElasticNode(NodeProcess):
+    """A member of an elastic group: its slot, its launch batch and when it may start."""
+
     slot: int
-    zone: str
-    region: str
-    spot: bool
-    price: float
-    launched_at: float
     start_at: float
     batch: str
-    log_path: Path
-    events_path: Path
-    tail: EventTail
-    proc: subprocess.Popen | None = None
-    ready_at: float | None = None
-    ended_at: float | None = None
-    notice_at: float | None = None
-    exit_code: int | None = None
-    first_step: int | None = None
-    last_step: int | None = None
-    last_checkpoint_step: int | None = None
-    exit_event: Event | None = None
     end_reason: str | None = None
 
 

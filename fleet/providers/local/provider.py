@@ -59,6 +59,7 @@ from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
 from fleet.providers.decisions import Decision, Launch, PolicyDriver, Progress
 from fleet.providers.events import EventTail, provider_event
+from fleet.providers.local.node_process import NodeProcess
 
 
 @dataclass
@@ -90,27 +91,11 @@ class LocalFleetConfig:
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class _Node:
-    node_id: str
+@dataclass(kw_only=True)
+class _Node(NodeProcess):
+    """A node of a single-process node group (``rank`` within the group)."""
+
     rank: int
-    zone: str
-    region: str
-    spot: bool
-    price: float
-    launched_at: float
-    log_path: Path
-    events_path: Path
-    tail: EventTail
-    proc: subprocess.Popen | None = None
-    ready_at: float | None = None
-    ended_at: float | None = None
-    notice_at: float | None = None
-    exit_code: int | None = None
-    first_step: int | None = None
-    last_step: int | None = None
-    last_checkpoint_step: int | None = None
-    exit_event: Event | None = None
     state_sha256: str | None = None
 
 
