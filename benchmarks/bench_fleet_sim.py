@@ -30,6 +30,7 @@ from fleet.simulation.families import (  # noqa: E402
     RATIOS,
     family_table,
     goal_table,
+    half_cells,
     run_family,
 )
 
@@ -44,6 +45,8 @@ def main() -> int:
     ap.add_argument("--policies", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--markdown", default="", help="write the tables (Markdown) here")
     ap.add_argument("--plot", default="", help="save a cost-ratio plot here")
+    ap.add_argument("--halves", action="store_true",
+                    help="also the goal table per half of the starts (v100/h100: per half window)")
     args = ap.parse_args()
     names = [f for f in args.families.split(",") if f]
     if any(f in ("v100", "h100") for f in names) and not DATA.is_dir():
@@ -74,6 +77,10 @@ def main() -> int:
             md += [f"#### {fam.title}: mean cost / omniscient, notice {notice:g} s", "",
                    family_table(cells, notice), ""]
     md += ["#### spotfleet against the best baseline of each cell", "", goal_table(all_cells), ""]
+    if args.halves:
+        for second in (False, True):
+            md += [f"#### spotfleet against the best baseline, {'second' if second else 'first'} "
+                   "half of the starts", "", goal_table(half_cells(all_cells, second)), ""]
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0
     print()

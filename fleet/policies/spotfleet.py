@@ -33,7 +33,14 @@ what the baselines ignore and a live controller knows:
 * **Notices and checkpoints.** With a usable notice it relies on the emergency save (no
   periodic saves, like the baselines; ``notice_failure_prob > 0`` adds insurance saves
   while they cost at most half the spare slack); without one, the cost-model optimum for
-  the zone's hazard, capped by the spare slack.
+  the zone's hazard, moved into the range where the saves and expected losses of the
+  rest of the job fit the spare slack (:func:`budget_interval`, v4).
+* **Bridging outages (v4).** While idle it goes on-demand only when the expected slack
+  burn exceeds the spare slack *and* the chance of being forced onto on-demand later
+  (share of past windows that burnt more) exceeds one minus the best zone's
+  availability (:meth:`SpotfleetPolicy.bridge`): on-demand hours spent now are sunk,
+  waiting keeps the option. It leaves on-demand only when the spot run the slack allows
+  pays for its restart.
 
 Parameters (``SpotfleetParams``) are structural, not fitted: the lookback of the
 statistics, the move margin, how often to reconsider, the share of notices assumed lost.
@@ -71,7 +78,39 @@ class SpotfleetParams:
     burn_model: str = "full"  # "full": outages + restarts + lost work + saves; "outages"
     neighbour_window_hours: float = 1.0  # after a preemption, its region's zones use the
     # prior's up-time measured after a neighbour's preemption for this long
-    risk_fraction: float = 0.4  # without notice: at most this share of spare slack at risk
+    risk_fraction: float = 0.4  # interval_rule="risk_fraction" (v3): share of spare slack at risk
+    bridge_rule: str = "chance"  # "chance" (v4, see SpotfleetPolicy.bridge) or "mean" (v3)
+    interval_rule: str = "budget"  # without notice: "budget" (v4, see budget_interval) or
+    # "risk_fraction" (v3: min(optimum, risk_fraction x spare slack), at least 2 saves' time)
+
+
+def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
+                    spare: float) -> float:
+    """Checkpoint interval without a notice: the optimum ``t_opt`` moved into the range
+    where the slack the rest of the job is expected to burn fits in the spare slack.
+
+    Over the ``rem`` hours of work left, interval ``T`` burns ``rem C / T`` in saves and,
+    per expected preemption (``rem / mttp`` of them), a restart and ``T / 2`` of redone
+    work; the work since the last save (up to ``T``) must also fit, or the safety net sends
+    the job to on-demand (it counts unsaved work as lost). So ``T`` must satisfy
+    ``a T + rem C / T <= S'`` with ``a = 1 + rem / (2 mttp)`` and
+    ``S' = spare - rem restart / mttp``. Inside that range: ``t_opt`` (clipped to it);
+    when no ``T`` satisfies it: the ``T`` that burns least (``sqrt(rem C / a)``). Shorter
+    intervals as the slack shrinks (v3's ``0.4 x spare`` cap) spend more and more of it
+    on saves — down to half the time at the 2-save floor — and end on on-demand.
+    """
+    if rem <= 0:
+        return max(t_opt, 2.0 * c)
+    a = 1.0 + rem / (2.0 * mttp)
+    s = spare - rem * restart / mttp
+    disc = s * s - 4.0 * a * rem * c
+    if disc < 0 or s <= 0:
+        t = math.sqrt(rem * c / a)
+    else:
+        lo = (s - math.sqrt(disc)) / (2.0 * a)
+        hi = (s + math.sqrt(disc)) / (2.0 * a)
+        t = min(max(t_opt, lo), hi)
+    return max(t, 2.0 * c)
 
 
 class SpotfleetPolicy(Policy):
@@ -87,6 +126,9 @@ class SpotfleetPolicy(Policy):
         hist = obs.history[:, : obs.tick] if obs.tick > 1 else obs.history
         self.prior = PriorStats.from_history(hist, obs.gap_hours, self.p.lookback_hours,
                                              tuple(obs.regions))
+        n = max(2, int(self.p.lookback_hours / obs.gap_hours))
+        self._down = ~np.asarray(hist[:, -n:], dtype=bool).any(axis=0)  # no zone up, per tick
+        self._gap = obs.gap_hours
         self._pre_tick = -(10**9)
         self._pre_region: str | None = None
 
@@ -133,7 +175,8 @@ class SpotfleetPolicy(Policy):
 
     def checkpoint_interval(self, run_hours: float, state: JobState, gap_hours: float) -> float | None:
         """Cost-model optimum for the zone's hazard; with a notice stretched by the share of
-        notices assumed lost; without one capped by the spare slack."""
+        notices assumed lost; without one kept inside the slack budget
+        (:func:`budget_interval`)."""
         spec = state.spec
         c = spec.checkpoint_hours
         if c <= 0:
@@ -149,12 +192,14 @@ class SpotfleetPolicy(Policy):
             t_opt = 2.0 * c
         slack_if_saved = state.remaining_time_hours - (spec.work_hours - state.done_hours)
         spare = slack_if_saved - safety_threshold_hours(state, gap_hours) - c - gap_hours
+        rem = max(spec.work_hours - state.done_hours, 0.0)
         if spec.notice_saves:
             # insurance saves only while they cost at most half the spare slack (each one
             # burns C of slack; near the deadline they would push the job onto on-demand)
-            rem = max(spec.work_hours - state.done_hours, 0.0)
             return t_opt if rem / t_opt * c <= 0.5 * max(spare, 0.0) else None
-        return max(min(t_opt, self.p.risk_fraction * spare), 2.0 * c)
+        if self.p.interval_rule == "risk_fraction":  # v3, kept for comparison
+            return max(min(t_opt, self.p.risk_fraction * spare), 2.0 * c)
+        return budget_interval(t_opt, c, rem, max(run_hours, 1e-3), spec.restart_hours, spare)
 
     # ------------------------------------------------------------------ decisions
     def _candidates(self, state: JobState, obs: Observation, eff: np.ndarray,
@@ -201,11 +246,12 @@ class SpotfleetPolicy(Policy):
         spare = safe_slack_hours(state) - safety_threshold_hours(state, g)
         if state.location == ON_DEMAND:
             later = state.elapsed_hours + 2.0 * spec.restart_hours
-            if spare < self.reserve_hours(state, later) or not order:
+            if spare < self.reserve_hours(state, later) or not order \
+                    or not self._leaving_on_demand_pays(state, obs, order[0], spare, od_price):
                 return Action(ON_DEMAND, None, obs.tick + 1, watch=())
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1)
         reserve = self.reserve_hours(state, state.elapsed_hours)
-        if spare < reserve:
+        if self.bridge(state, spare, state.elapsed_hours):
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1,
                                  max_tries=affordable_probes(state, g))
         if self.p.patience > 0 and order:
@@ -216,6 +262,64 @@ class SpotfleetPolicy(Policy):
             if spare - reserve > self.p.patience * self.prior.mean_down_hours[best]:
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
+
+    def _leaving_on_demand_pays(self, state: JobState, obs: Observation, z: int, spare: float,
+                                od_price: float) -> bool:
+        """Leave on-demand for spot in ``z`` only when the spot run the slack allows (the
+        safety net ends it once ``spare`` is spent; at most the work left) pays for its
+        restart (and migration): near the deadline a hop to spot for a few minutes pays a
+        restart and is sent back to on-demand at the next tick."""
+        spec = state.spec
+        rem = max(spec.work_hours - state.done_hours, 0.0)
+        over = spec.restart_hours + (obs.migration_hours if obs.moves_region(z) else 0.0)
+        extra = obs.migration_usd if obs.moves_region(z) else 0.0
+        useful = min(rem, spare + obs.gap_hours - over)
+        if useful <= 0:
+            return False
+        price = float(obs.spot_prices(spec)[z])
+        return price * (useful + over) + extra < od_price * useful
+
+    def bridge(self, state: JobState, spare: float, at_hours: float) -> bool:
+        """While idle: True when the job should make progress on on-demand now rather
+        than wait for spot.
+
+        v3 (``bridge_rule="mean"``) went on-demand as soon as the *expected* slack burn of
+        the time left exceeded the spare slack. But on-demand hours spent now are spent for
+        sure, while waiting keeps the option: they save money only if the job is later
+        forced onto on-demand for the rest. In a fluid model (spot available a share ``a``
+        of the time), ``dt`` of on-demand now costs ``dt`` on-demand hours when the job
+        would have finished on spot anyway, and saves ``dt a / (1 - a)`` when it is forced
+        later (it is forced later, and keeps the spot hours in between), so it pays only
+        when ``P(forced) > 1 - a``. v4 goes on-demand when the expected burn exceeds the
+        spare slack (v3's test, which keeps it from being later than where that pays on
+        nearly-always-available markets) **and** the share of past windows of the time left
+        that would have burnt more than the spare slack (:meth:`forced_probability`)
+        exceeds ``1 - a``, with ``a`` the availability of the best zone before the job.
+        Never more on-demand than Uniform Progress."""
+        reserve = self.reserve_hours(state, at_hours)
+        if spare >= reserve:
+            return False
+        if self.p.bridge_rule == "mean":
+            return True
+        left = max(0.0, state.spec.deadline_hours - at_hours)
+        theta = 1.0 - float(np.max(self.prior.availability))
+        return self.forced_probability(state.spec, spare, left) > theta
+
+    def forced_probability(self, spec: JobSpec, spare: float, left: float) -> float:
+        """Share of the windows of ``left`` hours in the statistics before the job (taken
+        circularly) whose slack burn exceeds ``spare``: hours with no zone up, plus per
+        up-hour the burn of preemptions and saves (:meth:`slack_burn_share` less outages)."""
+        down = self._down
+        n = down.size
+        g = self._gap
+        k = int(math.ceil(left / g))
+        full, part = divmod(k, n)
+        cs = np.concatenate([[0], np.cumsum(np.concatenate([down, down]))])
+        w = cs[np.arange(n) + part] - cs[np.arange(n)] + full * cs[n]
+        out_h = w * g
+        rate = self.slack_burn_share(spec) - self.prior.all_down
+        burn = out_h + np.maximum(left - out_h, 0.0) * rate
+        return float(np.mean(burn > spare))
 
     def reserve_hours(self, state: JobState, at_hours: float) -> float:
         """Slack to keep for outages still to come at elapsed time ``at_hours``: the time

@@ -105,6 +105,16 @@ def _available_holdout(data: Path, n: int) -> list[tuple[Market, list[int] | Non
     return [(regime_market(cfg, seed), None) for seed in range(40, 45)]
 
 
+def _holdout(config: str, seeds: range) -> Callable[[Path, int], list[tuple[Market, list[int] | None]]]:
+    def load(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
+        from fleet.market import regimes
+
+        cfg = getattr(regimes, config)(hours=24.0 * 12)
+        return [(regimes.regime_market(cfg, seed), None) for seed in seeds]
+
+    return load
+
+
 FAMILIES: dict[str, Family] = {
     "v100": Family("v100", "9-zone AWS V100, real per-tick prices", 12.0, 25.0, 168.0, _v100),
     "h100": Family("h100", "13-zone GCP H100 (8 regions), file prices", 8.0, 100.0, 12.0, _h100,
@@ -119,6 +129,14 @@ FAMILIES: dict[str, Family] = {
     "available_holdout": Family("available_holdout", "held-out synthetic mostly-available "
                                 "(seeds 40-44)", 12.0, 25.0, 168.0, _available_holdout,
                                 spot_price=1.0, on_demand_price=3.4),
+    # v4 (never seen before v4 was committed)
+    "volatile_holdout50": Family("volatile_holdout50", "held-out synthetic volatile (seeds 50-54)",
+                                 12.0, 25.0, 168.0, _holdout("volatile_config", range(50, 55)),
+                                 spot_price=1.0, on_demand_price=3.4),
+    "available_holdout50": Family("available_holdout50", "held-out synthetic mostly-available "
+                                  "(seeds 50-54)", 12.0, 25.0, 168.0,
+                                  _holdout("available_config", range(50, 55)),
+                                  spot_price=1.0, on_demand_price=3.4),
 }
 
 
@@ -179,6 +197,24 @@ def run_family(family: Family, data: Path, policies: dict[str, Callable], starts
                 progress(f"  notice {notice:g} s: {len(policies)} policies x {omni.size} starts"
                          f"{msg} ({time.perf_counter() - t1:.1f} s)")
     return cells
+
+
+def half_cells(cells: Sequence[Cell], second: bool) -> list[Cell]:
+    """The cells restricted to the first (or second) half of their starts. Starts are in
+    time order per market, so for the one-market real families (v100, h100) this is the
+    first / second half of the trace window (the tuning discipline of
+    docs/fleet-policies.md tunes on first halves only)."""
+    out = []
+    for c in cells:
+        k = c.omniscient.size
+        sl = slice(k // 2, k) if second else slice(0, k // 2)
+        h = Cell(c.family + (" 2nd half" if second else " 1st half"), c.ratio, c.notice,
+                 c.omniscient[sl])
+        h.costs = {n: v[sl] for n, v in c.costs.items()}
+        h.met = {n: v[sl] for n, v in c.met.items()}
+        h.migrations = dict(c.migrations)
+        out.append(h)
+    return out
 
 
 def best_baseline(cell: Cell) -> str:

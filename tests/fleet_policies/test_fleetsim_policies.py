@@ -226,3 +226,54 @@ def test_spotfleet_waits_for_its_region_instead_of_paying_egress_when_slack_allo
     assert ours.deadline_met and ours.migrations == 0 and ours.preemptions == 1
     assert eager.migrations >= 1  # eager failover moves the checkpoint to us-west-2
     assert ours.cost < eager.cost
+
+
+def test_no_notice_interval_keeps_saves_and_losses_within_the_slack():
+    """Without a notice the interval must not shrink with the slack until saves eat it:
+    v3's cap (0.4 x spare, floor 2 saves' time) spent half the time saving near the end
+    of tight jobs and was then sent to on-demand (h100 D/W 1.2: 1.13x the best baseline)."""
+    from fleet.policies.spotfleet import budget_interval
+
+    c, d, mttp, t_opt = 1 / 60, 0.1, 12.5, 0.645
+    # feasible: the interval satisfies a T + rem C / T <= spare - rem d / mttp
+    rem, spare = 6.0, 1.0
+    t = budget_interval(t_opt, c, rem, mttp, d, spare)
+    a = 1 + rem / (2 * mttp)
+    assert a * t + rem * c / t <= spare - rem * d / mttp + 1e-9
+    assert t < t_opt  # the optimum alone would not fit the slack
+    # infeasible (0.7 h cannot hold 6 h of saves and losses): the interval that burns least
+    assert budget_interval(t_opt, c, rem, mttp, d, 0.7) == pytest.approx((rem * c / a) ** 0.5)
+
+    def run(rule):
+        rem, spare, saves = 6.0, 0.7, 0.0
+        while rem > 0:
+            t = rule(rem, spare)
+            rem -= t
+            spare -= c
+            saves += c
+        return saves, spare
+
+    v3 = run(lambda rem, spare: max(min(t_opt, 0.4 * spare), 2 * c))
+    v4 = run(lambda rem, spare: budget_interval(t_opt, c, rem, mttp, d, spare))
+    assert v4[0] < v3[0] and v4[1] > v3[1]  # fewer saves, more slack left at the end
+    assert budget_interval(t_opt, c, 1.0, mttp, d, 5.0) == pytest.approx(t_opt)  # ample slack
+
+
+def test_forced_probability_counts_past_windows_that_burn_more_than_the_slack():
+    from fleet.policies.base import Observation
+
+    gap = 0.5
+    n = 24 * 14
+    hist = np.ones((2, n), dtype=bool)
+    for t0 in range(0, n, 20):  # both zones down 2 h every 10 h
+        hist[:, t0:t0 + 4] = False
+    obs = Observation(tick=n - 1, gap_hours=gap, zones=("a", "b"), available=hist[:, -1],
+                      history=hist)
+    pol = SpotfleetPolicy()
+    pol.reset(JobSpec(12.0, 36.0, notice_seconds=120.0), obs)
+    spec = JobSpec(12.0, 36.0, notice_seconds=120.0)
+    # 20 h windows hold 4 h of outage (plus the small preemption burn)
+    assert pol.forced_probability(spec, 3.0, 20.0) == 1.0
+    assert pol.forced_probability(spec, 8.0, 20.0) == 0.0
+    ps = [pol.forced_probability(spec, s, 20.0) for s in np.linspace(0, 10, 21)]
+    assert all(x >= y for x, y in zip(ps, ps[1:], strict=False))
