@@ -159,7 +159,6 @@ def build_checks(pa: "PipelineAssets") -> list:
 
 def _checkpoint_check(pa: "PipelineAssets", stage: str):
     p = pa.prefix
-    scale = pa.config.market.time_scale if pa.config.provider == "local" else 1.0
 
     @asset_check(asset=pa.key(f"train_{stage}"), name="latest_checkpoint_recent",
                  automation_condition=check_condition(),
@@ -186,7 +185,7 @@ def _checkpoint_check(pa: "PipelineAssets", stage: str):
                                                 "training script saving (checkpointing.session)?")
         last_end = float(sessions["ended_at"].max()) if sessions["ended_at"].notna().any() else None
         last_ckpt = float(ck["committed_at"].max())
-        behind_h = max(0.0, (last_end or last_ckpt) - last_ckpt) * scale / 3600.0
+        behind_h = max(0.0, (last_end or last_ckpt) - last_ckpt) / 3600.0  # market seconds in the DB
         ok = behind_h <= MAX_UNCHECKPOINTED_HOURS
         return AssetCheckResult(passed=ok, metadata={
             "run": label, "latest_checkpoint_step": int(ck["step"].max()), "hours_behind": round(behind_h, 3)},

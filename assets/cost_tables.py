@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from checkpointing import costmodel
+from fleet.contract import session_cost_usd
 
 CATEGORIES = ("useful", "checkpoint", "redo", "launch", "restart", "idle")
 TAXES = ("checkpoint", "redo", "launch", "restart", "idle")
@@ -37,21 +38,24 @@ MONEY = ["spend_usd", "on_demand_usd", "savings_usd"] + [f"{c}_usd" for c in CAT
 #: end reason of a node lost with its node group (the attempt failed and its nodes were
 #: cancelled); a node whose own process crashed ("failed") is a failure, not a preemption
 LOST_REASONS = ("cancelled",)
-#: nodes of one node-group launch start within this many wall seconds of each other
+#: nodes of one node-group launch start within this many (market) seconds of each other
 GROUP_LAUNCH_WINDOW_S = 5.0
 
 
 def session_costs(sessions: pd.DataFrame) -> pd.Series:
-    """Billed $ of each ended session: (end - launch) x time_scale / 3600 x price."""
+    """Billed $ of each ended session (``fleet.contract.session_cost_usd``, market hours)."""
     if sessions.empty:
         return pd.Series(dtype=float)
-    return (_billed_hours(sessions) * sessions["price_per_hour"]).astype(float)
+    return pd.Series([session_cost_usd(float(p), float(a), None if pd.isna(e) else float(e))
+                      for p, a, e in zip(sessions["price_per_hour"], sessions["launched_at"],
+                                         sessions["ended_at"], strict=True)],
+                     index=sessions.index, dtype=float)
 
 
 def _billed_hours(sessions: pd.DataFrame) -> pd.Series:
+    """Billed (market) hours of each session; a running one counts zero."""
     ended = sessions["ended_at"].notna()
-    hours = (sessions["ended_at"] - sessions["launched_at"]).clip(lower=0) * \
-        sessions["time_scale"].fillna(1.0) / 3600.0
+    hours = (sessions["ended_at"] - sessions["launched_at"]).clip(lower=0) / 3600.0
     return hours.where(ended, 0.0).astype(float)
 
 
@@ -376,9 +380,8 @@ def observed_rates(sessions: pd.DataFrame, lines: pd.DataFrame, checkpoints: pd.
         npre = int(spot["preempted_or_lost"].sum())
     else:
         npre = int((spot["end_reason"] == "preempted").sum()) if not spot.empty else 0
-    mean_scale = float(sessions["time_scale"].fillna(1.0).mean()) if not sessions.empty else 1.0
     stalls = checkpoints["stall_seconds"].dropna() if not checkpoints.empty else pd.Series(dtype=float)
-    ckpt_h = float(stalls.mean()) * mean_scale / 3600.0 if len(stalls) else 0.0
+    ckpt_h = float(stalls.mean()) / 3600.0 if len(stalls) else 0.0  # market seconds in the DB
     restart_h = 0.0
     if not lines.empty:
         relaunch = lines[lines["category"] == "restart"]

@@ -31,22 +31,15 @@ def _market(market: MarketConfig | dict[str, Any]) -> MarketConfig:
     return market if isinstance(market, MarketConfig) else MarketConfig.model_validate(market)
 
 
-def market_seconds_per_wall_second(market: dict[str, Any]) -> float:
-    """How many market seconds one wall second of the local fleet stands for."""
-    return 3600.0 / float(market.get("wall_seconds_per_market_hour", 10.0))
-
-
-def zone_stats_from_frame(df, local_time_factor: float = 1.0) -> list[Any]:
+def zone_stats_from_frame(df) -> list[Any]:
     """``ZoneStats`` of the market's zones from the preemption_stats table.
 
     One object per trace row; its ``restart_latency_s`` is the restart latency measured
     in the node sessions of that zone (``fleet.stats.preemption.merge_session_latency``),
     which the planner then uses as R. Session rows of the local fleet (cloud ``local``)
-    ran in the market's emulated zones, on a compressed clock: they are matched by
-    (region, zone, instance type) and their latency is multiplied by
-    ``local_time_factor`` (market seconds per wall second, see
-    ``market_seconds_per_wall_second``). Session rows of zones the market does not know
-    are left out.
+    ran in the market's emulated zones: they are matched by (region, zone, instance
+    type); their latency is already in market seconds (the local provider reports its
+    sessions in market time). Session rows of zones the market does not know are left out.
 
     The table mixes trace and session rows, so pandas turns missing values into NaN:
     NaN and None become None again, and None rates / MTTPs (non-finite when written)
@@ -85,18 +78,17 @@ def zone_stats_from_frame(df, local_time_factor: float = 1.0) -> list[Any]:
             cloud = cloud_of.get((st.region, st.zone, st.instance_type))
             if cloud is None:
                 continue
-            st = dataclasses.replace(st, cloud=cloud,
-                                     restart_latency_s=st.restart_latency_s * local_time_factor)
+            st = dataclasses.replace(st, cloud=cloud)
         measured.append(st)
     return [st for st in merge_session_latency(traces + measured) if st.source == "trace"]
 
 
-def measured_checkpoint_hours(checkpoints, local_time_factor: float = 1.0) -> float | None:
+def measured_checkpoint_hours(checkpoints) -> float | None:
     """Checkpoint time C measured in the statistics DB (market hours): the mean stall
     (what a save blocks training: the training process's delta) of the committed periodic
     and insurance checkpoints -- emergency saves block until persisted, which is not
-    what an insurance save costs; ``local_time_factor`` converts the local fleet's wall
-    seconds. None when nothing was measured."""
+    what an insurance save costs; the DB holds it in market seconds, whatever the
+    provider. None when nothing was measured."""
     if checkpoints is None or len(checkpoints) == 0 or "stall_seconds" not in checkpoints:
         return None
     regular = checkpoints[checkpoints["kind"] != "emergency"] if "kind" in checkpoints else checkpoints
@@ -104,7 +96,7 @@ def measured_checkpoint_hours(checkpoints, local_time_factor: float = 1.0) -> fl
     stall = stall[stall > 0]
     if stall.empty:
         return None
-    return float(stall.mean()) * local_time_factor / 3600.0
+    return float(stall.mean()) / 3600.0
 
 
 def plan_for_stage(stage: StageConfig, stats: list[Any], forecasts: list[Any],

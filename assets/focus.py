@@ -6,9 +6,10 @@ cost lines of that session and day summed): ``ChargeCategory`` "Usage",
 ``ChargeFrequency`` "Usage-Based", ``PricingCategory`` "Dynamic" for spot nodes
 (the provider sets and changes the price) and "Standard" for on-demand nodes.
 
-Prices and quantities: ``PricingQuantity`` / ``ConsumedQuantity`` are BILLED hours
-(market hours on the local fleet, whose clock runs ``x_TimeScale`` times faster than
-the wall clock; ``ChargePeriodStart/End`` are wall-clock UTC), ``ListUnitPrice`` is the
+Prices and quantities: ``PricingQuantity`` / ``ConsumedQuantity`` are BILLED hours and
+``ChargePeriodStart/End`` UTC on the market clock, as the statistics DB holds them
+(real time on a real cloud; the emulated market's time on the local fleet, which
+converts before it records), ``ListUnitPrice`` is the
 on-demand price of the same node type (the public list price), no negotiated
 discounts (``ContractedUnitPrice`` = ``ListUnitPrice``), no commitments
 (``EffectiveCost`` = ``BilledCost``). ``BillingPeriodStart/End``: the calendar month.
@@ -32,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from assets import cost_tables as ct
+from fleet.contract import session_cost_usd
 
 FOCUS_VERSION = "1.2"
 
@@ -99,7 +101,7 @@ ALLOWED = {
 X_SPLIT = {"useful": "x_UsefulCost", "checkpoint": "x_CheckpointTaxCost", "redo": "x_RedoTaxCost",
            "launch": "x_LaunchCost", "restart": "x_RestartTaxCost", "idle": "x_IdleTaxCost"}
 X_COLUMNS = ["x_Pipeline", "x_Stage", "x_RunId", "x_Attempt", "x_NodeSessionId", "x_EndReason",
-             *X_SPLIT.values(), "x_FallbackTaxCost", "x_OnDemandEquivalentCost", "x_TimeScale"]
+             *X_SPLIT.values(), "x_FallbackTaxCost", "x_OnDemandEquivalentCost"]
 DATETIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 PROVIDERS = {"aws": ("AWS", "Amazon Elastic Compute Cloud"), "gcp": ("Google Cloud", "Compute Engine"),
              "azure": ("Microsoft", "Virtual Machines"),
@@ -139,6 +141,7 @@ def focus_frame(data: ct.CostData) -> pd.DataFrame:
         hours = float(g["seconds"].sum()) / 3600.0
         list_price = float(s["on_demand_price_per_hour"]) if pd.notna(s["on_demand_price_per_hour"]) \
             else float(s["price_per_hour"])
+        list_cost = session_cost_usd(list_price, 0.0, hours * 3600.0)  # the same hours at list price
         by_cat = g.groupby("category")["dollars"].sum()
         provider, service = PROVIDERS.get(str(s["cloud"]), (str(s["cloud"]), f"{s['cloud']} compute"))
         spot = bool(s["spot"])
@@ -153,8 +156,8 @@ def focus_frame(data: ct.CostData) -> pd.DataFrame:
                                   f"in {s['zone']}: stage {s['stage']}, attempt {int(s['attempt'])}"),
             "ChargeFrequency": "Usage-Based", "ChargePeriodEnd": _iso(t1), "ChargePeriodStart": _iso(t0),
             "CommitmentDiscountId": None, "ConsumedQuantity": hours, "ConsumedUnit": "Hours",
-            "ContractedCost": list_price * hours, "ContractedUnitPrice": list_price, "EffectiveCost": billed,
-            "InvoiceIssuerName": provider, "ListCost": list_price * hours, "ListUnitPrice": list_price,
+            "ContractedCost": list_cost, "ContractedUnitPrice": list_price, "EffectiveCost": billed,
+            "InvoiceIssuerName": provider, "ListCost": list_cost, "ListUnitPrice": list_price,
             "PricingCategory": "Dynamic" if spot else "Standard", "PricingCurrency": "USD",
             "PricingQuantity": hours, "PricingUnit": "Hours", "ProviderName": provider, "PublisherName": provider,
             "RegionId": s["region"], "RegionName": s["region"], "ResourceId": str(s["node_id"]),
@@ -168,7 +171,6 @@ def focus_frame(data: ct.CostData) -> pd.DataFrame:
             "x_Attempt": int(s["attempt"]), "x_NodeSessionId": int(sid), "x_EndReason": str(s["end_reason"]),
             "x_FallbackTaxCost": float(prem.get(sid, 0.0)) * share,
             "x_OnDemandEquivalentCost": float(g["on_demand_dollars"].sum()),
-            "x_TimeScale": float(s["time_scale"]) if pd.notna(s["time_scale"]) else 1.0,
         }
         for cat, col in X_SPLIT.items():
             row[col] = float(by_cat.get(cat, 0.0))

@@ -189,11 +189,9 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         from infra.db.models import CheckpointRecord
         from infra.db.recorder import read_table
 
-        factor = fleet_adapter.market_seconds_per_wall_second(market) if cfg.provider == "local" else 1.0
-        stats = fleet_adapter.zone_stats_from_frame(preemption_stats, factor)
-        # the checkpoint time measured in the DB (the same delta the training process uses)
-        ckpt_h = fleet_adapter.measured_checkpoint_hours(
-            read_table(stats_db.engine(), CheckpointRecord, p), factor)
+        # R and the checkpoint time measured in the DB (market seconds, whatever the provider)
+        stats = fleet_adapter.zone_stats_from_frame(preemption_stats)
+        ckpt_h = fleet_adapter.measured_checkpoint_hours(read_table(stats_db.engine(), CheckpointRecord, p))
         total_work = sum(s.work_hours for s in cfg.stages)
         plans: dict[str, FleetPlan] = {}
         for s in cfg.stages:
@@ -299,6 +297,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     failover zones, spot or not, the priors MTTP / R / checkpoint time / interval in
     seconds) travels to the node runner, whose provider drives that policy and exports
     the priors to the training process."""
+    from fleet.contract import session_cost_usd
     from fleet.providers.wire import event_from_dict, session_from_dict, spec_to_dict
     from infra.db.recorder import latest_checkpoint_step, record_attempt
 
@@ -361,7 +360,6 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         events=events, started_at=started, ended_at=time.time(),
         start_step=first_steps[0] if first_steps else None, final_step=result.get("final_step"),
         total_steps=_total_steps(events), on_demand_price=lambda s: fleet_adapter.on_demand_price(cfg.market.model_dump()),
-        time_scale=cfg.market.time_scale if cfg.provider == "local" else 1.0,
         error=redact(result["error"]) if result.get("error") else None)
     preempted = sum(1 for s in sessions if s.end_reason == "preempted")
     context.log_event(AssetMaterialization(
@@ -385,9 +383,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         "this_attempt_sessions": MetadataValue.int(len(sessions)),
         "this_attempt_preemptions": MetadataValue.int(preempted),
         "this_attempt_cost_usd": MetadataValue.float(round(sum(
-            (s.ended_at - s.launched_at) * s.price_per_hour / 3600.0 *
-            (cfg.market.time_scale if cfg.provider == "local" else 1.0)
-            for s in sessions if s.ended_at is not None), 4)),
+            session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at) for s in sessions), 4)),
         "checkpoint_uri": MetadataValue.text(redact(ckpt_uri)),
         "plan": MetadataValue.text(plan.summary() if plan is not None else "no plan"),
         "fleet_policy": MetadataValue.text(f"{spec.policy} ({type(get_policy(spec.policy)).__qualname__})"),

@@ -94,6 +94,7 @@ def main() -> int:
     ap.add_argument("--var", type=Path, default=None)
     args = ap.parse_args()
 
+    from fleet.contract import session_cost_usd
     from fleet.market.config import MarketConfig
     from fleet.policies.base import IDLE, ON_DEMAND, JobSpec
     from fleet.policies.registry import get_policy
@@ -129,16 +130,16 @@ def main() -> int:
     decisions = [m.groups() for m in (DECISION.match(x) for x in logs) if m]
     taus = [(m.group(1), float(m.group(2))) for m in (INTERVAL.match(x) for x in logs) if m]
     steps = [float(m.group(4)) for m in (PROGRESS.match(x) for x in logs) if m]
-    # ---- what the live run measured (market seconds)
-    restart_s = statistics.mean((sessions["ready_at"] - sessions["launched_at"]).dropna()) * factor
+    # ---- what the live run measured (market seconds: the DB holds them, docs/database.md "Units")
+    restart_s = statistics.mean((sessions["ready_at"] - sessions["launched_at"]).dropna())
     stall = ckpts["stall_seconds"].dropna()
-    ckpt_s = (float(stall.mean()) if len(stall) else 0.05) * factor
+    ckpt_s = float(stall.mean()) if len(stall) else 0.05 * factor
     step_s = statistics.mean(steps) if steps else args.step_sleep
     work_h = args.steps * step_s * factor / 3600.0
     replay0 = float(decisions[0][4]) - float(decisions[0][3])
-    live_cost = float(((sessions["ended_at"] - sessions["launched_at"]) * sessions["price_per_hour"]).sum()
-                      * factor / 3600.0)
-    live_done_h = ((sessions["ended_at"].max() - sessions["launched_at"].min()) * factor
+    live_cost = float(sum(session_cost_usd(p, a, e) for p, a, e in zip(
+        sessions["price_per_hour"], sessions["launched_at"], sessions["ended_at"], strict=True)))
+    live_done_h = ((sessions["ended_at"].max() - sessions["launched_at"].min())
                    + float(decisions[0][3])) / 3600.0
 
     # ---- the same policy in fleet-sim, same market window and job

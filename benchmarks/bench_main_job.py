@@ -102,6 +102,25 @@ def _outside_breakdown(var: Path, sessions, attempts, t_start: float, t_end: flo
     return out
 
 
+def _on_wall_clock(var: Path, sessions):
+    """The DB holds market seconds (docs/database.md "Units"); this benchmark measures wall
+    time, so map the local fleet's sessions back: wall = anchor + (market - anchor) / f,
+    anchored at the Dagster run's start as the local provider does."""
+    from dagster import DagsterInstance
+
+    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
+
+    [cfg] = load_pipelines(EXAMPLE_PIPELINES)
+    f = 3600.0 / cfg.market.wall_seconds_per_market_hour
+    with DagsterInstance.from_config(str(var / "dagster_home")) as instance:
+        run = next(r for r in instance.get_runs() if r.job_name.endswith("__train_all"))
+        anchor = instance.get_run_record_by_id(run.root_run_id or run.run_id).start_time
+    out = sessions.copy()
+    for col in ("launched_at", "ready_at", "ended_at", "notice_at"):
+        out[col] = anchor + (out[col] - anchor) / f
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the figures to this file")
@@ -135,7 +154,7 @@ def main() -> int:
     from infra.db.session import make_engine
 
     eng = make_engine(f"sqlite:///{var / 'spotfleet.db'}")
-    sessions = read_table(eng, NodeSessionRecord)
+    sessions = _on_wall_clock(var, read_table(eng, NodeSessionRecord))
     attempts = read_table(eng, StageAttempt)
     node_alive = _union_seconds(list(zip(sessions["launched_at"], sessions["ended_at"], strict=True)))
     attempt_span = _union_seconds(list(zip(attempts["started_at"], attempts["ended_at"], strict=True)))

@@ -60,11 +60,6 @@ class MarketConfig(BaseModel):
         return self
 
     @property
-    def time_scale(self) -> float:
-        """Market seconds per wall second of the local fleet."""
-        return 3600.0 / self.wall_seconds_per_market_hour
-
-    @property
     def history_seconds(self) -> float:
         """Market seconds of history before the fleet's replay starts."""
         return self.hours * 3600.0

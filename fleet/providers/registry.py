@@ -12,9 +12,7 @@ started: a retry or a later stage replays a later part of the market). For
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from fleet.providers.base import FleetProvider
@@ -23,22 +21,9 @@ PROVIDERS = ("local", "skypilot")
 
 
 def _local(options: dict[str, Any]) -> FleetProvider:
-    from fleet.emulation.injector import CapacitySchedule, TimeScale
-    from fleet.market.config import MarketConfig
-    from fleet.providers.local.provider import LocalFleetConfig, LocalFleetProvider
+    from fleet.providers.local.provider import local_provider_from_options
 
-    m = MarketConfig.model_validate(options.get("market") or {})
-    # replay the market's future from where the history ends, advanced by the wall time
-    # since the Dagster run started (a retry or a later stage sees a later market)
-    start = float(options.get("market_clock_start_unix") or time.time())
-    offset = m.history_seconds + max(0.0, time.time() - start) * m.time_scale
-    cfg = LocalFleetConfig(
-        schedule=CapacitySchedule(m.traces("all"), offset_seconds=offset),
-        time_scale=TimeScale(wall_seconds_per_trace_hour=m.wall_seconds_per_market_hour),
-        cloud=m.cloud, grace_seconds=m.grace_seconds, prices=m.price_book(),
-        workdir=Path(options["workdir"]) if options.get("workdir") else None,
-        extra_env=dict(options.get("extra_env") or {}))
-    return LocalFleetProvider(cfg)
+    return local_provider_from_options(options)
 
 
 def _skypilot(options: dict[str, Any]) -> FleetProvider:

@@ -1,7 +1,8 @@
 """Split each node session's billed time into useful compute and the four taxes.
 
 Pure functions over a ``NodeSession`` and that node's training events. For one
-session (times in unix seconds, wall clock)::
+session (times in unix MARKET seconds: real seconds on a real cloud, the emulated
+market's clock on the local fleet, which converts before it reports)::
 
     launched ──restart──▶ compute_start ──active──▶ compute_end ──idle──▶ ended
                                          │ = useful + checkpoint + redo
@@ -15,7 +16,9 @@ session (times in unix seconds, wall clock)::
 - idle:       after the last training event until the node ends (notice grace, shutdown).
 
 The five parts add up to the session's duration exactly, so spend per category adds
-up to the session's billed cost (reconciliation is checked by an asset check).
+up to the session's billed cost (reconciliation is checked by an asset check). The
+session's cost itself has one definition, ``fleet.contract.session_cost_usd``: a
+slice's dollars are that cost times the slice's share of the session's seconds.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from checkpointing.events import Event
+from fleet.contract import session_cost_usd
 from fleet.providers.base import NodeSession
 
 CATEGORIES = ("useful", "checkpoint", "redo", "restart", "idle")
@@ -32,7 +36,7 @@ CATEGORIES = ("useful", "checkpoint", "redo", "restart", "idle")
 
 @dataclass(frozen=True)
 class SessionBreakdown:
-    """Wall seconds per category of one session (they sum to ``ended - launched``)."""
+    """Market seconds per category of one session (they sum to ``ended - launched``)."""
 
     useful: float
     checkpoint: float
@@ -116,7 +120,7 @@ def _day_fractions(start: float, end: float) -> list[tuple[dt.date, float]]:
 
 @dataclass(frozen=True)
 class CostSlice:
-    """One cost line: ``seconds`` are BILLED seconds (wall x time_scale); money in $."""
+    """One cost line: ``seconds`` are billed (market) seconds; money in $."""
 
     day: dt.date
     category: str
@@ -129,7 +133,6 @@ def cost_slices(
     session: NodeSession,
     events: Iterable[Event],
     on_demand_price_per_hour: float,
-    time_scale: float = 1.0,
 ) -> list[CostSlice]:
     """Cost lines of one session per (day, category); dollars sum to the session's cost.
 
@@ -138,13 +141,16 @@ def cost_slices(
     """
     b = breakdown(session, events)
     end = session.ended_at if session.ended_at is not None else session.launched_at
+    total = end - session.launched_at
+    cost = session_cost_usd(session.price_per_hour, session.launched_at, session.ended_at)
+    od_cost = session_cost_usd(on_demand_price_per_hour, session.launched_at, session.ended_at)
     out: list[CostSlice] = []
     for day, frac in _day_fractions(session.launched_at, end):
         for cat, secs in b.as_dict().items():
-            billed = secs * frac * time_scale
+            billed = secs * frac
+            share = billed / total if total > 0 else 0.0
             out.append(CostSlice(
-                day=day, category=cat, seconds=billed,
-                dollars=billed / 3600.0 * session.price_per_hour,
-                on_demand_dollars=billed / 3600.0 * on_demand_price_per_hour if cat == "useful" else 0.0,
+                day=day, category=cat, seconds=billed, dollars=cost * share,
+                on_demand_dollars=od_cost * share if cat == "useful" else 0.0,
             ))
     return out

@@ -1,7 +1,11 @@
 """SQLAlchemy 2 typed models of the statistics database.
 
-Times are unix timestamps in SECONDS (float, UTC) so they match the fleet's
-``NodeSession`` and the training events exactly; prices in $/h, money in $.
+Times are unix timestamps in MARKET SECONDS (float, UTC) so they match the fleet's
+``NodeSession`` and the training events exactly: real seconds on a real cloud; the
+local fleet reports its emulated market's clock (fleet/providers/local/clock.py), so
+no row carries a time scale (migration 0002 removed ``node_sessions.time_scale``).
+Durations (``stall_seconds``, cost-line ``seconds``) are market seconds too; prices in
+$/h, money in $ (docs/database.md, "Units").
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from fleet.contract import session_cost_usd
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -85,25 +91,20 @@ class NodeSessionRecord(Base):
     first_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     last_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     last_checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    time_scale: Mapped[float] = mapped_column(Float, default=1.0)  # billed s per wall s
 
     attempt_row: Mapped[StageAttempt | None] = relationship(back_populates="sessions")
 
     @property
     def hours(self) -> float:
-        """Billed hours: (end - launch) x time_scale; a running session counts zero.
-
-        ``time_scale`` is 1 on real clouds; the local fleet emulates a market whose
-        clock runs ``time_compression`` times faster than the wall clock.
-        """
+        """Billed (market) hours: end - launch; a running session counts zero."""
         if self.ended_at is None:
             return 0.0
-        return max(0.0, self.ended_at - self.launched_at) * (self.time_scale or 1.0) / 3600.0
+        return max(0.0, self.ended_at - self.launched_at) / 3600.0
 
     @property
     def cost(self) -> float:
-        """Billed dollars at the session's price."""
-        return self.hours * self.price_per_hour
+        """Billed dollars at the session's price (``fleet.contract.session_cost_usd``)."""
+        return session_cost_usd(self.price_per_hour, self.launched_at, self.ended_at)
 
 
 class PreemptionEvent(Base):

@@ -38,13 +38,14 @@ def record_attempt(
     final_step: int | None = None,
     total_steps: int | None = None,
     on_demand_price: Callable[[NodeSession], float] | None = None,
-    time_scale: float = 1.0,
     error: str | None = None,
 ) -> int:
     """Persist one attempt (sessions, preemptions, checkpoints, cost lines); return its id.
 
     Re-recording the same (run_id, pipeline, stage, attempt) replaces the earlier rows.
     ``on_demand_price(session)`` gives the on-demand $/h for a session's node type.
+    Every time and duration is in market seconds as the provider reported it (the local
+    fleet converts its compressed clock before it reports); nothing here rescales.
     """
     od = on_demand_price or (lambda s: s.price_per_hour)
     with session_scope(engine) as db:
@@ -74,7 +75,7 @@ def record_attempt(
                 on_demand_price_per_hour=od_price, launched_at=s.launched_at, ready_at=s.ready_at,
                 ended_at=s.ended_at, end_reason=s.end_reason, notice_at=s.notice_at,
                 first_step=s.first_step, last_step=s.last_step,
-                last_checkpoint_step=s.last_checkpoint_step, time_scale=time_scale,
+                last_checkpoint_step=s.last_checkpoint_step,
             )
             db.add(ns)
             db.flush()
@@ -102,7 +103,7 @@ def record_attempt(
                         committed_at=ev.time,
                     ))
             if s.ended_at is not None:
-                for sl in cost_slices(s, node_events, od_price, time_scale):
+                for sl in cost_slices(s, node_events, od_price):
                     db.add(CostLine(
                         node_session_id=ns.id, run_id=run_id, pipeline=pipeline, stage=stage,
                         zone=s.zone, day=sl.day, spot=s.spot, category=sl.category,

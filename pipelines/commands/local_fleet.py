@@ -156,7 +156,8 @@ def run_handler(args) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     schedule = _schedule(args)
     ts = TimeScale(args.time_scale)
-    cfg = LocalFleetConfig(schedule=schedule, time_scale=ts, cloud=args.cloud,
+    t0 = time.time()  # the market clock starts here: events and sessions come back in market time
+    cfg = LocalFleetConfig(schedule=schedule, time_scale=ts, cloud=args.cloud, market_clock_start_unix=t0,
                            grace_scale=args.grace_scale, min_uptime_seconds=args.min_uptime,
                            workdir=workdir / "fleet", seed=args.seed)
     tail = ["--steps", str(args.steps), "--seed", str(args.seed), "--model", args.model,
@@ -171,7 +172,6 @@ def run_handler(args) -> int:
     print(f"local fleet: {len(schedule.zones)} zones {schedule.zones}, market {args.market}, "
           f"1 emulated hour = {ts.wall_seconds_per_trace_hour:g} s wall, notices as {args.cloud} "
           f"(grace {cfg.grace_scale:g} x the cloud's window), workdir {workdir}", flush=True)
-    t0 = time.time()
     narrator = Narrator(t0, progress=not args.quiet_progress)
 
     def show(event) -> None:
@@ -189,11 +189,11 @@ def run_handler(args) -> int:
     info = result.info
     od = cfg.prices.on_demand_price(cfg.instance_type, schedule.region_of(schedule.zones[0]))
     emulated_h = (time.time() - t0) * ts.factor / 3600.0
-    print("\nnode sessions (cost in emulated hours):")
-    print(sessions_table(result.sessions, ts.factor))
+    print("\nnode sessions (market seconds, cost of the emulated hours):")
+    print(sessions_table(result.sessions))
     print(f"\n{len(result.sessions)} sessions, {info['preemptions']} preemptions, zones "
           f"{' -> '.join(info['zones'])}")
-    print(f"cost: {info['cost_usd_emulated']:.2f} $ over {emulated_h:.1f} emulated hours "
+    print(f"cost: {info['cost_usd']:.2f} $ over {emulated_h:.1f} emulated hours "
           f"(on-demand for the same time: {od * emulated_h:.2f} $)")
     code = 0
     if args.verify:

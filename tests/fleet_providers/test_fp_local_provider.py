@@ -241,3 +241,41 @@ def test_a_policy_move_sends_a_notice_saves_and_relaunches_where_it_said(tmp_pat
     emergency = [e.data["step"] for e in res.events
                  if e.kind == "save_committed" and e.data.get("kind") == "emergency"]
     assert emergency and last.first_step == emergency[-1] == first.last_checkpoint_step
+
+
+def test_reported_times_are_market_time_and_the_wall_clock_stays_inside(tmp_path):
+    """Compressed time stays inside the local provider: every session time and training
+    event it reports is the wall time the process wrote, mapped to market time
+    (anchor + (wall - anchor) x factor), and durations are wall x factor -- what the
+    statistics DB then records without any time-scale column."""
+    from checkpointing.events import read_events
+    from fleet.providers.local.elastic_drill import always_up
+
+    factor = 100.0  # 36 wall s per market hour
+    anchor = time.time()
+    cfg = _cfg(tmp_path, schedule=always_up(ZONES), time_scale=TimeScale(36.0),
+               market_clock_start_unix=anchor)
+    spec = StageSpec(name="st", command=[sys.executable, STANDIN, "--steps", "30", "--step-sleep", "0.02",
+                                         "--periodic-every", "10"], checkpoint_uri=str(tmp_path / "ckpt"))
+    res = LocalFleetProvider(cfg).run_stage(spec, attempt=1)
+    wall_end = time.time()
+    assert res.completed and res.info["time_scale_factor"] == factor
+    [s] = res.sessions
+    # the process' own (wall) events, as it wrote them
+    raw = read_events(tmp_path / "w" / "st" / "attempt-1" / "events" / f"{s.node_id}.jsonl")
+    reported = [e for e in res.events if not is_provider_event(e)]
+    assert [(e.kind, e.data.get("step")) for e in reported] == [(e.kind, e.data.get("step")) for e in raw]
+    for r, w in zip(reported, raw, strict=True):
+        assert r.time == pytest.approx(anchor + (w.time - anchor) * factor, abs=1e-6)
+        if w.kind == "save_committed":
+            assert r.data["stall_seconds"] == pytest.approx(w.data["stall_seconds"] * factor)
+    start = next(w for w in raw if w.kind == "start")
+    assert s.ready_at == pytest.approx(anchor + (start.time - anchor) * factor, abs=1e-6)
+    # the session lies inside the market image of the wall interval the run took, and its
+    # duration is at least the 30 x 20 ms of work, x factor
+    assert anchor <= s.launched_at < s.ended_at <= anchor + (wall_end - anchor) * factor
+    assert s.ended_at - s.launched_at >= 30 * 0.02 * factor
+    assert res.info["cost_usd"] == pytest.approx(s.price_per_hour * (s.ended_at - s.launched_at) / 3600.0)
+    # provider events are on the same market clock (launch before the process' start)
+    launch = next(e for e in res.events if is_provider_event(e) and e.kind == "launch")
+    assert anchor <= launch.time <= s.ready_at

@@ -21,11 +21,14 @@ from assets import focus
 from assets.cost_report import ReportSelection, build_report
 from checkpointing.events import Event
 from fleet.providers.base import NodeSession
+from fleet.providers.local.clock import MarketClock
 from infra.db.recorder import record_attempt
 from infra.db.session import make_engine, upgrade
 
 T0 = 1_700_000_000.0  # unix seconds (2023-11-14 UTC)
-SCALE = 120.0  # billed seconds per wall second (local fleet: 30 wall s per market hour)
+SCALE = 120.0  # market seconds per wall second (local fleet: 30 wall s per market hour)
+#: the local fleet reports its sessions and events in market time (anchored at T0)
+CLOCK = MarketClock(anchor_unix=T0, factor=SCALE)
 
 
 def _node(node, stage, attempt, t, first, last, ckpt, reason, zone="us-east-1f", spot=True, step_s=0.1):
@@ -55,13 +58,13 @@ def _node(node, stage, attempt, t, first, last, ckpt, reason, zone="us-east-1f",
 
 
 def _record(eng, run, stage, attempt, nodes, status):
-    sessions = [n[0] for n in nodes]
-    events = [e for n in nodes for e in n[1]]
+    sessions = [CLOCK.session(n[0]) for n in nodes]
+    events = [CLOCK.event(e) for n in nodes for e in n[1]]
     record_attempt(eng, run_id=run, pipeline="demo", stage=stage, attempt=attempt, provider="local",
                    status=status, sessions=sessions, events=events, started_at=sessions[0].launched_at,
-                   ended_at=nodes[-1][2], start_step=sessions[0].first_step,
+                   ended_at=CLOCK.at(nodes[-1][2]), start_step=sessions[0].first_step,
                    final_step=100 if status == "completed" else None, total_steps=100,
-                   on_demand_price=lambda s: 3.06, time_scale=SCALE, error=None if status == "completed" else "lost")
+                   on_demand_price=lambda s: 3.06, error=None if status == "completed" else "lost")
 
 
 @pytest.fixture
@@ -74,8 +77,8 @@ def two_runs(tmp_path):
     _record(eng, "run-a", "pretrain", 1, [a1, a2], "failed")
     a3 = _node("a-n2", "pretrain", 2, a2[2] + 4, 40, 100, 100, "completed", zone="us-east-1c")
     _record(eng, "run-a", "pretrain", 2, [a3], "completed")
-    # run B, an hour later: one preemption, the rest on an on-demand node
-    t = T0 + 3600
+    # run B, a market hour later (30 wall s): one preemption, the rest on an on-demand node
+    t = T0 + 3600 / SCALE
     b1 = _node("b-n0", "pretrain", 1, t, 0, 45, 40, "preempted", zone="us-west-2b")
     b2 = _node("b-n1", "pretrain", 1, b1[2] + 3, 40, 100, 100, "completed", spot=False)
     _record(eng, "run-b", "pretrain", 1, [b1, b2], "completed")

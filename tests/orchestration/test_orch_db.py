@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from sqlalchemy import inspect
+from alembic import command
+from sqlalchemy import Date, bindparam, inspect, text
 
 from checkpointing.events import Event
 from fleet.providers.base import NodeSession
@@ -18,7 +19,14 @@ from infra.db.models import (
     StageAttempt,
 )
 from infra.db.recorder import node_sessions_as_dataclasses, read_table, record_attempt
-from infra.db.session import current_revision, head_revision, make_engine, upgrade
+from infra.db.session import (
+    _alembic_config,
+    current_revision,
+    head_revision,
+    make_engine,
+    session_scope,
+    upgrade,
+)
 
 T0 = 1_700_000_000.0  # unix seconds
 
@@ -75,8 +83,7 @@ def test_record_attempt_persists_events_and_costs_reconcile(db_url):
     sessions, events = _attempt()
     record_attempt(eng, run_id="run-1", pipeline="demo", stage="pretrain", attempt=1, provider="local",
                    status="completed", sessions=sessions, events=events, started_at=T0, ended_at=T0 + 60,
-                   start_step=0, final_step=100, total_steps=100, on_demand_price=lambda s: 3.06,
-                   time_scale=120.0)
+                   start_step=0, final_step=100, total_steps=100, on_demand_price=lambda s: 3.06)
     ns = read_table(eng, NodeSessionRecord, "demo")
     assert len(ns) == 2 and set(ns["end_reason"]) == {"preempted", "completed"}
     pre = read_table(eng, PreemptionEvent, "demo")
@@ -85,7 +92,7 @@ def test_record_attempt_persists_events_and_costs_reconcile(db_url):
     ck = read_table(eng, CheckpointRecord, "demo")
     assert sorted(ck["step"]) == [20, 40, 60, 80, 100]
     lines = read_table(eng, CostLine, "demo")
-    billed = sum((s.ended_at - s.launched_at) * 120.0 / 3600.0 * s.price_per_hour for s in sessions)
+    billed = sum((s.ended_at - s.launched_at) / 3600.0 * s.price_per_hour for s in sessions)
     assert lines["dollars"].sum() == pytest.approx(billed, rel=1e-12)
     by_cat = lines.groupby("category")["dollars"].sum()
     assert by_cat["redo"] > 0  # 7 steps after the last checkpoint of the preempted node
@@ -127,7 +134,7 @@ def test_breakdown_parts_sum_to_the_session_and_redo_matches_lost_steps():
 def test_cost_slices_split_a_session_across_midnight():
     midnight = dt.datetime(2026, 1, 2, tzinfo=dt.UTC).timestamp()
     s = _session("n9", midnight - 1800, midnight + 5400, "completed", 0, 10, 10)
-    slices = cost_slices(s, [], on_demand_price_per_hour=3.06, time_scale=1.0)
+    slices = cost_slices(s, [], on_demand_price_per_hour=3.06)
     days = {sl.day for sl in slices}
     assert days == {dt.date(2026, 1, 1), dt.date(2026, 1, 2)}
     per_day = {d: sum(sl.dollars for sl in slices if sl.day == d) for d in days}
@@ -145,3 +152,89 @@ def test_db_cli_upgrades_and_reports_the_revision(tmp_path, capsys):
     assert f"at revision {head_revision()}" in capsys.readouterr().out
     assert main(["db", "current", "--url", url]) == 0
     assert "up to date" in capsys.readouterr().out
+
+
+def test_no_time_scale_column_anywhere(db_url):
+    """The DB stores market seconds only: no table has a time-scale column (migration 0002)."""
+    eng = make_engine(db_url)
+    upgrade(eng)
+    insp = inspect(eng)
+    for table in insp.get_table_names():
+        cols = {c["name"] for c in insp.get_columns(table)}
+        assert not any("scale" in c for c in cols), (table, cols)
+
+
+def _old_schema_rows(eng, k: float):
+    """One attempt as the local fleet recorded it before 0002: wall times + time_scale k."""
+    ev1, end1 = _events("n0", T0 + 5, 0, 47, [20, 40], notice=True)
+    s1 = _session("n0", T0 + 5, end1 + 1.0, "preempted", 0, 47, 40)
+    with eng.begin() as c:
+        c.execute(text("INSERT INTO stage_attempts (id, run_id, pipeline, stage, attempt, provider, started_at, "
+                       "ended_at, status, used_on_demand) VALUES (1, 'run-old', 'demo', 'pretrain', 1, 'local', "
+                       ":t0, :t1, 'failed', false)"), {"t0": T0, "t1": end1 + 2})
+        c.execute(text(
+            "INSERT INTO node_sessions (id, attempt_id, node_id, pipeline, stage, attempt, provider, cloud, region, "
+            "zone, instance_type, spot, price_per_hour, on_demand_price_per_hour, launched_at, ready_at, ended_at, "
+            "end_reason, notice_at, first_step, last_step, last_checkpoint_step, time_scale) VALUES (1, 1, 'n0', "
+            "'demo', 'pretrain', 1, 'local', 'aws', 'us-east-1', 'us-east-1f', 'p3.2xlarge', true, 0.918, 3.06, "
+            ":l, :r, :e, 'preempted', :n, 0, 47, 40, :k)"),
+            {"l": s1.launched_at, "r": s1.ready_at, "e": s1.ended_at, "n": s1.notice_at, "k": k})
+        c.execute(text("INSERT INTO preemption_events (node_session_id, node_id, pipeline, stage, cloud, zone, "
+                       "notice_at, preempted_at, emergency_saved) VALUES (1, 'n0', 'demo', 'pretrain', 'aws', "
+                       "'us-east-1f', :n, :e, false)"), {"n": s1.notice_at, "e": s1.ended_at})
+        for e in ev1:
+            if e.kind == "save_committed":
+                c.execute(text("INSERT INTO checkpoints (pipeline, stage, attempt, run_id, node_id, step, kind, "
+                               "stall_seconds, persist_seconds, committed_at) VALUES ('demo', 'pretrain', 1, "
+                               "'run-old', 'n0', :s, 'periodic', 0.05, 0.2, :t)"), {"s": e.data["step"], "t": e.time})
+        # the old recorder's cost lines: wall seconds x k, at the session's price
+        for cat, secs in breakdown(s1, ev1).as_dict().items():
+            c.execute(text("INSERT INTO cost_lines (node_session_id, run_id, pipeline, stage, zone, day, spot, "
+                           "category, seconds, dollars, on_demand_dollars) VALUES (1, 'run-old', 'demo', 'pretrain', "
+                           "'us-east-1f', :d, true, :c, :s, :usd, 0.0)").bindparams(bindparam("d", type_=Date())),
+                      {"d": dt.datetime.fromtimestamp(s1.launched_at, dt.UTC).date(), "c": cat, "s": secs * k,
+                       "usd": secs * k / 3600.0 * 0.918})
+    return s1
+
+
+def test_migration_0002_converts_wall_rows_to_market_seconds(db_url):
+    """A row written under the old schema (wall clock + time_scale 120) keeps its billed seconds and
+    cost through the upgrade; its times become market time anchored at the run's start."""
+    eng = make_engine(db_url)
+    assert upgrade(eng, "0001") == "0001"
+    k = 120.0
+    s1 = _old_schema_rows(eng, k)
+    billed_s = (s1.ended_at - s1.launched_at) * k
+    assert upgrade(eng) == head_revision() == "0002"
+    ns = read_table(eng, NodeSessionRecord, "demo").iloc[0]
+    assert "time_scale" not in ns.index
+    assert ns["ended_at"] - ns["launched_at"] == pytest.approx(billed_s, rel=1e-12)
+    assert ns["launched_at"] == pytest.approx(T0 + 5 * k)  # anchored at the run's first attempt start
+    assert ns["ready_at"] - ns["launched_at"] == pytest.approx(2.0 * k)  # R in market seconds
+    with session_scope(eng) as db:
+        row = db.get(NodeSessionRecord, 1)
+        assert row.hours == pytest.approx(billed_s / 3600.0, rel=1e-12)
+        assert row.cost == pytest.approx(billed_s / 3600.0 * 0.918, rel=1e-12)
+    pre = read_table(eng, PreemptionEvent, "demo").iloc[0]
+    assert pre["preempted_at"] == pytest.approx(ns["ended_at"])
+    assert pre["notice_at"] == pytest.approx(ns["notice_at"])
+    ck = read_table(eng, CheckpointRecord, "demo")
+    assert ck["stall_seconds"].tolist() == pytest.approx([0.05 * k] * len(ck))  # market seconds
+    assert ck["persist_seconds"].tolist() == pytest.approx([0.2 * k] * len(ck))
+    assert ((ck["committed_at"] > ns["launched_at"]) & (ck["committed_at"] < ns["ended_at"])).all()
+    lines = read_table(eng, CostLine, "demo")
+    assert lines["seconds"].sum() == pytest.approx(billed_s, rel=1e-12)
+    assert lines["dollars"].sum() == pytest.approx(row.cost, rel=1e-12)
+    # the lines now cover the days the market-time session covers
+    days = {dt.datetime.fromtimestamp(t, dt.UTC).date() for t in (ns["launched_at"], ns["ended_at"])}
+    assert set(lines["day"]) == days
+    # and the downgrade re-adds the column with scale 1 (market seconds): billed seconds unchanged
+    cfg = _alembic_config(eng)
+    with eng.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0001")
+    back = read_table(eng, StageAttempt, "demo")
+    assert len(back) == 1
+    with eng.connect() as c:
+        scale, secs = c.execute(text("SELECT time_scale, ended_at - launched_at FROM node_sessions")).one()
+    assert scale == 1.0 and secs == pytest.approx(billed_s, rel=1e-12)

@@ -63,11 +63,9 @@ def test_plan_restart_hours_come_from_the_local_fleet_sessions():
     elsewhere = [dataclasses.replace(local[0], node_id="x", zone="nowhere-1a", region="nowhere-1")]
     df = pd.DataFrame([s.to_dict() for s in zone_stats(traces)]
                       + [s.to_dict() for s in session_stats(local + elsewhere)])
-    factor = fleet_adapter.market_seconds_per_wall_second(market)
-    assert factor == 3600.0 / market["wall_seconds_per_market_hour"]
-    stats = fleet_adapter.zone_stats_from_frame(df, factor)
+    stats = fleet_adapter.zone_stats_from_frame(df)  # sessions are recorded in market seconds
     assert sorted(s.zone for s in stats) == sorted(t.zone for t in traces)  # unknown zone left out
-    measured_s = 6.0 * factor  # mean of 4, 6, 8 wall seconds, in market seconds
+    measured_s = 6.0  # mean of 4, 6, 8 market seconds (no rescaling: the DB holds market seconds)
     by_zone = {s.zone: s for s in stats}
     assert by_zone[zone.zone].restart_latency_s == measured_s
     assert by_zone[zone.zone].cloud == zone.cloud  # matched to the trace row, not a separate row

@@ -22,7 +22,8 @@ the c10d rendezvous store, places nodes, watches them, and replaces the lost one
 
 Nodes launched together wait for each other after their (slow) start before joining
 the rendezvous (``SPOTFLEET_ELASTIC_GO_FILE``), so a batch forms one group instead of
-growing one node at a time. Times are wall-clock unix seconds; prices $/h.
+growing one node at a time. The run works on the wall clock; the sessions and events it
+reports are in market time (``MarketClock``, as the single-node run); prices $/h.
 """
 
 from __future__ import annotations
@@ -46,9 +47,11 @@ from typing import Any
 from checkpointing import runtime_env as rt
 from checkpointing.elastic_state import DEFAULT_HANDOFF_ROOT
 from checkpointing.events import Event
+from fleet.contract import session_cost_usd
 from fleet.emulation.injector import PreemptionInjector
 from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, NodeSession, StageResult, StageSpec
+from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
 
 try:  # fleet/providers/events.py (shared by local and SkyPilot); older trees: local/
@@ -115,6 +118,12 @@ class ElasticStageRun(AttemptRecord):
         self._notices: queue.SimpleQueue[tuple[str, float]] = queue.SimpleQueue()
         self.preemptions = 0
         self.failures = 0
+        self.clock = MarketClock.starting(getattr(self.cfg, "market_clock_start_unix", None),
+                                          self.cfg.time_scale.factor)
+
+    def _emit(self, event: Event) -> None:
+        """Events leave the provider in market time (``MarketClock.event``)."""
+        super()._emit(self.clock.event(event))
 
     # -- controls (tests, drills, the Dagster fault injection) --------------------------
     def cancel(self) -> None:
@@ -453,14 +462,15 @@ class ElasticStageRun(AttemptRecord):
             self._record(node)
 
     def _record(self, node: _ElasticNode) -> None:
-        self.sessions.append(NodeSession(
+        """Keep the node's session, in market time (the node's own times are wall)."""
+        self.sessions.append(self.clock.session(NodeSession(
             node_id=node.node_id, stage=self.spec.name, attempt=self.attempt, provider="local",
             cloud=self.cfg.cloud if self.cfg.cloud != "signal" else "local", region=node.region,
             zone=node.zone, instance_type=self.spec.instance_type or self.cfg.instance_type,
             spot=node.spot, price_per_hour=node.price, launched_at=node.launched_at,
             ready_at=node.ready_at, ended_at=node.ended_at, end_reason=node.end_reason or "failed",
             notice_at=node.notice_at, first_step=node.first_step, last_step=node.last_step,
-            last_checkpoint_step=node.last_checkpoint_step))
+            last_checkpoint_step=node.last_checkpoint_step)))
 
     def _kill_all(self) -> None:
         for node in self._nodes:
@@ -505,8 +515,8 @@ class ElasticStageRun(AttemptRecord):
                 sha = n.exit_event.data.get("state_sha256") or sha
         factor = self.cfg.time_scale.factor
         node_hours = {s.node_id: ((s.ended_at or s.launched_at) - s.launched_at) / 3600.0
-                      for s in self.sessions}
-        cost_wall = sum(s.price_per_hour * node_hours[s.node_id] for s in self.sessions)
+                      for s in self.sessions}  # market hours
+        cost = sum(session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at) for s in self.sessions)
         groups = self.membership_log()
         # the tax of each shrink / grow: the re-formed group's nodes idle for the pause
         mean_price = (sum(s.price_per_hour for s in self.sessions) / len(self.sessions)
@@ -524,12 +534,11 @@ class ElasticStageRun(AttemptRecord):
             "state_sha256": sha,
             "world_sizes": [g["world_size"] for g in groups],
             "membership": groups,
-            "node_hours_wall": node_hours,
+            "node_hours": node_hours,
             "membership_tax_node_seconds_wall": tax_node_s,
-            "membership_tax_usd_wall": tax_node_s / 3600.0 * mean_price,
+            "membership_tax_usd": tax_node_s * factor / 3600.0 * mean_price,
             "time_scale_factor": factor,
-            "cost_usd_wall": cost_wall,
-            "cost_usd_emulated": cost_wall * factor,
+            "cost_usd": cost,  # market hours x price, like the statistics DB
             "workdir": str(self._nodes[0].log_path.parents[1]) if self._nodes else None,
         }
         self._emit(provider_event("completed", zone=None, final_step=final,

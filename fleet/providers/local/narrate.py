@@ -37,7 +37,7 @@ class Narrator:
         if e.kind == "launch" and node:
             self.zone_of[node] = d.get("zone", "")
             zone = self.zone_of[node]
-        head = f"[{e.time - self.t0:7.1f}s] {zone:<12} {_short(node):<7}"
+        head = f"[{e.time - self.t0:7.1f}s] {zone:<12} {_short(node):<7}"  # market s since t0
         msg = self._message(e, d) if is_provider_event(e) else self._training(e, d)
         return None if msg is None else f"{head} {msg}"
 
@@ -100,15 +100,15 @@ class Narrator:
         return None
 
 
-def sessions_table(sessions: Sequence[NodeSession], time_factor: float = 1.0) -> str:
-    """A text table of node sessions; cost in $ of emulated time (wall x ``time_factor``)."""
-    head = (f"{'node':<8} {'zone':<12} {'kind':<9} {'$/h':>6} {'wall s':>7} {'steps':>11} "
+def sessions_table(sessions: Sequence[NodeSession]) -> str:
+    """A text table of node sessions (the provider reports them in market seconds)."""
+    head = (f"{'node':<8} {'zone':<12} {'kind':<9} {'$/h':>6} {'market s':>9} {'steps':>11} "
             f"{'end':<10} {'cost $':>8}")
     rows = [head, "-" * len(head)]
     for s in sessions:
-        wall = (s.ended_at or s.launched_at) - s.launched_at
-        cost = session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at) * time_factor
+        held = (s.ended_at or s.launched_at) - s.launched_at
+        cost = session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at)
         steps = f"{s.first_step if s.first_step is not None else '?'}->{s.last_step if s.last_step is not None else '?'}"
         rows.append(f"{_short(s.node_id):<8} {s.zone:<12} {'spot' if s.spot else 'on-demand':<9} "
-                    f"{s.price_per_hour:>6.3f} {wall:>7.1f} {steps:>11} {s.end_reason:<10} {cost:>8.3f}")
+                    f"{s.price_per_hour:>6.3f} {held:>9.1f} {steps:>11} {s.end_reason:<10} {cost:>8.3f}")
     return "\n".join(rows)

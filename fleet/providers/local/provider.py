@@ -18,10 +18,12 @@ attempt (prior history), then the capacity of every candidate zone probed at eac
 (the emulator lets the local controller try every zone each poll, which is what
 ``fleet-sim`` assumes too), never the replay schedule's future.
 
-Compressed time stays inside this provider: ``StageSpec`` durations and priors and the
-recorded ``NodeSession`` times are MARKET (emulated) seconds; the processes, the
-injector and the poll loop run on the wall clock, one wall second standing for
-``time_scale.factor`` emulated seconds.
+Compressed time stays inside this provider: ``StageSpec`` durations and priors, the
+``NodeSession`` times and the events it reports are MARKET (emulated) seconds
+(:class:`fleet.providers.local.clock.MarketClock`, anchored at
+``LocalFleetConfig.market_clock_start_unix``); the processes, the injector and the poll
+loop run on the wall clock, one wall second standing for ``time_scale.factor`` emulated
+seconds.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
 from fleet.providers.decisions import Decision, Launch, PolicyDriver, Progress
 from fleet.providers.events import EventTail, provider_event
+from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
 
 
@@ -71,6 +74,9 @@ class LocalFleetConfig:
     seed: int = 0
     market_hours: float = 48.0  # synthetic market length (trace hours; replay wraps)
     time_scale: TimeScale = field(default_factory=TimeScale)
+    # unix time the run's market clock started (the Dagster run's start): reported times
+    # are anchor + (wall - anchor) x time_scale.factor; None: each attempt's own start
+    market_clock_start_unix: float | None = None
     cloud: str = "aws"  # notice protocol: aws | gcp | azure | signal
     delivery: tuple[str, ...] | None = None  # default: the cloud's (see injector)
     grace_seconds: float | None = None  # default: cloud window x grace_scale
@@ -97,6 +103,28 @@ class _Node(NodeProcess):
 
     rank: int
     state_sha256: str | None = None
+
+
+def local_provider_from_options(options: dict[str, Any]) -> LocalFleetProvider:
+    """The local provider from the JSON-able options the ``train_<stage>`` asset sends
+    (``market``: a MarketConfig dict, ``workdir``, ``extra_env``,
+    ``market_clock_start_unix``; see fleet/providers/registry.py)."""
+    from fleet.market.config import MarketConfig
+
+    m = MarketConfig.model_validate(options.get("market") or {})
+    # replay the market's future from where the history ends, advanced by the wall time
+    # since the Dagster run started (a retry or a later stage sees a later market); the
+    # same anchor makes the reported session/event times one market timeline
+    start = float(options.get("market_clock_start_unix") or time.time())
+    scale = TimeScale(wall_seconds_per_trace_hour=m.wall_seconds_per_market_hour)
+    offset = m.history_seconds + max(0.0, time.time() - start) * scale.factor
+    cfg = LocalFleetConfig(
+        schedule=CapacitySchedule(m.traces("all"), offset_seconds=offset),
+        time_scale=scale, market_clock_start_unix=start,
+        cloud=m.cloud, grace_seconds=m.grace_seconds, prices=m.price_book(),
+        workdir=Path(options["workdir"]) if options.get("workdir") else None,
+        extra_env=dict(options.get("extra_env") or {}))
+    return LocalFleetProvider(cfg)
 
 
 class LocalFleetProvider(FleetProvider):
@@ -184,6 +212,11 @@ class _StageRun(AttemptRecord):
         self._last_stats: object = None
         self._moving = False
         self._move_to: Launch | None = None
+        self.clock = MarketClock.starting(self.cfg.market_clock_start_unix, self.cfg.time_scale.factor)
+
+    def _emit(self, event: Event) -> None:
+        """Events leave the provider in market time (``MarketClock.event``)."""
+        super()._emit(self.clock.event(event))
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -225,8 +258,8 @@ class _StageRun(AttemptRecord):
 
     def _restart_estimate(self) -> float:
         """R (market s): the plan's prior, refined by this attempt's launch -> ready times."""
-        measured = [self._market(restart_seconds_of(s.launched_at, s.ready_at)) for s in self.sessions
-                    if s.ready_at is not None]
+        measured = [restart_seconds_of(s.launched_at, s.ready_at) for s in self.sessions
+                    if s.ready_at is not None]  # sessions are recorded in market time
         return posterior_restart_seconds(self.spec.priors.restart_seconds, measured)
 
     def _mttp_estimate(self, zone: str | None) -> float | None:
@@ -234,7 +267,7 @@ class _StageRun(AttemptRecord):
         and lost so far (never the replay schedule)."""
         spot = [s for s in self.sessions if s.spot and s.ended_at is not None
                 and s.end_reason in ("preempted", "completed", "cancelled")]
-        held = sum(self._market(s.ended_at - (s.ready_at or s.launched_at)) for s in spot)
+        held = sum(s.ended_at - (s.ready_at or s.launched_at) for s in spot)  # market s
         preempted = sum(1 for s in spot if s.end_reason == "preempted")
         return posterior_mttp_seconds(self.spec.priors.mttp_for(zone), held, preempted)
 
@@ -403,8 +436,7 @@ class _StageRun(AttemptRecord):
                 final = n.exit_event.data.get("step", n.last_step)
                 sha = n.exit_event.data.get("state_sha256", sha)
         factor = self.cfg.time_scale.factor
-        cost_wall = sum(session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at)
-                        for s in self.sessions)
+        cost = sum(session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at) for s in self.sessions)
         preemptions = sum(1 for s in self.sessions if s.end_reason == "preempted")
         info = {
             "provider": "local",
@@ -412,8 +444,7 @@ class _StageRun(AttemptRecord):
             "zones": [s.zone for s in self.sessions],
             "state_sha256": sha,
             "time_scale_factor": factor,
-            "cost_usd_wall": cost_wall,
-            "cost_usd_emulated": cost_wall * factor,
+            "cost_usd": cost,  # market hours x price, like the statistics DB
             "workdir": str(Path(self._nodes[0].log_path).parents[1]) if self._nodes else None,
         }
         self._emit(provider_event("completed", zone=self.sessions[-1].zone if self.sessions else None,
@@ -673,14 +704,15 @@ class _StageRun(AttemptRecord):
         return outcome
 
     def _record(self, node: _Node, reason: str) -> None:
-        self.sessions.append(NodeSession(
+        """Keep the node's session, in market time (the node's own times are wall)."""
+        self.sessions.append(self.clock.session(NodeSession(
             node_id=node.node_id, stage=self.spec.name, attempt=self.attempt, provider="local",
             cloud=self.cfg.cloud if self.cfg.cloud != "signal" else "local", region=node.region,
             zone=node.zone, instance_type=self.spec.instance_type or self.cfg.instance_type,
             spot=node.spot, price_per_hour=node.price, launched_at=node.launched_at,
             ready_at=node.ready_at, ended_at=node.ended_at, end_reason=reason,
             notice_at=node.notice_at, first_step=node.first_step, last_step=node.last_step,
-            last_checkpoint_step=node.last_checkpoint_step))
+            last_checkpoint_step=node.last_checkpoint_step)))
 
 
 def with_zones(spec: StageSpec, zones: list[str]) -> StageSpec:
