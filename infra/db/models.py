@@ -3,7 +3,7 @@
 Times are unix timestamps in MARKET SECONDS (float, UTC) so they match the fleet's
 ``NodeSession`` and the training events exactly: real seconds on a real cloud; the
 local fleet reports its emulated market's clock (fleet/providers/local/clock.py), so
-no row carries a time scale (migration 0002 removed ``node_sessions.time_scale``).
+no row carries a time scale (migration 0002 converted the old rows and dropped that column).
 Durations (``stall_seconds``, cost-line ``seconds``) are market seconds too; prices in
 $/h, money in $ (docs/database.md, "Units").
 """
