@@ -13,7 +13,8 @@ Baseline families:
   quota (Eq. 9-10) as GFS with eta fixed at 1 -- the setting of the GFS authors' code,
   where only Chronus is ungated. Compared with these, GFS differs only by PTS and eta.
 
-Beyond the paper: ``GFS-BF`` = GFS plus a best-effort spot tier (see cluster_sim).
+Beyond the paper: ``GFS-BF`` = GFS plus a best-effort spot tier, a checkpoint-aware
+eviction order and a starvation guard (see cluster_sim and docs/gfs.md).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class PolicyConfig:
     lease_hp_s: float = 0.0  # Chronus-like leases (0 = none), seconds
     lease_spot_s: float = 0.0
     backfill: bool = False  # GFS-BF: best-effort spot runs beyond the quota (see cluster_sim)
+    # GFS-BF: spot jobs waiting longer than theta (SQAParams.theta_s) are scanned first,
+    # longest wait first (PTS's size order otherwise starves large requests)
+    starvation_guard: bool = False
     family: str = "gfs"  # "gfs", "ablation", "ungated", "gated", "beyond" (table grouping)
 
 
@@ -61,7 +65,7 @@ POLICIES: dict[str, PolicyConfig] = {
     "Lyra+Q": PolicyConfig("Lyra+Q", eta_feedback=False, family="gated", **_LYRA),
     "FGD+Q": PolicyConfig("FGD+Q", eta_feedback=False, family="gated", **_FGD),
     # beyond the paper: guaranteed tier under the SQA quota + best-effort tier on idle GPUs
-    "GFS-BF": PolicyConfig("GFS-BF", preemption="gfs-bf", backfill=True, family="beyond"),
+    "GFS-BF": PolicyConfig("GFS-BF", preemption="gfs-bf", backfill=True, starvation_guard=True, family="beyond"),
 }
 
 UNGATED = ("YARN-CS", "Chronus", "Lyra", "FGD")

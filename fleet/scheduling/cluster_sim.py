@@ -10,9 +10,11 @@ A spot run admitted under the quota is *guaranteed* for H hours (it counts in S_
 With ``PolicyConfig.backfill`` (GFS-BF, beyond the paper) a spot job the quota refuses
 may still start on idle GPUs as a *best-effort* run (by default on any idle GPU; with
 ``SQAParams.backfill_p > 0`` only while total spot <= C - the ``backfill_p``-quantile HP
-bound); its Alg. 2 variant ("gfs-bf") takes Lyra's fewest-GPU victims and, on ties, breaks
-the fewest guaranteed runs; a best-effort run is promoted to guaranteed at a quota update
-when the quota has room for it.
+bound); its Alg. 2 variant ("gfs-bf") takes Lyra's fewest-GPU victims, then breaks the
+fewest guaranteed runs, then loses the least unsaved work (Eq. 17); a best-effort run is
+promoted to guaranteed at a quota update when the quota has room for it. With
+``PolicyConfig.starvation_guard`` (GFS-BF) spot jobs waiting longer than theta are
+scanned before the rest, longest wait first.
 
 Speed: per-node numpy arrays; per-pool free/spot counters for O(1) fast fails; within
 one scan a failed (g, w) shape makes every larger shape skip (capacity only shrinks
@@ -32,7 +34,7 @@ import numpy as np
 
 from fleet.scheduling.baselines import PolicyConfig
 from fleet.scheduling.pts import fragmentation_table, non_preemptive, preemptive
-from fleet.scheduling.sqa import SQAParams, spot_quota, update_eta, window_eviction_rate
+from fleet.scheduling.sqa import SQAParams, eta_eviction_rate, spot_quota, update_eta
 from fleet.scheduling.state import ClusterState, PTSParams, SimJob
 from fleet.scheduling.trace_format import JobTrace
 
@@ -250,11 +252,12 @@ class ClusterSimulator:
                 # e > 1 after a burst of evictions, and e = 0 when no run started; dividing
                 # by the runs active in it measures an hourly hazard, far below the
                 # per-run rate when runs last many hours.)
-                e = window_eviction_rate(len(evs), len(stops))
+                # (with eta_evidence="wilson" the cut branch uses a lower confidence bound)
+                e_cut, e = eta_eviction_rate(len(evs), len(stops), self.sqa)
                 waits = [w for _, w in starts]
                 waits += [t - st.jobs[k[-1]].enqueued for k in self.spot_q[p]]
                 l_max = max(waits) if waits else 0.0
-                self.eta[p] = update_eta(self.eta[p], e, l_max, self.sqa)
+                self.eta[p] = update_eta(self.eta[p], e, l_max, self.sqa, cut_rate=e_cut)
             self.quota[p] = spot_quota(inventory, self.eta[p], float(st.pool_free[p]), float(sa))
             if self.policy.backfill:
                 bf = float(self.hp_backfill[p, min(hour, self.hp_backfill.shape[1] - 1)])
@@ -280,6 +283,17 @@ class ClusterSimulator:
             failed: list[tuple[int, int]] = []
             keep = []
             blocked = False
+            n_aged = 0
+            if not is_hp and pol.starvation_guard:
+                # spot jobs waiting longer than theta (Eq. 11's JQT threshold) are tried
+                # first, longest wait first; the rest keeps the policy's order
+                theta = self.sqa.theta_s
+                aged = sorted((k for k in queue if t - st.jobs[k[-1]].enqueued > theta),
+                              key=lambda k: st.jobs[k[-1]].enqueued)
+                if aged:
+                    n_aged = len(aged)
+                    aged_ids = {k[-1] for k in aged}
+                    queue = aged + [k for k in queue if k[-1] not in aged_ids]
             for i, key in enumerate(queue):
                 job = st.jobs[key[-1]]
                 if blocked:
@@ -290,7 +304,8 @@ class ClusterSimulator:
                 if not is_hp and pol.backfill:
                     room = max(room, min(reclaim, self.bf_quota[p] - st.pool_spot[p]))
                 # in size order every later job has g >= this one: none can fit either
-                if room < 1 or (by_size and (job.g > room or any(
+                # (not within the aged prefix, which is in wait order)
+                if room < 1 or (by_size and i >= n_aged and (job.g > room or any(
                         b == 1 and job.g >= a for a, b in failed))):
                     keep.extend(queue[i:])
                     break
@@ -320,6 +335,8 @@ class ClusterSimulator:
             if is_hp:
                 self.hp_q[p] = keep
             else:
+                if n_aged:
+                    keep.sort()  # back to the policy's queue order (insort relies on it)
                 self.spot_q[p] = keep
 
     # -- main loop ----------------------------------------------------------------

@@ -20,7 +20,7 @@ from fleet.scheduling.state import ClusterState, PTSParams, SimJob
 # GFS-s), "bestfit" (fewest free slots left, YARN-CS/Lyra), "fgd" (fragmentation-aware).
 PLACEMENT_MODES = ("gfs", "pack", "bestfit", "fgd")
 # Preemption modes for Alg. 2: "gfs" (Eq. 17-19), "gfs-bf" (Lyra's fewest-GPU victims,
-# sparing runs inside their H-hour guarantee on ties; GFS-BF), "random" (GFS-p), "youngest" (YARN-CS),
+# then sparing runs inside their H-hour guarantee, then least unsaved work; GFS-BF), "random" (GFS-p), "youngest" (YARN-CS),
 # "lyra" (fewest victim GPUs), "none".
 PREEMPTION_MODES = ("gfs", "gfs-bf", "random", "youngest", "lyra", "none")
 
@@ -176,16 +176,19 @@ def preemptive(state: ClusterState, job: SimJob, t: float, params: PTSParams,
             key = (preemption_cost(len(chosen), sum(x[2] for x in chosen), G, F, cap, params),)
         elif mode == "gfs-bf":
             # Lyra's victim rule (spare small runs first; the node whose victims hold the
-            # fewest GPUs), with the H-hour guarantee as the tie-break: among equal-GPU
-            # choices, break fewer guaranteed runs. (Putting the guarantee count *first*,
-            # tried before, queued spot ~10x longer on v2026-low than Lyra and was dominated
-            # by it: it evicts more, smaller runs to spare one guaranteed run.)
+            # fewest GPUs, gangs counted whole: a big run is the hardest to restart), then
+            # the H-hour guarantee (among equal-GPU choices, spare guaranteed runs and break
+            # fewest), then checkpoint awareness (spare the runs with the most unsaved work,
+            # Eq. 17, and pick the node that loses the least). (Putting the guarantee count
+            # *first* queued spot ~10x longer on v2026-low than Lyra; Eq. 19 alone, or the
+            # least-waste node first, evicted big runs that then waited a day for a free node.)
             def protected(x):
                 gs = jobs[x[0]].guar_start
                 return gs >= 0 and t - gs < params.guarantee_s
 
-            chosen, _ = _victims_on_node(fr, tasks, g, lambda x: (jobs[x[0]].slots, not protected(x)))
-            key = (sum(jobs[x[0]].slots for x in chosen), sum(1 for x in chosen if protected(x)), len(chosen))
+            chosen, _ = _victims_on_node(fr, tasks, g, lambda x: (jobs[x[0]].slots, not protected(x), -x[2]))
+            key = (sum(jobs[x[0]].slots for x in chosen), sum(1 for x in chosen if protected(x)),
+                   sum(x[2] for x in chosen))
         elif mode == "youngest":
             chosen, r = [], fr
             for task in sorted(tasks, key=lambda x: -jobs[x[0]].run_start):

@@ -25,6 +25,11 @@ Quota tightness options (:class:`SQAParams`, documented in docs/gfs.md):
   GPUs, what it holds) or ``"pod"`` (g GPUs, one pod per job, as the authors' code
   counts; it undercounts gangs).
 * eta feedback on/off is per policy (``PolicyConfig.eta_feedback``).
+* ``eta_evidence``: how Eq. 11's cut branch reads e: ``"wilson"`` (default; the lower
+  Wilson bound at confidence p of the evictions among the runs that ended in the window)
+  or ``"point"`` (the observed share). With a few runs ending per pool and hour the point
+  estimate is 0 or >= 0.5 and one eviction cuts eta to a fifth; at the paper's ~160 spot
+  runs an hour the two agree (docs/gfs.md, "eta on few runs").
 """
 
 from __future__ import annotations
@@ -52,12 +57,18 @@ class SQAParams:
     # GFS-BF: quantile of the HP bound that caps the best-effort tier (total spot <=
     # C - bound); 0 = no cap, best-effort spot may take any idle GPU
     backfill_p: float = 0.0
+    # how Eq. 11's e is read from the few runs that end in one pool in H hours: "point" =
+    # the observed share (the paper's wording); "wilson" = the cut uses the lower end of
+    # the Wilson interval at confidence p (cut only on evidence, see eta_eviction_rate)
+    eta_evidence: str = "wilson"
 
     def __post_init__(self) -> None:
         if self.aggregate not in AGGREGATES:
             raise ValueError(f"SQAParams.aggregate={self.aggregate!r}; use one of {AGGREGATES}")
         if self.hp_count not in HP_COUNTS:
             raise ValueError(f"SQAParams.hp_count={self.hp_count!r}; use one of {HP_COUNTS}")
+        if self.eta_evidence not in ETA_EVIDENCE:
+            raise ValueError(f"SQAParams.eta_evidence={self.eta_evidence!r}; use one of {ETA_EVIDENCE}")
         if not 0.0 < self.p < 1.0:
             raise ValueError(f"SQAParams.p={self.p} must be in (0, 1)")
         if not 0.0 <= self.backfill_p < 1.0:
@@ -68,6 +79,7 @@ class SQAParams:
 
 AGGREGATES = ("sum_of_quantiles", "quantile_of_sum")
 HP_COUNTS = ("gang", "pod")
+ETA_EVIDENCE = ("wilson", "point")
 
 
 def org_upper_bound(mu: np.ndarray, sigma: np.ndarray, p: float) -> np.ndarray:
@@ -130,11 +142,43 @@ def window_eviction_rate(evictions: int, ended_runs: int) -> float:
     return evictions / ended_runs if ended_runs else 0.0
 
 
-def update_eta(eta: float, eviction_rate: float, max_queue_s: float, params: SQAParams) -> float:
-    """Eq. 11 with the eviction target ``1 - p`` (see module docstring), clamped."""
+def wilson_lower(evictions: int, ended_runs: int, confidence: float) -> float:
+    """One-sided lower confidence bound (Wilson score) of an eviction share observed as
+    ``evictions`` of ``ended_runs``, at ``confidence``; 0 when no run ended."""
+    if ended_runs <= 0:
+        return 0.0
+    n, phat = float(ended_runs), evictions / ended_runs
+    z = float(norm.ppf(confidence))
+    centre = phat + z * z / (2 * n)
+    half = z * np.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n))
+    return float(max(0.0, (centre - half) / (1 + z * z / n)))
+
+
+def eta_eviction_rate(evictions: int, ended_runs: int, params: SQAParams) -> tuple[float, float]:
+    """(e for the cut branch, e for the raise branch) of Eq. 11 from one pool's window.
+
+    ``"point"``: both are the observed share (:func:`window_eviction_rate`). ``"wilson"``
+    (default): the cut uses the Wilson lower bound at confidence ``p``, so eta is cut only
+    when the window is evidence that the rate exceeds 1.5 x the target, and by the factor
+    that evidence supports. With the paper's ~160 spot runs an hour the two agree; with
+    2 runs ending in an hour, one eviction (e = 0.5) cuts eta to 0.2 x under "point" and
+    to ~0.6 x under "wilson". The raise branch keeps the observed share: raising needs
+    long queues (l > theta) too, and no ended run is no evidence of evictions.
+    """
+    e = window_eviction_rate(evictions, ended_runs)
+    if params.eta_evidence == "point":
+        return e, e
+    return wilson_lower(evictions, ended_runs, params.p), e
+
+
+def update_eta(eta: float, eviction_rate: float, max_queue_s: float, params: SQAParams,
+               cut_rate: float | None = None) -> float:
+    """Eq. 11 with the eviction target ``1 - p`` (see module docstring), clamped.
+    ``cut_rate`` (default ``eviction_rate``): the e the high-eviction branch tests."""
     target = 1.0 - params.p
-    if eviction_rate > 1.5 * target:
-        new = eta * target / eviction_rate
+    cut = eviction_rate if cut_rate is None else cut_rate
+    if cut > 1.5 * target:
+        new = eta * target / cut
     elif eviction_rate < 0.5 * target and max_queue_s > params.theta_s:
         new = eta * (1.5 - eviction_rate / target)
     else:

@@ -3,6 +3,8 @@ refit (no future data), and the two baseline families."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -122,3 +124,18 @@ def test_daily_refit_uses_no_future_data():
     assert info["refits"] >= 5
     np.testing.assert_allclose(ba[:, :72], bb[:, :72])
     assert not np.allclose(ba[:, 80:], bb[:, 80:])  # it does see the past once it is past
+
+
+def test_starvation_guard_lets_a_large_spot_job_that_waited_past_theta_go_first():
+    # one 8-GPU node held by HP until 5,000 s; spot B (8 GPUs) arrives at 100 s, spot C
+    # (1 GPU, 10,000 s) at 200 s. When the node frees both have waited > theta (3,600 s).
+    # PTS's size order starts C first and B waits for C to end (15,000 s); with the guard
+    # B (the longer wait) starts at 5,000 s and C after it.
+    jobs = [(1, 8, 1, 0.0, 5000.0, 0.0), (0, 8, 1, 100.0, 3000.0, 1800.0), (0, 1, 1, 200.0, 10000.0, 1800.0)]
+    tr = trace([8], jobs)
+    free = np.zeros((1, 100))  # no HP forecast: the quota is the whole idle pool
+    plain = simulate(tr, replace(get_policy("GFS-BF"), starvation_guard=False), free, hp_backfill=free)
+    assert plain.jqt[1] == pytest.approx(15000.0 - 100.0) and plain.jqt[2] == pytest.approx(4800.0)
+    guarded = simulate(tr, get_policy("GFS-BF"), free, hp_backfill=free)
+    assert get_policy("GFS-BF").starvation_guard
+    assert guarded.jqt[1] == pytest.approx(4900.0) and guarded.jqt[2] == pytest.approx(8000.0 - 200.0)
