@@ -94,10 +94,14 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
     work; the work since the last save (up to ``T``) must also fit, or the safety net sends
     the job to on-demand (it counts unsaved work as lost). So ``T`` must satisfy
     ``a T + rem C / T <= S'`` with ``a = 1 + rem / (2 mttp)`` and
-    ``S' = spare - rem restart / mttp``. Inside that range: ``t_opt`` (clipped to it);
-    when no ``T`` satisfies it: the ``T`` that burns least (``sqrt(rem C / a)``). Shorter
-    intervals as the slack shrinks (v3's ``0.4 x spare`` cap) spend more and more of it
-    on saves — down to half the time at the 2-save floor — and end on on-demand.
+    ``S' = spare - rem restart / mttp``. Inside that range: ``t_opt`` (clipped to it).
+    When no ``T`` satisfies it the net will fire before the end whatever the interval;
+    every save costs ``C`` whatever the interval, so the job stays on spot longest with
+    the longest interval the spare slack holds: ``min(t_opt, spare)`` (tuning set, v100
+    D/W 1.05 without notice: 2.72x vs 2.94x omniscient for ``sqrt(rem C / a)``, the
+    interval of least expected burn). v3's cap (``0.4 x spare``, at least two saves' time)
+    spent more and more of a shrinking slack on saves — half the time at the floor — and
+    ended on on-demand.
     """
     if rem <= 0:
         return max(t_opt, 2.0 * c)
@@ -105,7 +109,7 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
     s = spare - rem * restart / mttp
     disc = s * s - 4.0 * a * rem * c
     if disc < 0 or s <= 0:
-        t = math.sqrt(rem * c / a)
+        t = min(t_opt, spare)
     else:
         lo = (s - math.sqrt(disc)) / (2.0 * a)
         hi = (s + math.sqrt(disc)) / (2.0 * a)
