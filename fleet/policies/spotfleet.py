@@ -85,7 +85,7 @@ class SpotfleetParams:
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
-                    spare: float) -> float:
+                    spare: float, hold: float | None = None) -> float:
     """Checkpoint interval without a notice: the optimum ``t_opt`` moved into the range
     where the slack the rest of the job is expected to burn fits in the spare slack.
 
@@ -97,9 +97,10 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
     ``S' = spare - rem restart / mttp``. Inside that range: ``t_opt`` (clipped to it).
     When no ``T`` satisfies it the net will fire before the end whatever the interval;
     every save costs ``C`` whatever the interval, so the job stays on spot longest with
-    the longest interval the spare slack holds: ``min(t_opt, spare)`` (tuning set, v100
-    D/W 1.05 without notice: 2.72x vs 2.94x omniscient for ``sqrt(rem C / a)``, the
-    interval of least expected burn). v3's cap (``0.4 x spare``, at least two saves' time)
+    the longest interval the net lets it hold: ``min(t_opt, hold)``, ``hold`` = the slack
+    above the net's threshold less one save (tuning set, without notice: v100 D/W 1.05
+    2.60x omniscient vs 2.94x for ``sqrt(rem C / a)``, the interval of least expected
+    burn; h100 D/W 1.2 1.057x vs 1.094x). v3's cap (``0.4 x spare``, at least two saves' time)
     spent more and more of a shrinking slack on saves — half the time at the floor — and
     ended on on-demand.
     """
@@ -109,7 +110,7 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
     s = spare - rem * restart / mttp
     disc = s * s - 4.0 * a * rem * c
     if disc < 0 or s <= 0:
-        t = min(t_opt, spare)
+        t = min(t_opt, spare if hold is None else hold)
     else:
         lo = (s - math.sqrt(disc)) / (2.0 * a)
         hi = (s + math.sqrt(disc)) / (2.0 * a)
@@ -203,7 +204,11 @@ class SpotfleetPolicy(Policy):
             return t_opt if rem / t_opt * c <= 0.5 * max(spare, 0.0) else None
         if self.p.interval_rule == "risk_fraction":  # v3, kept for comparison
             return max(min(t_opt, self.p.risk_fraction * spare), 2.0 * c)
-        return budget_interval(t_opt, c, rem, max(run_hours, 1e-3), spec.restart_hours, spare)
+        # the most unsaved work the net lets the job hold: the slack above its threshold
+        # (which already covers the tick in flight) less the save (``spare`` keeps one
+        # tick more as a margin for the range above)
+        hold = spare + gap_hours
+        return budget_interval(t_opt, c, rem, max(run_hours, 1e-3), spec.restart_hours, spare, hold)
 
     # ------------------------------------------------------------------ decisions
     def _candidates(self, state: JobState, obs: Observation, eff: np.ndarray,

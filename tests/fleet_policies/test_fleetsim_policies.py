@@ -244,6 +244,7 @@ def test_no_notice_interval_keeps_saves_and_losses_within_the_slack():
     # infeasible (0.7 h cannot hold 6 h of saves and losses): the longest interval the
     # spare slack holds, which keeps the job on spot longest (each save costs C anyway)
     assert budget_interval(t_opt, c, rem, mttp, d, 0.4) == pytest.approx(0.4)
+    assert budget_interval(t_opt, c, rem, mttp, d, 0.4, hold=0.5) == pytest.approx(0.5)
 
     def run(rule):
         rem, spare, saves = 6.0, 0.7, 0.0
