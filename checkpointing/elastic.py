@@ -71,6 +71,7 @@ from checkpointing.events import EventLog
 from checkpointing.guard import PreemptionGuard
 from checkpointing.policy import SaveKind
 from checkpointing.runtime_env import (
+    ENV_CHECKPOINT_SECONDS,
     ENV_GRACE_SECONDS,
     ENV_MTTP_SECONDS,
     ENV_NODE_ID,
@@ -179,8 +180,8 @@ class ElasticSession:
                  guard: PreemptionGuard | None = None, backend: str | None = None,
                  handoff_root: str | None = None, node_id: str | None = None,
                  timeout_seconds: float = 60.0, grace_seconds: float = 30.0,
-                 mttp_seconds: float | None = None, restart_seconds: float = 0.0,
-                 stats_file: str | None = None):
+                 mttp_seconds: float | None = None, restart_seconds: float | None = None,
+                 stats_file: str | None = None, ckpt_seconds: float | None = None):
         if total_steps < 1:
             raise ValueError(f"total_steps must be >= 1, got {total_steps}")
         self.model = model
@@ -208,7 +209,8 @@ class ElasticSession:
                                    os.environ.get(ENV_HANDOFF_DIR) or DEFAULT_HANDOFF_ROOT)
         self.timeout_seconds = timeout_seconds
         self._session_kwargs = dict(grace_seconds=grace_seconds, mttp_seconds=mttp_seconds,
-                                    restart_seconds=restart_seconds, stats_file=stats_file)
+                                    restart_seconds=restart_seconds, stats_file=stats_file,
+                                    ckpt_seconds=ckpt_seconds)
         self.state = TrainingState(model=model, optimizer=optimizer, scheduler=scheduler, rng=False)
         self.session = None  # rank 0's TrainingSession (saves, progress, policy)
         self.step = 0
@@ -233,6 +235,7 @@ class ElasticSession:
         kwargs.setdefault("events", EventLog.from_env())
         for key, var in (("grace_seconds", ENV_GRACE_SECONDS), ("mttp_seconds", ENV_MTTP_SECONDS),
                          ("restart_seconds", ENV_RESTART_SECONDS),
+                         ("ckpt_seconds", ENV_CHECKPOINT_SECONDS),
                          ("timeout_seconds", ENV_DIST_TIMEOUT)):
             value = env_float(var)
             if value is not None:

@@ -18,7 +18,9 @@ Event kinds (``Event.kind``) — the contract between checkpointing/ and fleet/:
                          A later ``save_committed`` with ``promoted_from`` reports its upload.
     ``restore``          data: step, location, fell_back (bool), reason
     ``interval``         adaptive insurance interval changed; data: tau_seconds, tau_steps,
-                         mttp_seconds, restart_seconds, delta_seconds
+                         mttp_seconds, restart_seconds, delta_seconds (the delta tau
+                         came from: measured stalls and the prior, weighted),
+                         delta_prior_seconds (the plan's C, or null), measured_saves
     ``exit``             data: reason (completed|preempted|error|final_save_failed), step;
                          ``saved_step`` / ``saved_location``: the newest checkpoint this
                          process knows to be committed (what a restart resumes from)

@@ -25,6 +25,7 @@ import math
 
 __all__ = [
     "daly_first_order_seconds",
+    "prior_weighted_mean_seconds",
     "daly_higher_order_seconds",
     "thesis_expected_latency_seconds",
     "thesis_exact_optimum_seconds",
@@ -137,3 +138,34 @@ def thesis_exact_optimum_seconds(
     m = _positive("mttp_seconds", mttp_seconds)
     r = _non_negative("restart_seconds", restart_seconds)
     return math.sqrt(2.0 * d * (m + r) + d * d)
+
+
+def prior_weighted_mean_seconds(
+    prior_seconds: float | None,
+    prior_weight: float,
+    observed_total_seconds: float,
+    observed_count: int,
+) -> float | None:
+    """Mean of measured durations with a prior counted as ``prior_weight`` observations (s).
+
+    ``(n0 * prior + sum(x_i)) / (n0 + n)``: the posterior mean of a normal mean with a
+    conjugate prior worth ``n0`` pseudo-observations. With no measurement yet it is the
+    prior itself (so an interval computed from it equals the plan's); each measurement
+    moves it by ``(x - mean) / (n0 + n + 1)``; as ``n`` grows the measurements dominate.
+    Without a prior it is the plain running mean, None before the first measurement.
+
+    Args:
+        prior_seconds: the prior mean (s), or None when there is none.
+        prior_weight: n0 > 0, the prior's weight in pseudo-observations.
+        observed_total_seconds: sum of the ``observed_count`` measurements (s).
+        observed_count: number of measurements n >= 0.
+    """
+    if not (isinstance(prior_weight, int | float) and math.isfinite(prior_weight) and prior_weight > 0):
+        raise ValueError(f"prior_weight must be a positive number of pseudo-observations, got {prior_weight!r}")
+    if not isinstance(observed_count, int) or observed_count < 0:
+        raise ValueError(f"observed_count must be an integer >= 0, got {observed_count!r}")
+    total = _non_negative("observed_total_seconds", observed_total_seconds)
+    if prior_seconds is None:
+        return total / observed_count if observed_count else None
+    prior = _non_negative("prior_seconds", prior_seconds)
+    return (prior_weight * prior + total) / (prior_weight + observed_count)

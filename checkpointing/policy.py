@@ -16,12 +16,26 @@ Per training step the policy answers one question, "save now, and which kind?":
 All durations are SECONDS. ``step`` is the number of completed training steps (the
 global step after the step that just ended); ``decide`` is called at the END of a step.
 
+delta prior: ``ckpt_seconds`` (the fleet plan's checkpoint time C from the statistics
+DB, exported as ``SPOTFLEET_CHECKPOINT_SECONDS``) counts as ``ckpt_prior_weight`` (n0,
+default ``CKPT_PRIOR_WEIGHT`` = 10) pseudo-saves in the running mean of delta:
+``delta = (n0 C + sum stalls) / (n0 + saves)`` (``intervals.prior_weighted_mean_seconds``).
+So the first interval is the plan's ``sqrt(2 C (MTTP + R))`` exactly, and later ones
+move toward the measured delta (half-way after n0 saves). Why n0 = 10: one save is a
+noisy sample (stalls of a few ms to seconds, tens of percent apart under load), the
+prior is a mean over the same stage's saves; with n0 = 10 one save three times the prior
+moves delta by 18 % and tau by under 9 %, while a prior that is plainly wrong (another
+model size, another store) is half-corrected after 10 saves. docs/checkpointing.md.
+
 First-save bootstrap: delta and beta are unknown until a save has been measured. Unless
-priors are given (``ckpt_seconds``/``persist_seconds``, e.g. from an earlier process),
-the policy takes its first insurance save ``bootstrap_steps`` steps (default 10) after
-``start_step``: that measures delta and beta early, which decides both tau and whether
-emergency saves fit. A notice before any measurement gets a best-effort emergency save
-(``emergency_feasible=False``): there is nothing older in flight that it could spoil.
+a delta prior is given (``ckpt_seconds``), the policy takes its first insurance save
+``bootstrap_steps`` steps (default 10) after ``start_step``: that measures delta and
+beta early, which decides both tau and whether emergency saves fit. With a delta prior
+there is no bootstrap save: tau is known, and while beta is unmeasured emergency saves
+count as infeasible, so "auto" keeps insurance saves on (the safe side) until the first
+insurance save measures beta. A notice before any measurement gets a best-effort
+emergency save (``emergency_feasible=False``): there is nothing older in flight that it
+could spoil.
 """
 
 from __future__ import annotations
@@ -30,11 +44,13 @@ import enum
 import math
 from dataclasses import dataclass
 
-from checkpointing.intervals import thesis_optimum_seconds
+from checkpointing.intervals import prior_weighted_mean_seconds, thesis_optimum_seconds
 
-__all__ = ["AdaptivePolicy", "Decision", "SaveKind"]
+__all__ = ["CKPT_PRIOR_WEIGHT", "AdaptivePolicy", "Decision", "SaveKind"]
 
 INSURANCE_MODES = ("auto", "always", "off")
+#: weight n0 of a delta prior (``ckpt_seconds``) in pseudo-saves (module docstring)
+CKPT_PRIOR_WEIGHT = 10.0
 
 
 class SaveKind(str, enum.Enum):  # noqa: UP042 (interface B2 codes against)
@@ -81,8 +97,10 @@ class AdaptivePolicy:
             scheduling beyond the bootstrap save (no basis for tau).
         restart_seconds: restart cost R per preemption (s).
         insurance: "auto" (Algorithm 1), "always" or "off".
-        ckpt_seconds: optional prior for delta (dump/stall time, s) — skips the bootstrap.
-        persist_seconds: optional prior for beta (backup/persist time, s).
+        ckpt_seconds: optional prior for delta (dump/stall time, s), e.g. the plan's C;
+            counts as ``ckpt_prior_weight`` saves in the mean of delta; skips the bootstrap.
+        persist_seconds: optional prior for beta (backup/persist time, s), one save's weight.
+        ckpt_prior_weight: n0 > 0, the delta prior's weight in pseudo-saves.
         start_step: the step training (re)starts from; schedules count from it.
         bootstrap_steps: steps after ``start_step`` of the first, measuring, insurance save.
     """
@@ -99,6 +117,7 @@ class AdaptivePolicy:
         persist_seconds: float | None = None,
         start_step: int = 0,
         bootstrap_steps: int = 10,
+        ckpt_prior_weight: float = CKPT_PRIOR_WEIGHT,
     ) -> None:
         if periodic_every is not None and (
             not isinstance(periodic_every, int) or periodic_every <= 0
@@ -125,10 +144,15 @@ class AdaptivePolicy:
         # running sums (seconds) -> means
         self._step_count = 0
         self._step_total = 0.0
-        prior_d = _non_negative("ckpt_seconds", ckpt_seconds)
+        if not (isinstance(ckpt_prior_weight, int | float) and math.isfinite(ckpt_prior_weight)
+                and ckpt_prior_weight > 0):
+            raise ValueError("ckpt_prior_weight must be a positive number of pseudo-saves, "
+                             f"got {ckpt_prior_weight!r}")
+        self.ckpt_prior_weight = float(ckpt_prior_weight)
+        self._delta_prior = _non_negative("ckpt_seconds", ckpt_seconds)
         prior_b = _non_negative("persist_seconds", persist_seconds)
-        self._save_count = 1 if prior_d is not None else 0
-        self._delta_total = prior_d or 0.0
+        self._save_count = 0  # measured saves (the prior is kept apart, weighted n0)
+        self._delta_total = 0.0
         self._beta_count = 1 if prior_b is not None else 0
         self._beta_total = prior_b or 0.0
         self._tau: float | None = None
@@ -146,8 +170,20 @@ class AdaptivePolicy:
 
     @property
     def ckpt_seconds(self) -> float | None:
-        """Running mean dump time delta (s) on the critical path, None until measured."""
-        return self._delta_total / self._save_count if self._save_count else None
+        """Mean dump time delta (s) on the critical path: the measured stalls, with the
+        prior (if any) weighted as ``ckpt_prior_weight`` saves; None until known."""
+        return prior_weighted_mean_seconds(self._delta_prior, self.ckpt_prior_weight,
+                                           self._delta_total, self._save_count)
+
+    @property
+    def ckpt_prior_seconds(self) -> float | None:
+        """The delta prior (s) given as ``ckpt_seconds``, None without one."""
+        return self._delta_prior
+
+    @property
+    def measured_saves(self) -> int:
+        """Saves whose stall entered the mean of delta (the prior not counted)."""
+        return self._save_count
 
     @property
     def persist_seconds(self) -> float | None:

@@ -10,10 +10,15 @@ them itself — ``checkpointing.session`` does. All durations are in SECONDS.
     SPOTFLEET_ZONE             emulated or real zone name (informational)
     SPOTFLEET_MTTP_SECONDS     mean time to preemption estimate (the plan's prior for the
                                zone the node runs in; both providers set it)
-    SPOTFLEET_RESTART_SECONDS  restart cost R (allocation + preparation + restore)
+    SPOTFLEET_RESTART_SECONDS  restart cost R (allocation + preparation + restore);
+                               ``DEFAULT_RESTART_SECONDS`` (360) when nothing sets it
     SPOTFLEET_INTERVAL_SECONDS the plan's insurance interval (informational: the adaptive
-                               policy computes its own from measured delta, MTTP and R)
-    SPOTFLEET_CHECKPOINT_SECONDS the plan's checkpoint-time prior (informational)
+                               policy computes its own, from the same C, MTTP and R first,
+                               so its first interval equals this one)
+    SPOTFLEET_CHECKPOINT_SECONDS the plan's checkpoint time C: the adaptive policy's prior
+                               for delta, weighted as SPOTFLEET_CHECKPOINT_PRIOR_WEIGHT
+                               saves (default 10, checkpointing.policy.CKPT_PRIOR_WEIGHT)
+                               in the mean of the measured stalls; no bootstrap save then
     SPOTFLEET_STATS_FILE       JSON file {"mttp_seconds": .., "restart_seconds": ..}
                                re-read when it changes; overrides the two above (the
                                providers refresh it during the attempt from what the
@@ -53,6 +58,12 @@ ENV_MTTP_SECONDS = "SPOTFLEET_MTTP_SECONDS"
 ENV_RESTART_SECONDS = "SPOTFLEET_RESTART_SECONDS"
 ENV_INTERVAL_SECONDS = "SPOTFLEET_INTERVAL_SECONDS"
 ENV_CHECKPOINT_SECONDS = "SPOTFLEET_CHECKPOINT_SECONDS"
+ENV_CHECKPOINT_PRIOR_WEIGHT = "SPOTFLEET_CHECKPOINT_PRIOR_WEIGHT"
+
+#: R (s) when neither the caller, the environment nor the stats file gives one: 6 minutes,
+#: the same prior the planner, fleet-sim and the SkyPilot provider use (fleet/contract.py
+#: re-exports it). Not 0: R = 0 would shorten tau by sqrt(MTTP / (MTTP + R)).
+DEFAULT_RESTART_SECONDS = 360.0
 ENV_STATS_FILE = "SPOTFLEET_STATS_FILE"
 ENV_GRACE_SECONDS = "SPOTFLEET_GRACE_SECONDS"
 ENV_NOTICE_SOURCES = "SPOTFLEET_NOTICE_SOURCES"

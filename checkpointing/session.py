@@ -18,7 +18,11 @@ The session wires together the ``PreemptionGuard`` (notices), the ``AdaptivePoli
 (thesis Algorithm 1: when to save), the ``AsyncSaver`` (snapshot + background persist)
 and a ``TrainingState`` (which objects to save). MTTP and restart cost R come from the
 arguments, the environment (``SPOTFLEET_MTTP_SECONDS``, ``SPOTFLEET_RESTART_SECONDS``)
-or ``SPOTFLEET_STATS_FILE`` (re-read when its mtime changes). All times are seconds.
+or ``SPOTFLEET_STATS_FILE`` (re-read when its mtime changes); R is
+``DEFAULT_RESTART_SECONDS`` (360 s) when none of them gives it. The plan's checkpoint
+time (``SPOTFLEET_CHECKPOINT_SECONDS``) is the policy's prior for delta (``ckpt_seconds``,
+weighted as ``ckpt_prior_weight`` saves), so the first insurance interval is the plan's.
+All times are seconds.
 """
 
 from __future__ import annotations
@@ -53,9 +57,12 @@ from checkpointing.outcome import (
     saved_state,
     wait_for_promotion,
 )
-from checkpointing.policy import AdaptivePolicy, Decision, SaveKind
+from checkpointing.policy import CKPT_PRIOR_WEIGHT, AdaptivePolicy, Decision, SaveKind
 from checkpointing.redact import install as install_redaction
 from checkpointing.runtime_env import (
+    DEFAULT_RESTART_SECONDS,
+    ENV_CHECKPOINT_PRIOR_WEIGHT,
+    ENV_CHECKPOINT_SECONDS,
     ENV_GRACE_SECONDS,
     ENV_MTTP_SECONDS,
     ENV_RESTART_SECONDS,
@@ -124,7 +131,10 @@ class TrainingSession:
     periodic_every: user periodic save every N steps (None: none).
     total_steps: reported in progress events.
     keep_periodic / keep_insurance: retention (see ``checkpointing.manifest``).
-    grace_seconds, mttp_seconds, restart_seconds: policy inputs in seconds.
+    grace_seconds, mttp_seconds, restart_seconds: policy inputs in seconds (restart_seconds
+        None: ``DEFAULT_RESTART_SECONDS``, unless the stats file gives R).
+    ckpt_seconds: prior for the checkpoint stall delta (s), e.g. the plan's C; weighted as
+        ``ckpt_prior_weight`` saves in the policy's mean of delta (no bootstrap save).
     stats_file: JSON file with mttp_seconds/restart_seconds, re-read on change.
     guard: a ``PreemptionGuard`` (started here if not armed), or None for no notices.
     progress_every: emit a ``progress`` event every N steps.
@@ -142,7 +152,10 @@ class TrainingSession:
                  stateful: dict[str, Stateful] | None = None, periodic_every: int | None = None,
                  total_steps: int | None = None, keep_periodic: int = 3, keep_insurance: int = 2,
                  grace_seconds: float = 30.0, mttp_seconds: float | None = None,
-                 restart_seconds: float = 0.0, stats_file: str | os.PathLike[str] | None = None,
+                 restart_seconds: float | None = None,
+                 stats_file: str | os.PathLike[str] | None = None,
+                 ckpt_seconds: float | None = None,
+                 ckpt_prior_weight: float = CKPT_PRIOR_WEIGHT,
                  insurance: str = "auto", guard: PreemptionGuard | None = None,
                  events: EventLog | None = None, progress_every: int = 50,
                  auto_save: bool = True, policy: AdaptivePolicy | None = None,
@@ -170,11 +183,14 @@ class TrainingSession:
         self.progress_every = progress_every
         self.auto_save = auto_save
         self.save_on_finish = save_on_finish
+        if restart_seconds is None:
+            restart_seconds = DEFAULT_RESTART_SECONDS
         self.mttp_seconds = mttp_seconds
         self.restart_seconds = restart_seconds
         self.policy = policy or AdaptivePolicy(periodic_every=periodic_every, grace_seconds=grace_seconds,
                                                mttp_seconds=mttp_seconds, restart_seconds=restart_seconds,
-                                               insurance=insurance)
+                                               insurance=insurance, ckpt_seconds=ckpt_seconds,
+                                               ckpt_prior_weight=ckpt_prior_weight)
         self.saver = AsyncSaver(self.store, events=self.events, keep_periodic=keep_periodic,
                                 keep_insurance=keep_insurance, shard_bytes=shard_bytes,
                                 wait_limit_seconds=env_float(ENV_SAVE_WAIT_SECONDS,
@@ -205,7 +221,8 @@ class TrainingSession:
     # -- construction from the fleet's environment -------------------------------------
     @classmethod
     def from_env(cls, **kwargs: Any) -> TrainingSession:
-        """Fill store, events, guard, grace, MTTP, R and stats file from ``SPOTFLEET_*``.
+        """Fill store, events, guard, grace, MTTP, R, checkpoint-time prior and stats file
+        from ``SPOTFLEET_*``.
 
         Explicit keyword arguments win over the environment.
         """
@@ -226,6 +243,12 @@ class TrainingSession:
         restart = env_float(ENV_RESTART_SECONDS)
         if restart is not None:
             kwargs.setdefault("restart_seconds", restart)
+        ckpt = env_float(ENV_CHECKPOINT_SECONDS)
+        if ckpt is not None and ckpt > 0:
+            kwargs.setdefault("ckpt_seconds", ckpt)
+        weight = env_float(ENV_CHECKPOINT_PRIOR_WEIGHT)
+        if weight is not None:
+            kwargs.setdefault("ckpt_prior_weight", weight)
         stats = os.environ.get(ENV_STATS_FILE)
         if stats:
             kwargs.setdefault("stats_file", stats)
@@ -541,9 +564,12 @@ class TrainingSession:
         self._last_tau = tau
         mean = self.mean_step_seconds()
         tau_steps = max(1, round(tau / mean)) if mean else None
+        # delta_seconds: the delta tau was computed from (the prior-weighted mean)
         self.events.emit("interval", tau_seconds=tau, tau_steps=tau_steps,
                          mttp_seconds=self.mttp_seconds, restart_seconds=self.restart_seconds,
-                         delta_seconds=self._delta)
+                         delta_seconds=self.policy.ckpt_seconds,
+                         delta_prior_seconds=self.policy.ckpt_prior_seconds,
+                         measured_saves=self.policy.measured_saves)
 
     def _emit_progress(self) -> None:
         self.events.emit("progress", step=self.state.step, total_steps=self.total_steps,

@@ -30,8 +30,9 @@ import numpy as np
 
 from checkpointing import runtime_env as rt
 
-#: R when nothing was measured yet: 6 minutes (the planner's, fleet-sim's and SkyPilot's prior).
-DEFAULT_RESTART_SECONDS = 360.0
+#: R when nothing was measured yet: 6 minutes (the planner's, fleet-sim's, SkyPilot's and
+#: the training process's prior; its home is the lowest layer, checkpointing/runtime_env.py).
+DEFAULT_RESTART_SECONDS = rt.DEFAULT_RESTART_SECONDS
 #: checkpoint time when nothing was measured yet: 1 minute.
 DEFAULT_CHECKPOINT_SECONDS = 60.0
 #: weight of the prior in the in-attempt estimates, in pseudo-observations.

@@ -45,3 +45,23 @@ def test_errors_name_the_argument() -> None:
         iv.young_interval_seconds(10, 0)
     with pytest.raises(ValueError, match="restart_seconds"):
         iv.thesis_optimum_seconds(10, 100, -1)
+
+
+def test_prior_weighted_mean_starts_at_the_prior_and_follows_the_measurements() -> None:
+    f = iv.prior_weighted_mean_seconds
+    assert f(2.0, 10, 0.0, 0) == 2.0  # nothing measured: the prior itself
+    assert f(2.0, 10, 1.0, 1) == pytest.approx(21.0 / 11)  # one save moves it by (x - m)/(n0+1)
+    assert f(2.0, 10, 10.0, 10) == pytest.approx(1.5)  # n = n0: half-way to the measured mean
+    assert abs(f(2.0, 10, 1000.0, 1000) - 1.0) < 0.01  # many saves: the measured mean
+    assert f(None, 10, 3.0, 2) == 1.5 and f(None, 10, 0.0, 0) is None  # no prior: running mean
+    # one outlier three times the prior moves delta by 2/11 = 18 %, tau (sqrt) by < 9 %
+    assert math.sqrt(f(1.0, 10, 3.0, 1)) < 1.09
+
+
+def test_prior_weighted_mean_rejects_bad_input_by_name() -> None:
+    with pytest.raises(ValueError, match="prior_weight"):
+        iv.prior_weighted_mean_seconds(1.0, 0, 0.0, 0)
+    with pytest.raises(ValueError, match="prior_seconds"):
+        iv.prior_weighted_mean_seconds(-1.0, 10, 0.0, 0)
+    with pytest.raises(ValueError, match="observed_count"):
+        iv.prior_weighted_mean_seconds(1.0, 10, 0.0, -1)

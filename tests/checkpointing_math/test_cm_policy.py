@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from checkpointing.policy import AdaptivePolicy, SaveKind
+from checkpointing.intervals import thesis_optimum_seconds
+from checkpointing.policy import CKPT_PRIOR_WEIGHT, AdaptivePolicy, SaveKind
 
 
 def _run_steps(policy: AdaptivePolicy, first: int, last: int, seconds: float) -> list[tuple]:
@@ -137,3 +138,31 @@ def test_async_saver_result_arriving_later_is_not_asked_twice() -> None:
     # one emergency answer per notice even before the save is recorded
     assert p.decide(80, notice=True, seconds_left=1000).kind is SaveKind.EMERGENCY
     assert p.decide(81, notice=True, seconds_left=980).kind is None
+
+
+def test_plan_checkpoint_time_is_the_delta_prior_first_interval_is_the_plans() -> None:
+    # The plan exports C = 2.06 s, MTTP = 42249 s, R = 2605 s; the process saves in 1.2 s.
+    c, m, r = 2.06, 42_249.0, 2_605.0
+    p = AdaptivePolicy(mttp_seconds=m, restart_seconds=r, ckpt_seconds=c, insurance="always")
+    plan_tau = thesis_optimum_seconds(c, m, r)
+    assert p.tau_seconds == pytest.approx(plan_tau)  # before any save: the plan's interval
+    assert p.ckpt_prior_weight == CKPT_PRIOR_WEIGHT == 10.0
+    saves = _run_steps(p, 1, 500, 1.0)  # no bootstrap save: the first one is tau in
+    first = int(plan_tau // 1.0)
+    assert saves == [(first, SaveKind.INSURANCE)]
+    p.record_save(SaveKind.INSURANCE, first, stall_seconds=1.2, persist_seconds=3.0)
+    assert p.measured_saves == 1
+    assert p.ckpt_seconds == pytest.approx((10 * c + 1.2) / 11)
+    assert 0.95 < p.tau_seconds / plan_tau < 1.0  # one save moves tau a little, toward 1.2 s
+    for i in range(1, 200):
+        p.record_save(SaveKind.INSURANCE, first + i, 1.2, 3.0)
+    assert p.ckpt_seconds == pytest.approx((10 * c + 200 * 1.2) / 210)
+    assert p.tau_seconds == pytest.approx(thesis_optimum_seconds(1.2, m, r), rel=0.03)
+
+
+def test_delta_prior_weight_is_configurable_and_checked() -> None:
+    p = AdaptivePolicy(mttp_seconds=3600, ckpt_seconds=4.0, ckpt_prior_weight=1)
+    p.record_save(SaveKind.INSURANCE, 5, 2.0, 1.0)
+    assert p.ckpt_seconds == pytest.approx(3.0)  # weight 1: the prior is one save
+    with pytest.raises(ValueError, match="ckpt_prior_weight"):
+        AdaptivePolicy(mttp_seconds=3600, ckpt_seconds=4.0, ckpt_prior_weight=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import time
@@ -208,3 +209,48 @@ def test_notice_when_emergency_cannot_fit_says_so_and_stops(tmp_path: Path) -> N
     failed = [e.data for e in evs if e.kind == "save_failed"]
     assert failed and failed[0]["kind"] == "emergency" and "no emergency save" in failed[0]["reason"]
     assert not [e for e in evs if e.kind == "save_committed"]
+
+
+def test_from_env_takes_the_plans_checkpoint_time_as_delta_prior(tmp_path: Path, monkeypatch) -> None:
+    from checkpointing.intervals import thesis_optimum_seconds
+
+    monkeypatch.setenv("SPOTFLEET_CHECKPOINT_URI", str(tmp_path / "ckpt"))
+    monkeypatch.setenv("SPOTFLEET_EVENTS_FILE", str(tmp_path / "events.jsonl"))
+    monkeypatch.setenv("SPOTFLEET_MTTP_SECONDS", "600")
+    monkeypatch.setenv("SPOTFLEET_RESTART_SECONDS", "40")
+    monkeypatch.setenv("SPOTFLEET_CHECKPOINT_SECONDS", "0.5")
+    monkeypatch.delenv("SPOTFLEET_STATS_FILE", raising=False)
+    monkeypatch.delenv("SPOTFLEET_CHECKPOINT_PRIOR_WEIGHT", raising=False)
+    objs = _objects()
+    session = TrainingSession.from_env(model=objs[0], optimizer=objs[1], scheduler=objs[2],
+                                       guard=None, insurance="always")
+    plan_tau = thesis_optimum_seconds(0.5, 600.0, 40.0)  # 25.3 s
+    assert session.policy.ckpt_prior_seconds == 0.5
+    assert session.policy.tau_seconds == pytest.approx(plan_tau)
+    session.restore()
+    _loop(session, objs, 0, 15)  # 15 short steps: far less than tau, and no bootstrap save
+    session.saver.wait()
+    assert session.checkpoints() == []
+    session.finish()
+    first = next(e.data for e in read_events(tmp_path / "events.jsonl") if e.kind == "interval")
+    assert first["tau_seconds"] == pytest.approx(plan_tau)
+    assert first["delta_seconds"] == 0.5 and first["delta_prior_seconds"] == 0.5
+    assert first["measured_saves"] == 0 and first["restart_seconds"] == 40.0
+
+
+def test_restart_cost_defaults_to_the_contracts_prior_not_zero(tmp_path: Path, monkeypatch) -> None:
+    from checkpointing.runtime_env import DEFAULT_RESTART_SECONDS
+
+    monkeypatch.setenv("SPOTFLEET_CHECKPOINT_URI", str(tmp_path / "ckpt"))
+    for var in ("SPOTFLEET_RESTART_SECONDS", "SPOTFLEET_STATS_FILE", "SPOTFLEET_CHECKPOINT_SECONDS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SPOTFLEET_MTTP_SECONDS", "3600")
+    monkeypatch.setenv("SPOTFLEET_CHECKPOINT_PRIOR_WEIGHT", "3")
+    objs = _objects()
+    session = TrainingSession.from_env(model=objs[0], guard=None, events=EventLog(tmp_path / "e.jsonl"),
+                                       ckpt_seconds=2.0)
+    assert DEFAULT_RESTART_SECONDS == 360.0
+    assert session.restart_seconds == session.policy.restart_seconds == DEFAULT_RESTART_SECONDS
+    assert session.policy.tau_seconds == pytest.approx(math.sqrt(2 * 2.0 * (3600 + 360)))
+    assert session.policy.ckpt_prior_weight == 3.0  # SPOTFLEET_CHECKPOINT_PRIOR_WEIGHT
+    session.finish()

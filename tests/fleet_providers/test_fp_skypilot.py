@@ -253,9 +253,10 @@ def test_the_yaml_policy_drives_skypilot_the_same_class_fleet_sim_evaluates(api_
 
 @pytest.mark.slow
 def test_training_process_gets_the_priors_and_keeps_insurance_saves(api_server, tmp_path):
-    """The SkyPilot task environment carries MTTP / R / interval; a real training process
-    started with exactly that environment keeps taking insurance saves after the bootstrap
-    save (without the priors it takes only the bootstrap save)."""
+    """The SkyPilot task environment carries MTTP / R / interval / checkpoint time; a real
+    training process started with exactly that environment takes insurance saves every tau
+    from the start (the plan's C is its delta prior: no bootstrap save); without the priors
+    it takes only the bootstrap save."""
     import os
     import subprocess
     import sys
@@ -274,6 +275,7 @@ def test_training_process_gets_the_priors_and_keeps_insurance_saves(api_server, 
     assert float(envs["SPOTFLEET_MTTP_SECONDS"]) == pytest.approx(4.0)
     assert float(envs["SPOTFLEET_RESTART_SECONDS"]) == pytest.approx(1.0)
     assert float(envs["SPOTFLEET_INTERVAL_SECONDS"]) == pytest.approx(1.5)
+    assert float(envs["SPOTFLEET_CHECKPOINT_SECONDS"]) == pytest.approx(0.05)
 
     def train(env_extra: dict, name: str) -> list:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTFLEET_")}
@@ -291,6 +293,8 @@ def test_training_process_gets_the_priors_and_keeps_insurance_saves(api_server, 
 
     with_priors = train(envs, "with")
     without = train({k: v for k, v in envs.items() if k not in (
-        "SPOTFLEET_MTTP_SECONDS", "SPOTFLEET_RESTART_SECONDS", "SPOTFLEET_INTERVAL_SECONDS")}, "without")
-    assert len(without) == 1  # the bootstrap save only: no MTTP, no insurance interval
-    assert len(with_priors) >= 3  # bootstrap + insurance saves at tau = sqrt(2 delta (MTTP + R))
+        "SPOTFLEET_MTTP_SECONDS", "SPOTFLEET_RESTART_SECONDS", "SPOTFLEET_INTERVAL_SECONDS",
+        "SPOTFLEET_CHECKPOINT_SECONDS")}, "without")
+    assert [e.data["step"] for e in without] == [10]  # the bootstrap save only: no MTTP, no tau
+    # insurance saves every tau = sqrt(2 C (MTTP + R)) = 0.71 s, about 30 steps, from the start
+    assert len(with_priors) >= 3 and 10 not in [e.data["step"] for e in with_priors]
