@@ -137,16 +137,16 @@ def build_checks(pa: "PipelineAssets") -> list:
         from fleet.stats.preemption import zone_stats
 
         try:
-            trace = [s.to_dict() for s in zone_stats(fleet_adapter.market_traces(market))]
+            trace = zone_stats(fleet_adapter.market_traces(market))
         except (OSError, ValueError) as exc:
             return skipped(f"the market of {p} could not be loaded ({exc})")
         if not trace:
             return skipped("the market has no traces to count preemptions in")
-        thin = [r["zone"] for r in trace if r["preemptions"] < MIN_PREEMPTIONS_PER_ZONE]
+        thin = [s.zone for s in trace if s.preemptions < MIN_PREEMPTIONS_PER_ZONE]
         return AssetCheckResult(
             passed=not thin, severity=AssetCheckSeverity.WARN,
             metadata={"zones": len(trace), "zones_with_too_few": ", ".join(thin) or "none",
-                      "min_preemptions": int(min(r["preemptions"] for r in trace))},
+                      "min_preemptions": int(min(s.preemptions for s in trace))},
             description=(f"too few preemptions observed in {thin}; lengthen the market history "
                          "(market.hours) or add traces") if thin else None)
 

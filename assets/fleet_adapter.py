@@ -7,7 +7,7 @@ the wire format in fleet/providers/, the market in fleet/market/config.py).
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fleet.market.config import MarketConfig
@@ -15,6 +15,7 @@ from fleet.market.traces import Trace
 
 if TYPE_CHECKING:
     from fleet.planning.planner import FleetPlan
+    from fleet.stats.preemption import ZoneStats
     from pipelines.config import StageConfig
 
 def market_traces(market: MarketConfig | dict[str, Any], part: str = "history") -> list[Trace]:
@@ -31,47 +32,29 @@ def _market(market: MarketConfig | dict[str, Any]) -> MarketConfig:
     return market if isinstance(market, MarketConfig) else MarketConfig.model_validate(market)
 
 
-def zone_stats_from_frame(df) -> list[Any]:
-    """``ZoneStats`` of the market's zones from the preemption_stats table.
+def planning_zone_stats(stats: Sequence[ZoneStats]) -> list[ZoneStats]:
+    """The ``ZoneStats`` the planner scores: one per market zone (the ``preemption_stats``
+    asset's trace records), with the restart latency measured in that zone's node sessions
+    (its session records, ``fleet.stats.preemption.merge_session_latency``) as R.
 
-    One object per trace row; its ``restart_latency_s`` is the restart latency measured
-    in the node sessions of that zone (``fleet.stats.preemption.merge_session_latency``),
-    which the planner then uses as R. Session rows of the local fleet (cloud ``local``)
-    ran in the market's emulated zones: they are matched by (region, zone, instance
-    type); their latency is already in market seconds (the local provider reports its
-    sessions in market time). Session rows of zones the market does not know are left out.
-
-    The table mixes trace and session rows, so pandas turns missing values into NaN:
-    NaN and None become None again, and None rates / MTTPs (non-finite when written)
-    become ``inf``.
+    Session records of the local fleet (cloud ``local``) ran in the market's emulated
+    zones: they are matched by (region, zone, instance type); their latency is already in
+    market seconds (the local provider reports its sessions in market time). Session
+    records of zones the market does not know are left out.
     """
     import dataclasses
 
     from fleet.stats.preemption import ZoneStats, merge_session_latency
 
-    def missing(v: Any) -> bool:
-        return v is None or (isinstance(v, float) and math.isnan(v))
-
-    names = {f.name for f in dataclasses.fields(ZoneStats)}
-    rows = []
-    for row in df.to_dict("records"):
-        kw: dict[str, Any] = {}
-        for k, v in row.items():
-            if k not in names:
-                continue
-            if isinstance(v, (list, tuple)):
-                v = tuple(math.inf if missing(x) else x for x in v)
-            elif missing(v):
-                v = math.inf if k in ("mttp_hours", "rate_per_hour") else None
-            kw[k] = v
-        for k in ("count", "preemptions", "regain_samples"):
-            if k in kw and kw[k] is not None:
-                kw[k] = int(kw[k])
-        rows.append(ZoneStats(**kw))
-    traces = [st for st in rows if st.source == "trace"]
+    bad = next((s for s in stats if not isinstance(s, ZoneStats)), None)
+    if bad is not None:
+        raise TypeError(f"preemption_stats holds a {type(bad).__name__}, not ZoneStats records (a value "
+                        "stored before preemption_stats became list[ZoneStats]?); re-materialize "
+                        "preemption_stats")
+    traces = [st for st in stats if st.source == "trace"]
     cloud_of = {(st.region, st.zone, st.instance_type): st.cloud for st in traces}
     measured = []
-    for st in rows:
+    for st in stats:
         if st.source != "sessions" or st.restart_latency_s is None:
             continue
         if st.cloud == "local":
@@ -99,7 +82,7 @@ def measured_checkpoint_hours(checkpoints) -> float | None:
     return float(stall.mean()) / 3600.0
 
 
-def plan_for_stage(stage: StageConfig, stats: list[Any], forecasts: list[Any],
+def plan_for_stage(stage: StageConfig, stats: list[ZoneStats], forecasts: list[Any],
                    market: MarketConfig | dict[str, Any], deadline_hours: float | None,
                    on_demand_fallback: bool, ckpt_hours: float | None = None) -> FleetPlan:
     """The fleet plan of one stage (``fleet.planning.planner.plan_stage``), typed.

@@ -123,7 +123,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
                     "(written by the train_<stage> assets; external to Dagster).",
         kinds={"sqlalchemy"})
 
-    @asset(key=[p, "spot_market"], group_name=p, kinds={"pandas"},
+    @asset(key=[p, "spot_market"], group_name=p, kinds={"python"},
            description=f"The spot market of {p}: the synthetic market (seed {cfg.market.seed}) or the "
                        "trace folder, one availability trace per zone.")
     def spot_market(context: AssetExecutionContext, fleet: FleetResource) -> Output:
@@ -140,30 +140,32 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
             "mean_availability": MetadataValue.float(round(float(summary["availability"].mean()), 4)),
         })
 
-    @asset(key=[p, "preemption_stats"], group_name=p, kinds={"pandas"},
+    @asset(key=[p, "preemption_stats"], group_name=p, kinds={"python"},
            ins={"spot_market": AssetIn(key=[p, "spot_market"])},
            deps=[node_sessions.key], automation_condition=refresh_condition(),
-           description="Per-zone preemption statistics from the market traces and from the node "
-                       "sessions recorded in the statistics DB (MTTP with CI, rate, regain time, R).")
+           description="Per-zone preemption statistics (list[ZoneStats]) from the market traces and "
+                       "from the node sessions recorded in the statistics DB (MTTP with CI, rate, "
+                       "regain time, R).")
     def preemption_stats(context: AssetExecutionContext, stats_db: StatsDB, spot_market) -> Output:
         from fleet.stats.preemption import session_stats, zone_stats
         from infra.db.recorder import node_sessions_as_dataclasses
 
         context.log.info(f"{p}: preemption statistics of {len(spot_market)} zone trace(s) and the recorded "
                          "node sessions ...")
-        rows = [s.to_dict() for s in zone_stats(spot_market)]
+        stats = list(zone_stats(spot_market))
         sessions = node_sessions_as_dataclasses(stats_db.engine(), p)
-        rows += [s.to_dict() for s in session_stats(sessions)] if sessions else []
-        df = pd.DataFrame(rows)
-        show = df[["source", "zone", "instance_type", "observed_hours", "preemptions",
-                   "rate_per_hour", "mttp_hours", "availability", "restart_latency_s"]] if not df.empty else df
-        return Output(df, metadata={
+        stats += list(session_stats(sessions)) if sessions else []
+        # the analyst's table is derived from the typed records (the value is the records)
+        cols = ("source", "zone", "instance_type", "observed_hours", "preemptions", "rate_per_hour",
+                "mttp_hours", "availability", "restart_latency_s")
+        show = pd.DataFrame([{c: getattr(s, c) for c in cols} for s in stats], columns=list(cols))
+        traced = [s.preemptions for s in stats if s.source == "trace"]
+        return Output(stats, metadata={
             "table": _md_table(show), "recorded_sessions": MetadataValue.int(len(sessions)),
-            "min_preemptions_per_zone": MetadataValue.int(
-                int(df[df["source"] == "trace"]["preemptions"].min()) if not df.empty else 0),
+            "min_preemptions_per_zone": MetadataValue.int(int(min(traced)) if traced else 0),
         })
 
-    @asset(key=[p, "preemption_forecast"], group_name=p, kinds={"pandas"},
+    @asset(key=[p, "preemption_forecast"], group_name=p, kinds={"python"},
            ins={"spot_market": AssetIn(key=[p, "spot_market"]),
                 "preemption_stats": AssetIn(key=[p, "preemption_stats"])},
            automation_condition=refresh_condition(),
@@ -190,7 +192,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         from infra.db.recorder import read_table
 
         # R and the checkpoint time measured in the DB (market seconds, whatever the provider)
-        stats = fleet_adapter.zone_stats_from_frame(preemption_stats)
+        stats = fleet_adapter.planning_zone_stats(preemption_stats)
         ckpt_h = fleet_adapter.measured_checkpoint_hours(read_table(stats_db.engine(), CheckpointRecord, p))
         total_work = sum(s.work_hours for s in cfg.stages)
         plans: dict[str, FleetPlan] = {}

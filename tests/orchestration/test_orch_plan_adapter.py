@@ -1,11 +1,10 @@
-"""The fleet_plan asset's adapter: statistics table -> ZoneStats -> fleet.planning."""
+"""The fleet_plan asset's adapter: list[ZoneStats] (the preemption_stats value) -> fleet.planning."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 
-import pandas as pd
 import pytest
 
 from assets import fleet_adapter
@@ -25,16 +24,15 @@ def _sessions() -> list[NodeSession]:
             for i in range(4)]
 
 
-def test_plan_is_the_same_with_recorded_sessions_in_the_statistics_table():
-    """Session rows (with their missing fields) must not change the trace statistics the planner sees."""
+def test_plan_is_the_same_with_recorded_sessions_in_the_statistics():
+    """Session records (with their missing fields) must not change the trace statistics the planner sees."""
     [cfg] = load_pipelines(EXAMPLE_PIPELINES)
     market = cfg.market.model_dump()
     traces = fleet_adapter.market_traces(market)
-    trace_rows = [s.to_dict() for s in zone_stats(traces)]
-    only_traces = pd.DataFrame(trace_rows)
-    mixed = pd.DataFrame(trace_rows + [s.to_dict() for s in session_stats(_sessions())])
-    a = fleet_adapter.zone_stats_from_frame(only_traces)
-    b = fleet_adapter.zone_stats_from_frame(mixed)
+    only_traces = zone_stats(traces)
+    mixed = zone_stats(traces) + session_stats(_sessions())
+    a = fleet_adapter.planning_zone_stats(only_traces)
+    b = fleet_adapter.planning_zone_stats(mixed)
     assert [s.zone for s in a] == [s.zone for s in b] == sorted(t.zone for t in traces)
     for x, y in zip(a, b, strict=True):
         assert x.rate_per_hour == y.rate_per_hour and x.restart_latency_s is None
@@ -61,9 +59,8 @@ def test_plan_restart_hours_come_from_the_local_fleet_sessions():
                          price_per_hour=0.918, launched_at=1e9 + 100 * i, ready_at=1e9 + 100 * i + 4 + 2 * i,
                          ended_at=1e9 + 100 * i + 60, end_reason="preempted") for i in range(3)]
     elsewhere = [dataclasses.replace(local[0], node_id="x", zone="nowhere-1a", region="nowhere-1")]
-    df = pd.DataFrame([s.to_dict() for s in zone_stats(traces)]
-                      + [s.to_dict() for s in session_stats(local + elsewhere)])
-    stats = fleet_adapter.zone_stats_from_frame(df)  # sessions are recorded in market seconds
+    records = zone_stats(traces) + session_stats(local + elsewhere)
+    stats = fleet_adapter.planning_zone_stats(records)  # sessions are recorded in market seconds
     assert sorted(s.zone for s in stats) == sorted(t.zone for t in traces)  # unknown zone left out
     measured_s = 6.0  # mean of 4, 6, 8 market seconds (no rescaling: the DB holds market seconds)
     by_zone = {s.zone: s for s in stats}
@@ -86,7 +83,7 @@ def test_plan_apply_puts_the_priors_in_seconds_into_the_stage_spec():
 
     [cfg] = load_pipelines(EXAMPLE_PIPELINES)
     traces = fleet_adapter.market_traces(cfg.market)
-    stats = fleet_adapter.zone_stats_from_frame(pd.DataFrame([s.to_dict() for s in zone_stats(traces)]))
+    stats = fleet_adapter.planning_zone_stats(zone_stats(traces))
     fc = forecast_zones(traces, None, 12.0, n_samples=200, seed=0)
     plan = fleet_adapter.plan_for_stage(cfg.stages[0], stats, fc, cfg.market, 16.0, True)
     spec = plan.apply(StageSpec(name="pretrain", command=["python", "x.py"], checkpoint_uri="/tmp/x",
@@ -101,3 +98,47 @@ def test_plan_apply_puts_the_priors_in_seconds_into_the_stage_spec():
     tau = (2 * plan.checkpoint_hours * 3600.0 * (3600.0 / first.rate_per_hour + plan.restart_hours * 3600.0)) ** 0.5
     assert pr.interval_seconds == pytest.approx(tau)
     assert pr.work_seconds == pytest.approx(cfg.stages[0].work_hours * 3600.0)
+
+
+def test_a_stored_table_instead_of_records_names_the_fix():
+    """A preemption_stats value stored before it became list[ZoneStats] (a DataFrame's rows
+    iterate as column names) fails with the asset to re-materialize, not deep in the planner."""
+    with pytest.raises(TypeError, match="re-materialize preemption_stats"):
+        fleet_adapter.planning_zone_stats(["zone", "rate_per_hour"])
+
+
+def test_assets_pass_typed_values_and_the_table_is_derived_from_them(tmp_path):
+    """preemption_stats materializes list[ZoneStats] (trace and recorded-session records),
+    fleet_plan dict[str, FleetPlan]; the analyst's markdown table comes from the records."""
+    from dagster import AssetKey, DagsterInstance, materialize
+
+    from assets.pipeline_assets import build_pipeline_assets
+    from fleet.planning.planner import FleetPlan
+    from fleet.stats.preemption import ZoneStats
+    from infra.db.recorder import record_attempt
+    from pipelines.resources import FleetResource, StatsDB
+
+    [cfg] = load_pipelines(EXAMPLE_PIPELINES)
+    stats_db = StatsDB(var_dir=str(tmp_path / "var"))
+    sessions = _sessions()
+    record_attempt(stats_db.engine(), run_id="r1", pipeline=cfg.name, stage="pretrain", attempt=1,
+                   provider="local", status="completed", sessions=sessions, events=[],
+                   started_at=sessions[0].launched_at, ended_at=sessions[-1].ended_at)
+    pa = build_pipeline_assets(cfg)
+    keys = [AssetKey([cfg.name, n]) for n in ("spot_market", "preemption_stats", "preemption_forecast",
+                                              "fleet_plan")]
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(pa.assets, selection=keys, instance=instance,
+                             resources={"stats_db": stats_db, "fleet": FleetResource(var_dir=str(tmp_path / "var"))})
+        assert result.success
+        stats = result.asset_value(keys[1])
+        plans = result.asset_value(keys[3])
+        meta = instance.get_latest_materialization_event(keys[1]).asset_materialization.metadata
+    assert isinstance(stats, list) and all(isinstance(s, ZoneStats) for s in stats)
+    assert {s.source for s in stats} == {"trace", "sessions"}
+    assert isinstance(plans, dict) and all(isinstance(p, FleetPlan) for p in plans.values())
+    assert set(plans) == {s.name for s in cfg.stages}
+    table = meta["table"].value
+    assert "| source" in table and "us-east-1f" in table and "sessions" in table
+    traced = [s.preemptions for s in stats if s.source == "trace"]
+    assert meta["min_preemptions_per_zone"].value == min(traced)
