@@ -221,6 +221,10 @@ class AsyncSaver:
         self._last_persist_seconds: float | None = None
         #: job identity written into every manifest's meta["job"] (checkpointing.identity)
         self.job_meta: dict[str, Any] | None = None
+        #: the loop's progress written into every manifest's meta["progress"]
+        #: ({"total_steps", "mean_step_seconds"}): what a controller that sees only the
+        #: store (the SkyPilot provider) learns of the training's progress
+        self.progress_meta: dict[str, Any] | None = None
         #: the prefix lease (checkpointing.lease): verified before GC and before each commit
         self.lease: Any = None
         #: committed checkpoints known to be corrupt (restore fell back past them): deleted
@@ -473,7 +477,9 @@ class AsyncSaver:
             manifest_attempted = True
             info = writer.commit(save_seconds=persist, stall_seconds=snap.stall_seconds,
                                  meta={"tensors": snap.tensor_count,
-                                       **({"job": self.job_meta} if self.job_meta else {})})
+                                       **({"job": self.job_meta} if self.job_meta else {}),
+                                       **({"progress": self.progress_meta}
+                                          if self.progress_meta else {})})
             # from here on the checkpoint is committed: nothing below may delete it
             result = SaveResult(job.step, job.kind, True, info.bytes, snap.stall_seconds,
                                 persist, info=info, spilled=spilled)

@@ -506,6 +506,8 @@ class TrainingSession:
             return None
         urgent = kind == SaveKind.EMERGENCY or _notice
         deadline = self.guard.deadline if urgent and self.guard is not None else None
+        self.saver.progress_meta = {"total_steps": self.total_steps,
+                                    "mean_step_seconds": self.mean_step_seconds()}
         result = self.saver.save(self.state.capture, step, kind.value,
                                  block=block or urgent, deadline=deadline,
                                  interrupt=None if urgent else self._noticed, timeout=_timeout)

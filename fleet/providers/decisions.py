@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -140,6 +141,30 @@ class Progress:
         c = min(1.0, self.committed_step / self.total_steps)
         u = min(1.0 - c, max(0, self.step - self.committed_step) / self.total_steps)
         return c, u
+
+
+def progress_from_checkpoints(checkpoints: Sequence[Any],
+                              seconds_per_market_second: float = 1.0) -> Progress:
+    """The job's progress as a controller that sees only the checkpoint store knows it.
+
+    ``checkpoints``: committed checkpoints of the job's prefix (``CheckpointInfo`` of
+    ``checkpointing.manifest.list_checkpoints``). The newest one's step is the committed
+    (and the only known) step; its manifest's ``meta["progress"]`` (written by
+    ``TrainingSession``) carries the loop's ``total_steps`` and ``mean_step_seconds``
+    (the training process's clock; divided by ``seconds_per_market_second``). Work done
+    since that checkpoint is invisible from the store: ``step`` = ``committed_step``.
+    """
+    if not checkpoints:
+        return Progress()
+    last = max(checkpoints, key=lambda c: (c.step, c.created))
+    prog = (last.meta or {}).get("progress") or {}
+    total = prog.get("total_steps")
+    step_s = prog.get("mean_step_seconds")
+    total = int(total) if isinstance(total, int | float) and total > 0 else None
+    step_s = (float(step_s) / seconds_per_market_second
+              if isinstance(step_s, int | float) and math.isfinite(step_s) and step_s > 0 else None)
+    return Progress(total_steps=total, step=int(last.step), committed_step=int(last.step),
+                    step_seconds=step_s)
 
 
 def region_of_zone(zone: str) -> str:

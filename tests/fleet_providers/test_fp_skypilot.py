@@ -298,3 +298,65 @@ def test_training_process_gets_the_priors_and_keeps_insurance_saves(api_server, 
     assert [e.data["step"] for e in without] == [10]  # the bootstrap save only: no MTTP, no tau
     # insurance saves every tau = sqrt(2 C (MTTP + R)) = 0.71 s, about 30 steps, from the start
     assert len(with_priors) >= 3 and 10 not in [e.data["step"] for e in with_priors]
+
+
+def _train_to(store: Path, step: int, total: int = 100, step_seconds: float = 144.0) -> None:
+    """A real TrainingSession on the stage's checkpoint prefix, run to ``step`` and saved."""
+    import torch
+
+    from checkpointing.events import EventLog
+    from checkpointing.session import TrainingSession
+
+    model = torch.nn.Linear(4, 1)
+    s = TrainingSession(store=str(store), model=model, total_steps=total, job_id="pretrain-job",
+                        events=EventLog(store.parent / "events.jsonl"), insurance="off")
+    for _ in range(s.restore(), step):
+        s.end_step(step_seconds)
+    assert s.finish() == 0
+
+
+def test_the_policy_sees_the_progress_the_training_writes_to_the_checkpoint_store(api_server, tmp_path):
+    """No events reach the SkyPilot controller; the checkpoint store does: each decision
+    gets the newest committed step and the loop's total steps / step time from the
+    manifests (PolicyDriver.decide's Progress, as on the local fleet)."""
+    from checkpointing.manifest import list_checkpoints
+    from checkpointing.stores.base import open_store
+    from fleet.providers.decisions import progress_from_checkpoints
+
+    ckpt = tmp_path / "ckpt"
+    _train_to(ckpt, 40)  # an earlier attempt got to step 40
+    [info] = list_checkpoints(open_store(str(ckpt)))
+    # 100 steps x 144 s: the planned 4 h of work (PRIORS.work_seconds)
+    assert info.meta["progress"] == {"total_steps": 100, "mean_step_seconds": 144.0}
+    p = progress_from_checkpoints([info])
+    assert (p.committed_step, p.step, p.total_steps, p.step_seconds) == (40, 40, 100, 144.0)
+    assert p.fractions() == (0.4, 0.0)
+
+    ctl = Controller(api_server, ["preempt", "succeed"])
+
+    def sleep(s: float) -> None:
+        job = api_server.jobs.get(1)
+        if job is not None and job["status"].value == "RUNNING" and 1 not in ctl.handled:
+            _train_to(ckpt, 70)  # the first job trains to step 70, then is preempted
+        ctl(s)
+
+    events = []
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0, progress_poll_seconds=0), sleep=sleep)
+    assert prov.run_stage(_spec(checkpoint_uri=str(ckpt)), on_event=events.append).completed
+    seen = [(e.data["committed_step"], e.data["total_steps"], e.data["step_seconds"])
+            for e in events if e.kind == "decision"]
+    assert seen == [(40, 100, 144.0), (70, 100, 144.0)]
+
+
+def test_an_unreadable_store_leaves_the_policy_without_progress_not_failing(api_server, monkeypatch):
+    # an S3 prefix the controller has no credentials for (endpoint: a closed loopback port)
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    ctl = Controller(api_server, ["succeed"])
+    events = []
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=ctl)
+    assert prov.run_stage(_spec(), on_event=events.append).completed
+    [d] = [e for e in events if e.kind == "decision"]
+    assert d.data["committed_step"] == 0 and d.data["total_steps"] is None

@@ -22,11 +22,18 @@ fleet/contract.py) in its task environment, refreshed at every relaunch from wha
 attempt observed.
 
 Training events stay on the VM (``SPOTFLEET_EVENTS_FILE``); this provider reports its
-own events (launch, preempted, relaunch, completed, failed, cancelled).
+own events (launch, preempted, relaunch, completed, failed, cancelled). What it knows of
+the training's progress comes from the checkpoint store it shares with the VMs: the
+newest committed checkpoint's step, and the ``total_steps`` / ``mean_step_seconds`` the
+training process writes into every manifest (``meta["progress"]``), read at most every
+``progress_poll_seconds`` (``decisions.progress_from_checkpoints``). The policy gets it
+through the same ``PolicyDriver.decide(t, Progress)`` the local provider feeds from the
+process's progress events; work since the last checkpoint is invisible to it here.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,9 +50,11 @@ from fleet.contract import (
 )
 from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
-from fleet.providers.decisions import PolicyDriver, Progress
+from fleet.providers.decisions import PolicyDriver, Progress, progress_from_checkpoints
 from fleet.providers.events import provider_event
 from fleet.providers.skypilot.tasks import SkyTaskOptions, build_task, hourly_price
+
+log = logging.getLogger("fleet.providers.skypilot")
 
 #: ManagedJobStatus values, grouped by what the provider does with them
 WAITING = {"PENDING", "SUBMITTED", "STARTING"}
@@ -67,6 +76,7 @@ class SkyPilotConfig:
     max_pending_seconds: float = 3600.0  # job not running this long -> AttemptFailed
     rotate_on_preemption: bool = True  # False: leave recovery entirely to SkyPilot
     decision_tick_seconds: float = 300.0  # the policy's tick (its Observation grid)
+    progress_poll_seconds: float = 60.0  # re-list the checkpoint store for progress at most this often
 
 
 def _get(record: Any, name: str) -> Any:
@@ -152,6 +162,10 @@ class _SkyRun(AttemptRecord):
         self.p = provider
         self.cfg = provider.config
         self.jobs: list[int] = []
+        self._progress = Progress()
+        self._progress_read_at: float | None = None
+        self._progress_store: Any = None
+        self._progress_warned = False
 
     def _cancelled(self) -> bool:
         with self.p._lock:
@@ -261,7 +275,8 @@ class _SkyRun(AttemptRecord):
         driver = self.driver
         if driver is None:
             return zones, True, "SkyPilot chooses among the candidate zones"
-        d = driver.decide(t, Progress(), None)
+        progress = self._progress_now()
+        d = driver.decide(t, progress, None)
         spot_zones: list[str] = []
         for x in d.tries:  # the policy's target and spot fallbacks: SkyPilot's ordered list
             if x is None or not x.spot:
@@ -273,12 +288,35 @@ class _SkyRun(AttemptRecord):
             target="idle" if first is None else first.zone if first.spot else "on-demand",
             spot=None if first is None else first.spot, market_seconds=round(t, 3), tick=d.tick,
             interval_seconds=d.interval_seconds, location=None,
+            committed_step=progress.committed_step, total_steps=progress.total_steps,
+            step_seconds=progress.step_seconds,
             tries=[("idle" if x is None else x.zone if x.spot else "on-demand") for x in d.tries]))
         if first is None:
             return None, True, f"policy {driver.name}: wait"
         if not first.spot:
             return zones, False, first.reason
         return spot_zones, True, first.reason
+
+    def _progress_now(self) -> Progress:
+        """The training's progress as the checkpoint store shows it (module docstring);
+        the last known one between reads and when the store cannot be read."""
+        now = self.p._clock()
+        if self._progress_read_at is not None and now - self._progress_read_at < self.cfg.progress_poll_seconds:
+            return self._progress
+        self._progress_read_at = now
+        from checkpointing.manifest import list_checkpoints
+        from checkpointing.stores.base import open_store
+
+        try:
+            if self._progress_store is None:
+                self._progress_store = open_store(self.spec.checkpoint_uri)
+            self._progress = progress_from_checkpoints(list_checkpoints(self._progress_store))
+        except Exception as exc:  # unreachable from the controller: decide on what is known
+            if not self._progress_warned:
+                self._progress_warned = True
+                log.warning("stage %s: cannot read progress from %s (%s); the fleet policy decides "
+                            "with the last known progress", self.spec.name, self.spec.checkpoint_uri, exc)
+        return self._progress
 
     def _session(self, record: Any, task: Any, spot: bool, end: float | None, reason: str) -> None:
         zone = _get(record, "zone") or ""
