@@ -172,7 +172,7 @@ def run_handler(args) -> int:
     print(f"local fleet: {len(schedule.zones)} zones {schedule.zones}, market {args.market}, "
           f"1 emulated hour = {ts.wall_seconds_per_trace_hour:g} s wall, notices as {args.cloud} "
           f"(grace {cfg.grace_scale:g} x the cloud's window), workdir {workdir}", flush=True)
-    narrator = Narrator(t0, progress=not args.quiet_progress)
+    narrator = Narrator(t0, progress=not args.quiet_progress, factor=ts.factor)
 
     def show(event) -> None:
         line = narrator.line(event)

@@ -2,6 +2,11 @@
 
 Used by ``spotfleet local-fleet run`` to show the path notice -> emergency save ->
 relaunch in another zone -> exact resume as it happens.
+
+The provider reports events in market seconds (fleet/providers/local/clock.py). A person
+watching the demo counts wall seconds, so each line shows both: the wall seconds since
+the start and the market hours they stand for; durations (notice window, save time) are
+shown in wall seconds with their market equivalent.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ def _short(node_id: str | None) -> str:
 class Narrator:
     """Turns events into one-line messages; remembers each node's zone and last save."""
 
-    def __init__(self, t0: float, progress: bool = True):
+    def __init__(self, t0: float, progress: bool = True, factor: float = 1.0):
+        """``t0``: the market clock's anchor (unix s); ``factor``: market s per wall s."""
         self.t0 = t0
+        self.factor = factor if factor > 0 else 1.0
         self.progress = progress
         self.zone_of: dict[str, str] = {}
         self.last_emergency: int | None = None
@@ -37,9 +44,17 @@ class Narrator:
         if e.kind == "launch" and node:
             self.zone_of[node] = d.get("zone", "")
             zone = self.zone_of[node]
-        head = f"[{e.time - self.t0:7.1f}s] {zone:<12} {_short(node):<7}"  # market s since t0
+        market_s = e.time - self.t0
+        head = f"[{market_s / self.factor:6.1f}s | market {market_s / 3600.0:6.2f} h] {zone:<12} {_short(node):<7}"
         msg = self._message(e, d) if is_provider_event(e) else self._training(e, d)
         return None if msg is None else f"{head} {msg}"
+
+    def _dur(self, market_seconds) -> str:
+        """A duration reported in market seconds, as wall seconds (market equivalent)."""
+        m = float(market_seconds or 0.0)
+        if self.factor == 1.0:
+            return f"{m:.2f} s"
+        return f"{m / self.factor:.2f} s wall = {m / 60.0:.1f} market min"
 
     def _message(self, e: Event, d: dict) -> str | None:
         if e.kind == "launch":
@@ -48,7 +63,7 @@ class Narrator:
         if e.kind == "notice_sent":
             src = ",".join(s.split(":")[0] for s in str(d.get("sources") or "").split(","))
             return (f"PREEMPTION NOTICE: zone lost capacity; delivered via {src}, "
-                    f"kill in {d.get('grace_seconds', 0):.1f} s")
+                    f"kill in {self._dur(d.get('grace_seconds'))}")
         if e.kind == "preempted":
             how = (f"exit code {d['exit_code']}" if d.get("exit_code") is not None
                    else f"process reported {d.get('exit_reason')}")
@@ -82,7 +97,7 @@ class Narrator:
             if kind == "emergency":
                 self.last_emergency = d.get("step")
                 return (f"EMERGENCY SAVE committed at step {d.get('step')} "
-                        f"({d.get('bytes', 0) / 1e6:.2f} MB, {d.get('persist_seconds', 0):.2f} s)")
+                        f"({d.get('bytes', 0) / 1e6:.2f} MB, {self._dur(d.get('persist_seconds'))})")
             return f"{kind} checkpoint at step {d.get('step')}"
         if e.kind == "save_failed":
             return f"save FAILED at step {d.get('step')}: {d.get('reason')}"
