@@ -218,6 +218,7 @@ class ElasticSession:
         self._change: str | None = None  # None | "leave" | "reform"
         self._change_reason = ""
         self._leavers = 0
+        self._agent_signalled_at: float | None = None
         self._step_t0: float | None = None
         self._formed_at: float | None = None
         self._lost_at: float | None = None
@@ -435,6 +436,12 @@ class ElasticSession:
         self._change = "leave" if leaving else "reform"
         if leaving and self._leavers >= self.world_size and self.rank == 0:
             self._emergency_save()
+        elif leaving:
+            # tell the agent now (it leaves the rendezvous at once), not after the
+            # bookkeeping: the survivors' next round opens only when every member of the
+            # old one has left. Rank 0 of an all-lost group tells it after its emergency
+            # save, which the agent's shutdown timeout must not cut short.
+            self._stop_agent(wait=False)
 
     def _emergency_save(self) -> None:
         if self.session is None:
@@ -486,18 +493,22 @@ class ElasticSession:
         self._destroy()
         return self.exit_code
 
-    def _stop_agent(self) -> None:
+    def _stop_agent(self, wait: bool = True) -> None:
         """Leaving: make this node's elastic agent exit too (else it would restart us).
 
-        The agent handles SIGTERM as "this node goes away": it stops, without closing
-        the rendezvous for the others. With a signal notice it already has it."""
+        The agent handles SIGTERM as "this node goes away": it leaves the rendezvous
+        and stops, without closing the rendezvous for the others. With a signal notice
+        it already has it. Signalled once; ``wait``: give the agent 0.2 s to take the
+        signal before it sees this worker exit (else it would restart it)."""
         if not self.distributed:
             return
         parent = os.getppid()
-        if parent > 1:
+        if self._agent_signalled_at is None and parent > 1:
+            self._agent_signalled_at = time.monotonic()
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(parent, signal.SIGTERM)
-            time.sleep(0.2)  # let the agent take the signal before it sees our exit
+        if wait and self._agent_signalled_at is not None:
+            time.sleep(max(0.0, 0.2 - (time.monotonic() - self._agent_signalled_at)))
 
     def _destroy(self) -> None:
         if not self.distributed:

@@ -35,6 +35,7 @@ import argparse
 import logging
 import os
 import runpy
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ class ElasticRunConfig:
     max_restarts: int = 1000  # each re-form after a shrink counts as one (grow does not)
     local_addr: str | None = None
     host_store: bool = False
-    last_call_timeout: int = 3  # wait for more nodes once min_nodes have joined
+    last_call_timeout: int = 1  # wait for more nodes once min_nodes have joined (docs/elastic.md)
     join_timeout: int = 600
     keep_alive_interval: int = 5  # heartbeats are CAS writes: frequent ones starve joiners
     keep_alive_max_attempt: int = 3
@@ -111,18 +112,46 @@ class _ExitWithoutTraceback(logging.Filter):
 
 def _agent_class():
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    from torch.distributed.elastic.multiprocessing import SignalException
 
     from checkpointing.elastic import REFORM_SIGNAL
 
     class SpotfleetElasticAgent(LocalElasticAgent):
-        """``LocalElasticAgent`` whose membership-change stop is ``SIGUSR1``, not SIGTERM."""
+        """``LocalElasticAgent`` whose membership-change stop is ``SIGUSR1``, not SIGTERM,
+        and that leaves the rendezvous as soon as its node leaves."""
 
         reform_timeout = 10
+        left_rendezvous = False
 
         def _stop_workers(self, worker_group, *args, **kwargs) -> None:  # noqa: ANN001
             self._shutdown(REFORM_SIGNAL, timeout=self.reform_timeout)
 
+        def _shutdown(self, death_sig=signal.SIGTERM, timeout: int = 30) -> None:  # noqa: ANN001
+            # torch's run() calls this from its ``except SignalException`` block: this node
+            # got the notice. Leave the rendezvous FIRST, then wait for the worker (it still
+            # finishes the agreed step and hands off): the survivors' next round can only
+            # open once every participant of the old one has left, so the leaver must not
+            # be the last one out (measured: 0.3 s after the worker's exit otherwise).
+            if isinstance(sys.exc_info()[1], SignalException) and not self.left_rendezvous:
+                # the node is leaving: a second notice (the worker tells its agent too, a
+                # signal cloud signals the whole process group) must not interrupt the
+                # exit operation (measured: an interrupted exit left this node in the
+                # round until its keep-alive expired, 12 s) nor the worker's shutdown
+                _ignore_termination_signals()
+                self.left_rendezvous = True
+                _leave_rendezvous(self._worker_group.spec.rdzv_handler)
+            super()._shutdown(death_sig, timeout)
+
     return SpotfleetElasticAgent
+
+
+def _ignore_termination_signals() -> None:
+    """Ignore the signals torch elastic turns into ``SignalException`` (this node leaves)."""
+    names = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
+    for name in names.split(","):
+        sig = getattr(signal, name.strip(), None)
+        if sig is not None:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _leave_rendezvous(handler) -> None:  # noqa: ANN001
@@ -179,7 +208,8 @@ def run_node(cfg: ElasticRunConfig, script: str, argv: list[str]) -> int:
             result = agent.run()
         except SignalException as exc:
             log.warning("node leaves the stage (signal %s)", exc.sigval)
-            _leave_rendezvous(handler)
+            if not agent.left_rendezvous:
+                _leave_rendezvous(handler)
             return EXIT_PREEMPTED
         except (RendezvousError, DistError) as exc:
             # e.g. the agent that was rank 0 of the round died before publishing the
@@ -263,7 +293,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ElasticRunConfig, str, li
     p.add_argument("--max-restarts", type=int, default=1000)
     p.add_argument("--local-addr", default=None, help="address other nodes reach this node at")
     p.add_argument("--host-store", action="store_true", help="this process hosts the store")
-    p.add_argument("--last-call-timeout", type=int, default=3, metavar="SECONDS")
+    p.add_argument("--last-call-timeout", type=int, default=1, metavar="SECONDS")
     p.add_argument("--keep-alive-interval", type=int, default=5, metavar="SECONDS")
     p.add_argument("--keep-alive-max-attempt", type=int, default=3)
     p.add_argument("--join-timeout", type=int, default=600, metavar="SECONDS")

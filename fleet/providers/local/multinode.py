@@ -70,7 +70,7 @@ class ElasticConfig:
     min_nodes: int = 1  # the group trains while at least this many nodes are up
     max_per_zone: int | None = None  # default ceil(K / number of candidate zones)
     on_demand_nodes: int = 0  # of the K slots, how many run on-demand (the core)
-    last_call_timeout: int = 3  # rendezvous: wait this long for more nodes (whole s)
+    last_call_timeout: int = 1  # rendezvous: wait this long for more nodes (whole s)
     batch_wait_seconds: float = 60.0  # a launch batch waits this long for its slowest node
     completion_wait_seconds: float = 60.0  # after one node completes, wait for the others
     max_failures: int = 4  # node crashes (exit != 0 without a notice) tolerated
