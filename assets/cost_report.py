@@ -57,6 +57,9 @@ class CostReport:
     files: dict[str, Path] = field(default_factory=dict)
     focus_rows: int = 0
     reconcile: tuple[float, float] = (0.0, 0.0)  # (cost lines $, node sessions $) of the run
+    #: elastic stages of the run: one row per shrink / grow with its tax, and node-hours per node
+    membership: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ct.MEMBERSHIP_COLS))
+    elastic_nodes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ct.NODE_HOURS_COLS))
 
     @property
     def run_label(self) -> str:
@@ -98,6 +101,9 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
     period = (first, last) if first is not None and last is not None else None
     by_day = ct.day_summary(ct.for_days(data, *period)) if period else ct.day_summary(ct.for_runs(data, []))
     all_time = ct.run_summary(data)
+    members = ct.load_membership(engine, pipeline)
+    membership = ct.membership_table(members, run_ids)
+    elastic_nodes = ct.elastic_node_hours(run.sessions, members)
     be = ct.break_even(ct.observed_rates(run.sessions, run.lines, run.checkpoints)) if not run.sessions.empty else None
     budget = None
     if budget_usd is not None:
@@ -111,7 +117,8 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
                         f"{pipeline} {_run_label(run_ids)}", stage_order)
     kwargs = dict(pipeline=pipeline, run_label=_run_label(run_ids), table=table, tot=tot, by_stage=by_stage,
                   by_zone=by_zone, stages=stages, be=be, budget=budget, budget_enforced=budget_enforced,
-                  period_label=period_label, by_day=by_day, all_time=all_time)
+                  period_label=period_label, by_day=by_day, all_time=all_time,
+                  membership=membership, elastic_nodes=elastic_nodes)
     md_file = rr.markdown_report(**kwargs, image_uri="cost_report.png")
     md_page = rr.markdown_report(**kwargs, image_uri=rr.data_uri(png))
     files = {"png": png,
@@ -137,7 +144,8 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
     lines_usd = float(run.lines["dollars"].sum()) if not run.lines.empty else 0.0
     sessions_usd = float(run.sessions["cost_usd"].sum()) if not run.sessions.empty else 0.0
     return CostReport(pipeline, run_ids, table, tot, by_stage, by_zone, stages, by_day, all_time, period, be,
-                      budget, md_page, files, focus_rows, (lines_usd, sessions_usd))
+                      budget, md_page, files, focus_rows, (lines_usd, sessions_usd), membership,
+                      elastic_nodes)
 
 
 def _write(path: Path, text: str) -> Path:

@@ -450,3 +450,57 @@ def budget_status(data: CostData, budget_usd: float, period: str, run_ids: Itera
     part = for_runs(data, ids)
     label = f"run {ids[0][:8]}" if ids else "run (none)"
     return BudgetStatus(label, float(part.lines["dollars"].sum()) if not part.lines.empty else 0.0, budget_usd)
+
+
+# -- elastic multi-node stages: node-hours per node, the tax of each shrink / grow ---------
+
+MEMBERSHIP_COLS = ["stage", "attempt", "step", "kind", "world_sizes", "state_from", "nodes",
+                   "pause_seconds", "node_seconds", "membership_tax_usd"]
+NODE_HOURS_COLS = ["stage", "attempt", "node_id", "zone", "spot", "end_reason", "billed_hours", "cost_usd"]
+
+
+def load_membership(engine, pipeline: str) -> pd.DataFrame:
+    """The ``membership_changes`` rows of one pipeline (fleet/providers/membership.py)."""
+    from infra.db.models import MembershipChange
+    from infra.db.recorder import read_table
+
+    return read_table(engine, MembershipChange, pipeline)
+
+
+def membership_table(membership: pd.DataFrame, run_ids: Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per group change of the elastic stages of ``run_ids`` (None: all runs),
+    in order: ``kind`` (shrink / grow / reform / restore), ``world_sizes`` ("4 -> 2"),
+    the longest member pause in billed seconds, the node-seconds paused (every member
+    that was training, from its hand-off to the group's first step) and their $
+    (``membership_tax_usd``). The attempt's first group (``form``) is not a change."""
+    m = membership
+    if m.empty:
+        return pd.DataFrame(columns=MEMBERSHIP_COLS)
+    if run_ids is not None:
+        m = m[m["run_id"].isin(set(run_ids))]
+    m = m[m["kind"] != "form"].sort_values(["formed_at", "id"])
+    if m.empty:
+        return pd.DataFrame(columns=MEMBERSHIP_COLS)
+    before = m["world_size_before"].map(lambda v: "?" if pd.isna(v) else str(int(v)))
+    return pd.DataFrame({
+        "stage": m["stage"].to_numpy(), "attempt": m["attempt"].astype(int).to_numpy(),
+        "step": m["step"].astype(int).to_numpy(), "kind": m["kind"].to_numpy(),
+        "world_sizes": (before + " -> " + m["world_size"].astype(int).astype(str)).to_numpy(),
+        "state_from": m["state_from"].to_numpy(), "nodes": m["nodes"].to_numpy(),
+        "pause_seconds": m["pause_seconds"].astype(float).to_numpy(),
+        "node_seconds": m["node_seconds"].astype(float).to_numpy(),
+        "membership_tax_usd": m["dollars"].astype(float).to_numpy()}, columns=MEMBERSHIP_COLS)
+
+
+def elastic_node_hours(sessions: pd.DataFrame, membership: pd.DataFrame) -> pd.DataFrame:
+    """Billed hours and $ of every node of the elastic stages' attempts (those that
+    recorded membership groups), one row per node session in launch order."""
+    if sessions.empty or membership.empty:
+        return pd.DataFrame(columns=NODE_HOURS_COLS)
+    s = sessions[sessions["attempt_id"].isin(set(membership["attempt_id"].dropna()))]
+    if s.empty:
+        return pd.DataFrame(columns=NODE_HOURS_COLS)
+    s = s.sort_values(["stage", "attempt", "launched_at"])
+    out = s[["stage", "attempt", "node_id", "zone", "spot", "end_reason", "billed_hours", "cost_usd"]].copy()
+    out["spot"] = out["spot"].astype(bool)
+    return out.reset_index(drop=True)[NODE_HOURS_COLS]

@@ -25,6 +25,10 @@ HEADERS = {
     "savings_pct": "Savings (%)", "useful_usd": "Useful ($)", "checkpoint_usd": "Checkpoint tax ($)",
     "redo_usd": "Redo tax ($)", "launch_usd": "First launch ($)", "restart_usd": "Restart tax ($)",
     "idle_usd": "Idle tax ($)", "fallback_usd": "On-demand fallback premium ($)", "taxes_usd": "Taxes ($)",
+    "node_id": "Node", "spot": "Spot", "end_reason": "End reason", "billed_hours": "Billed hours",
+    "step": "Step", "kind": "Change", "world_sizes": "World size", "state_from": "State from",
+    "pause_seconds": "Pause (billed s)", "node_seconds": "Node-seconds paused",
+    "membership_tax_usd": "Membership tax ($)",
     "cost_usd": "Cost ($)", "tax": "Tax", "tax_usd": "Amount ($)", "share_pct": "Share of spend (%)",
 }
 NBHYPHEN = "\u2011"  # non-breaking hyphen: "us-east-1f" stays on one line
@@ -36,6 +40,10 @@ TAX_LABELS = {"launch": "first launch (start-up, paid even without preemptions)"
               "redo": "redo (work lost after the last checkpoint, recomputed)",
               "idle": "idle (notice grace, shutdown)",
               "fallback": "on-demand fallback premium (price over spot; overlaps the time taxes)"}
+
+
+#: float columns a total row sums (besides the ``*_usd`` ones)
+SUMMED_FLOATS = ("node_seconds", "billed_hours")
 
 
 def _fmt(v: object, col: str) -> str:
@@ -66,8 +74,10 @@ def md_table(df: pd.DataFrame, cols: list[str] | None = None, total: bool = Fals
         for i, c in enumerate(cols):
             if i == 0:
                 cells.append("**total**")
-            elif c.endswith("_usd") or c in ("sessions", "preemptions", "attempts", "lost_attempts", "runs"):
-                cells.append(f"**{_fmt(float(df[c].sum()) if c.endswith('_usd') else int(df[c].sum()), c)}**")
+            elif c.endswith("_usd") or c in SUMMED_FLOATS:
+                cells.append(f"**{_fmt(float(df[c].sum()), c)}**")
+            elif c in ("sessions", "preemptions", "attempts", "lost_attempts", "runs"):
+                cells.append(f"**{_fmt(int(df[c].sum()), c)}**")
             elif c == "savings_pct" and "on_demand_usd" in df and df["on_demand_usd"].sum() > 0:
                 cells.append(f"**{100.0 * df['savings_usd'].sum() / df['on_demand_usd'].sum():.1f}**")
             else:
@@ -119,11 +129,35 @@ def budget_line(b: BudgetStatus | None, enforced: bool) -> str:
             + ("enforced: a stage that would exceed it is not launched." if enforced else "not enforced (warn only)."))
 
 
+def elastic_sections(membership: pd.DataFrame | None, nodes: pd.DataFrame | None) -> list[str]:
+    """Elastic multi-node stages: node-hours per node and the tax of each shrink / grow
+    (nothing when the run has no elastic stage)."""
+    out: list[str] = []
+    if nodes is not None and not nodes.empty:
+        out += ["### Elastic stages: node-hours per node", "",
+                md_table(nodes, ["stage", "attempt", "node_id", "zone", "spot", "end_reason",
+                                 "billed_hours", "cost_usd"], total=True), ""]
+    if membership is not None and not membership.empty:
+        taxed = membership[membership["kind"] != "restore"]
+        out += ["### Elastic stages: membership changes (the tax of each shrink / grow)", "",
+                f"Each change pauses every node that was training, from its own hand-off to the new "
+                f"group's first completed step (nodes that just joined were starting up: their "
+                f"sessions' launch / restart time); the tax is those pauses at each node's price: "
+                f"{taxed['node_seconds'].sum():,.1f} billed node-seconds, "
+                f"**${taxed['membership_tax_usd'].sum():,.4f}** over {len(taxed)} change(s). It is part of the "
+                f"nodes' billed time above (inside `useful`), not added to the taxes. A `restore` "
+                f"(every node lost) is paid as `restart`.", "",
+                md_table(membership, ["stage", "attempt", "step", "kind", "world_sizes", "state_from",
+                                      "pause_seconds", "node_seconds", "membership_tax_usd"], total=True), ""]
+    return out
+
+
 def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: dict[str, float],
                     by_stage: pd.DataFrame, by_zone: pd.DataFrame, stages: pd.DataFrame,
                     be: BreakEven | None, budget: BudgetStatus | None, budget_enforced: bool,
                     period_label: str, by_day: pd.DataFrame, all_time: pd.DataFrame,
-                    image_uri: str | None = None) -> str:
+                    image_uri: str | None = None, membership: pd.DataFrame | None = None,
+                    elastic_nodes: pd.DataFrame | None = None) -> str:
     """The whole report as markdown: run, period and all-time sections, each its own table."""
     money = ["spend_usd", "on_demand_usd", "savings_usd", "savings_pct"]
     taxes = [f"{c}_usd" for c in CATEGORIES if c != "useful"] + ["fallback_usd"]
@@ -144,6 +178,7 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
     out += ["### Stages (all attempts)", "",
             md_table(stages, ["stage", "attempts", "lost_attempts", "sessions", "preemptions", "zones", "cost_usd"],
                      total=True), "",
+            *elastic_sections(membership, elastic_nodes),
             "### Per stage", "", md_table(by_stage, ["stage", *money, *taxes], total=True), "",
             "### Per zone", "", md_table(by_zone, ["zone", *money, *taxes], total=True), "",
             "### Taxes", "", md_table(tax_table(tot), ["tax", "tax_usd", "share_pct"]), "",

@@ -175,3 +175,37 @@ class CostLine(Base):
 
 
 COST_CATEGORIES = ("useful", "checkpoint", "redo", "restart", "idle")
+
+
+class MembershipChange(Base):
+    """One group an elastic multi-node stage formed (rank 0's ``membership`` event).
+
+    ``kind``: ``form`` (the attempt's first group), ``shrink`` / ``grow`` / ``reform``
+    (fewer / more / as many nodes as the group before, state handed over in memory),
+    ``restore`` (every node was lost: the group read the checkpoint; its cost is in
+    the ``restart`` category). The TAX of a shrink / grow / reform: every member that was
+    training pauses from its own hand-off to the group's first completed step;
+    ``node_seconds`` is the sum of those pauses, ``pause_seconds`` the longest, ``dollars``
+    at each member's price (fleet/providers/membership.py). Billed (market) seconds; it
+    is part of the members' billed time (never added to the cost lines).
+    """
+
+    __tablename__ = "membership_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    attempt_id: Mapped[int | None] = mapped_column(
+        ForeignKey("stage_attempts.id", ondelete="CASCADE"), nullable=True, index=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    pipeline: Mapped[str] = mapped_column(String(128), index=True)
+    stage: Mapped[str] = mapped_column(String(128))
+    attempt: Mapped[int] = mapped_column(Integer)
+    formed_at: Mapped[float] = mapped_column(Float)  # the group's first completed step
+    kind: Mapped[str] = mapped_column(String(16))  # form | shrink | grow | reform | restore
+    step: Mapped[int] = mapped_column(Integer)
+    world_size_before: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    world_size: Mapped[int] = mapped_column(Integer)
+    state_from: Mapped[str] = mapped_column(String(16))  # handoff | peer | checkpoint | fresh
+    nodes: Mapped[str] = mapped_column(String(2000))  # node ids of the group, by rank
+    pause_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    node_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    dollars: Mapped[float] = mapped_column(Float, default=0.0)

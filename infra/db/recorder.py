@@ -10,10 +10,12 @@ from sqlalchemy import Engine, select
 
 from checkpointing.events import Event
 from fleet.providers.base import NodeSession
+from fleet.providers.membership import membership_changes
 from infra.db.accounting import cost_slices
 from infra.db.models import (
     CheckpointRecord,
     CostLine,
+    MembershipChange,
     NodeSessionRecord,
     PreemptionEvent,
     StageAttempt,
@@ -109,6 +111,13 @@ def record_attempt(
                         zone=s.zone, day=sl.day, spot=s.spot, category=sl.category,
                         seconds=sl.seconds, dollars=sl.dollars, on_demand_dollars=sl.on_demand_dollars,
                     ))
+        for ch in membership_changes(events, sessions):  # elastic stages only
+            db.add(MembershipChange(
+                attempt_id=row.id, run_id=run_id, pipeline=pipeline, stage=stage, attempt=attempt,
+                formed_at=ch.formed_at, kind=ch.kind, step=ch.step,
+                world_size_before=ch.world_size_before, world_size=ch.world_size,
+                state_from=ch.state_from, nodes=",".join(ch.nodes)[:2000],
+                pause_seconds=ch.pause_seconds, node_seconds=ch.node_seconds, dollars=ch.dollars))
         return row.id
 
 
@@ -129,8 +138,9 @@ def _delete_attempt(db, row: StageAttempt) -> None:
             CheckpointRecord.run_id == row.run_id, CheckpointRecord.pipeline == row.pipeline,
             CheckpointRecord.stage == row.stage, CheckpointRecord.attempt == row.attempt)):
         db.delete(r)
-    for r in db.scalars(select(NodeSessionRecord).where(NodeSessionRecord.attempt_id == row.id)):
-        db.delete(r)
+    for model in (NodeSessionRecord, MembershipChange):
+        for r in db.scalars(select(model).where(model.attempt_id == row.id)):
+            db.delete(r)
     db.delete(row)
     db.flush()
 
@@ -184,4 +194,4 @@ def latest_checkpoint_step(engine: Engine, pipeline: str, stage: str, run_id: st
 
 
 def iter_models() -> Iterable[type]:
-    return (StageAttempt, NodeSessionRecord, PreemptionEvent, CheckpointRecord, CostLine)
+    return (StageAttempt, NodeSessionRecord, PreemptionEvent, CheckpointRecord, CostLine, MembershipChange)

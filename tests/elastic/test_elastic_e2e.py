@@ -29,6 +29,8 @@ from elastic_kit import (
     train_args,
 )
 
+from fleet.providers.membership import membership_changes
+
 pytestmark = pytest.mark.slow
 
 TOLERANCE = 1e-5
@@ -106,7 +108,24 @@ def test_zone_reclaim_shrinks_and_regain_grows_without_restore(tmp_path):
     reasons = sorted(s.end_reason for s in result.sessions)
     assert reasons.count("preempted") == 2 and reasons.count("completed") == 4, reasons
     assert result.info["world_sizes"] == sizes
-    assert result.info["membership_tax_node_seconds_wall"] > 0  # 2 re-forms paused the group
+    assert result.info["membership_tax_node_seconds"] > 0  # 2 re-forms paused the group
+    # what the cost report records as the tax of each change (fleet/providers/membership.py)
+    # is what the log says: each member that was training pauses from its hand-off to the
+    # new group's first step; the workers' own pause_seconds measure it from the group's
+    # earliest hand-off file write (ms before the event). A survivor that missed a round
+    # (joined the next one) pays from its own older hand-off: compare when none did.
+    changes = [c for c in membership_changes(result.events, result.sessions) if c.kind != "form"]
+    kinds = [c.kind for c in changes]
+    assert "shrink" in kinds and "grow" in kinds and "restore" not in kinds, changes
+    assert result.info["membership_tax_node_seconds"] == pytest.approx(
+        sum(c.node_seconds for c in changes))
+    for c, g in zip(changes, groups[1:], strict=True):
+        assert c.step == g["step"] and len(c.nodes) == g["world_size"]
+    if [c.world_size for c in changes] == [2, 4]:  # no survivor missed a round
+        for c, g in zip(changes, groups[1:], strict=True):
+            paid = {e.node_id for e in w.of("handoff") if e.data["step"] == c.step}
+            assert paid and paid <= set(c.nodes), (paid, c)
+            assert c.node_seconds == pytest.approx(g["pause_seconds"] * len(paid), abs=0.05 * len(paid))
 
     ref = final_state(reference_run(tmp_path, args))
     got = final_state(tmp_path / "ckpt")

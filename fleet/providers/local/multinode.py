@@ -53,6 +53,7 @@ from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, NodeSession, StageResult, StageSpec
 from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
+from fleet.providers.membership import membership_changes
 
 try:  # fleet/providers/events.py (shared by local and SkyPilot); older trees: local/
     from fleet.providers.events import EventTail, provider_event
@@ -518,11 +519,11 @@ class ElasticStageRun(AttemptRecord):
                       for s in self.sessions}  # market hours
         cost = sum(session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at) for s in self.sessions)
         groups = self.membership_log()
-        # the tax of each shrink / grow: the re-formed group's nodes idle for the pause
-        mean_price = (sum(s.price_per_hour for s in self.sessions) / len(self.sessions)
-                      if self.sessions else 0.0)
-        tax_node_s = sum((g.get("pause_seconds") or 0.0) * g["world_size"] for g in groups[1:]
-                         if g.get("state_from") in ("handoff", "peer"))
+        # the tax of each shrink / grow (fleet/providers/membership.py): the nodes that were
+        # training, idle from their hand-off to the new group's first step (the events are
+        # in market time already: market seconds, like the statistics DB)
+        changes = membership_changes(self.events, self.sessions)
+        tax_node_s = sum(c.node_seconds for c in changes)
         info = {
             "provider": "local",
             "elastic": True,
@@ -535,8 +536,8 @@ class ElasticStageRun(AttemptRecord):
             "world_sizes": [g["world_size"] for g in groups],
             "membership": groups,
             "node_hours": node_hours,
-            "membership_tax_node_seconds_wall": tax_node_s,
-            "membership_tax_usd": tax_node_s * factor / 3600.0 * mean_price,
+            "membership_tax_node_seconds": tax_node_s,
+            "membership_tax_usd": sum(c.dollars for c in changes),
             "time_scale_factor": factor,
             "cost_usd": cost,  # market hours x price, like the statistics DB
             "workdir": str(self._nodes[0].log_path.parents[1]) if self._nodes else None,

@@ -1,0 +1,103 @@
+"""Membership changes of elastic multi-node stages and the tax of each shrink / grow.
+
+An elastic stage (``nodes: K > 1``, docs/elastic.md) trains on a group of nodes that
+changes when a zone is reclaimed (shrink) or capacity returns (grow). Every member of a
+group emits one ``membership`` training event after the group's first completed step
+(``rank``, ``step``, ``world_size``, ``state_from``: handoff | peer | checkpoint |
+fresh); a member of a group that stops for a change emits a ``handoff`` event when it
+has put its state aside. Pure functions of those events (the recorder stores the result
+in ``membership_changes``; the local fleet reports it in ``StageResult.info``).
+
+The TAX of a change (shrink, grow, or a re-form at the same size) is the time the nodes
+that were training are billed without training: for each member of the new group that
+handed off, from its own last ``handoff`` event to its own ``membership`` event of the
+new group (the new group's first completed step)::
+
+    node_seconds = sum over those members of (membership.time - handoff.time)
+    dollars      = sum over those members of (membership.time - handoff.time) x price / 3600
+    pause        = the longest of those intervals
+
+Newly joined members (no hand-off) are starting up: their wait is the ``launch`` /
+``restart`` part of their own sessions, not counted again here. A survivor that missed
+a round (it joins the one after) is charged from its own hand-off, so its whole wait is
+counted once. The workers' ``pause_seconds`` measure the same interval from the group's
+earliest hand-off file write (milliseconds before the event). A group that read the
+checkpoint (every node of the previous group was lost) is a ``restore``: its cost is the
+``restart`` category of the new sessions, not a membership tax.
+
+Seconds are the events' clock: market seconds, as every provider reports its events
+(the local fleet converts its compressed clock, fleet/providers/local/clock.py), i.e.
+billed seconds like the node sessions. The workers' ``pause_seconds`` stay in their own
+wall seconds (x the local fleet's ``time_scale.factor`` to compare).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from checkpointing.events import Event
+from fleet.providers.base import NodeSession
+
+KINDS = ("form", "shrink", "grow", "reform", "restore")
+TAXED = ("shrink", "grow", "reform")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One group an elastic stage formed (market seconds, $)."""
+
+    formed_at: float
+    kind: str
+    step: int
+    world_size_before: int | None
+    world_size: int
+    state_from: str
+    nodes: tuple[str, ...]  # by rank
+    pause_seconds: float  # the longest member pause
+    node_seconds: float
+    dollars: float
+
+
+def membership_changes(events: Iterable[Event], sessions: Sequence[NodeSession]) -> list[Change]:
+    """The groups of one attempt, in order, from its training events (empty: not elastic)."""
+    evs = sorted(events, key=lambda e: e.time)
+    members: dict[int, list[Event]] = {}
+    for e in evs:
+        if e.kind == "membership" and isinstance(e.data.get("step"), (int, float)):
+            # a group's step is unique within an attempt: the next group starts after
+            # the first step of this one completed
+            members.setdefault(int(e.data["step"]), []).append(e)
+    price = {s.node_id: s.price_per_hour for s in sessions}
+    last_handoff: dict[str, float] = {}  # node -> its latest hand-off not yet followed by a group
+    pauses: dict[tuple[str, int], float] = {}  # (node, group step) -> its pause (event seconds)
+    for e in evs:
+        if e.kind == "handoff" and e.node_id:
+            last_handoff[e.node_id] = e.time
+        elif e.kind == "membership" and e.node_id and isinstance(e.data.get("step"), (int, float)):
+            t = last_handoff.pop(e.node_id, None)
+            if t is not None:
+                pauses[(e.node_id, int(e.data["step"]))] = max(0.0, e.time - t)
+    out: list[Change] = []
+    before: int | None = None
+    for e in evs:
+        if e.kind != "membership" or e.data.get("rank") != 0:
+            continue
+        step, size = int(e.data["step"]), int(e.data["world_size"])
+        source = str(e.data.get("state_from") or "fresh")
+        group = sorted(members.get(step, []), key=lambda m: int(m.data.get("rank") or 0))
+        nodes = tuple(m.node_id or "" for m in group)
+        if before is None:
+            kind = "form"
+        elif source in ("handoff", "peer"):
+            kind = "shrink" if size < before else "grow" if size > before else "reform"
+        else:
+            kind = "restore"
+        paid = {n: pauses.get((n, step), 0.0) for n in nodes} if kind in TAXED else {}
+        out.append(Change(formed_at=e.time, kind=kind, step=step, world_size_before=before,
+                          world_size=size, state_from=source, nodes=nodes,
+                          pause_seconds=max(paid.values(), default=0.0),
+                          node_seconds=sum(paid.values()),
+                          dollars=sum(p * price.get(n, 0.0) for n, p in paid.items()) / 3600.0))
+        before = size
+    return out

@@ -1,0 +1,184 @@
+"""The cost report of an elastic stage: node-hours per node and the tax of each shrink / grow.
+
+An elastic attempt's event log (4 nodes; zone B reclaimed at step 62: 4 -> 2; two
+replacements join at step 200: 2 -> 4) goes through the real recorder (infra/db, SQLite)
+and the real report builder. The report's membership tax must equal what the event log
+says: per change, each member that was training pauses from its own hand-off to the new
+group's first completed step (the interval the workers report as ``pause_seconds``), at
+its price, in billed seconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from assets import cost_tables as ct
+from assets.cost_report import ReportSelection, build_report
+from checkpointing.events import Event
+from fleet.providers.base import NodeSession
+from fleet.providers.local.clock import MarketClock
+from fleet.providers.membership import membership_changes
+from infra.db.recorder import record_attempt
+from infra.db.session import make_engine, upgrade
+
+T0 = 1_700_000_000.0
+FACTOR = 120.0  # market seconds per wall second (the local fleet's compressed clock)
+CLOCK = MarketClock(T0, FACTOR)
+PRICE = {"n0": 0.9, "n1": 0.9, "n2": 1.1, "n3": 1.1, "n4": 1.3, "n5": 1.3}
+ZONE = {"n0": "us-east-1a", "n1": "us-east-1a", "n2": "us-east-1b", "n3": "us-east-1b",
+        "n4": "us-east-1b", "n5": "us-east-1b"}
+
+
+def _membership(t: float, node: str, rank: int, step: int, world: int, source: str,
+                pause: float | None) -> Event:
+    data = {"rank": rank, "world_size": world, "step": step, "state_from": source, "src_rank": 0}
+    if pause is not None:
+        data.update(pause_seconds=pause, lost_at=t - pause, first_step_at=t)
+    return Event("membership", t, node, data)
+
+
+def _wall_log() -> tuple[list[NodeSession], list[Event]]:
+    """The attempt on the wall clock, as the node processes and the controller see it."""
+    ev: list[Event] = []
+    for r, n in enumerate(["n0", "n1", "n2", "n3"]):  # the first group: 4 nodes, fresh
+        ev += [Event("start", T0 + 5, n, {}), _membership(T0 + 5.2, n, r, 0, 4, "fresh", None)]
+    # zone B reclaimed: n2, n3 leave at step 62; n0, n1 hand off and re-form at world 2
+    t1 = T0 + 30.0
+    ev += [Event("exit", t1, n, {"reason": "preempted", "step": 62, "world_size": 4}) for n in ("n2", "n3")]
+    ev += [Event("handoff", t1 + 0.001 * i, n, {"step": 62, "reason": "peer_leaving", "world_size": 4})
+           for i, n in enumerate(("n0", "n1"))]
+    ev += [_membership(t1 + 1.7, "n0", 0, 62, 2, "handoff", 1.7),
+           _membership(t1 + 1.7005, "n1", 1, 62, 2, "peer", 1.7005)]
+    # capacity returns: n4, n5 join at step 200 and receive the state from a peer
+    t2 = T0 + 80.0
+    ev += [Event("handoff", t2 + 0.002 * i, n, {"step": 200, "reason": "peer_joining", "world_size": 2})
+           for i, n in enumerate(("n0", "n1"))]
+    ev += [_membership(t2 + 2.2, n, r, 200, 4, "handoff" if r == 0 else "peer", 2.2)
+           for r, n in enumerate(("n0", "n1", "n4", "n5"))]
+    t3 = T0 + 120.0
+    ev += [Event("exit", t3, n, {"reason": "completed", "step": 300, "world_size": 4})
+           for n in ("n0", "n1", "n4", "n5")]
+    ends = {"n2": t1 + 0.5, "n3": t1 + 0.5}
+    starts = {"n4": t2 - 10.0, "n5": t2 - 10.0}
+    sessions = [NodeSession(node_id=n, stage="train", attempt=1, provider="local", cloud="aws",
+                            region=ZONE[n][:-1], zone=ZONE[n], instance_type="p3.2xlarge", spot=True,
+                            price_per_hour=PRICE[n], launched_at=starts.get(n, T0),
+                            ready_at=starts.get(n, T0) + 1, ended_at=ends.get(n, t3 + 0.5),
+                            end_reason="preempted" if n in ends else "completed",
+                            notice_at=t1 - 0.5 if n in ends else None, first_step=0, last_step=300,
+                            last_checkpoint_step=300)
+                for n in PRICE]
+    return sessions, ev
+
+
+def _attempt_log() -> tuple[list[NodeSession], list[Event]]:
+    """What leaves the local fleet: sessions and events in market time (the workers'
+    pause_seconds stay in their own wall seconds)."""
+    sessions, ev = _wall_log()
+    return [CLOCK.session(x) for x in sessions], [CLOCK.event(e) for e in ev]
+
+
+def _record(eng, sessions, events):
+    record_attempt(eng, run_id="run-e", pipeline="demo", stage="train", attempt=1, provider="local",
+                   status="completed", sessions=sessions, events=events, started_at=T0, ended_at=T0 + 121,
+                   start_step=0, final_step=300, total_steps=300, on_demand_price=lambda s: 3.06)
+
+
+@pytest.fixture
+def report(tmp_path):
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    sessions, events = _attempt_log()
+    _record(eng, sessions, events)
+    _record(eng, sessions, events)  # re-recording the attempt replaces its rows
+    rep = build_report(eng, "demo", tmp_path / "reports", ReportSelection(run_ids=("run-e",)),
+                       stage_order=["train"], write_focus=False)
+    return rep, sessions, events
+
+
+def _tax_from_the_log(events, sessions, step):
+    """(node-seconds, $) of the group that starts at ``step``, straight from the event log:
+    every member that handed off pauses from its own hand-off to its own membership event."""
+    price = {s.node_id: s.price_per_hour for s in sessions}
+    node_s = usd = 0.0
+    for m in events:
+        if m.kind == "membership" and m.data["step"] == step:
+            offs = [h.time for h in events if h.kind == "handoff" and h.node_id == m.node_id and h.time < m.time]
+            if offs:
+                pause = m.time - max(offs)
+                node_s += pause
+                usd += pause * price[m.node_id] / 3600.0
+    return node_s, usd
+
+
+def test_report_membership_tax_equals_the_event_log(report):
+    rep, sessions, events = report
+    m = rep.membership
+    assert list(m["kind"]) == ["shrink", "grow"]
+    assert list(m["world_sizes"]) == ["4 -> 2", "2 -> 4"]
+    assert list(m["step"]) == [62, 200]
+    want = [_tax_from_the_log(events, sessions, step) for step in (62, 200)]
+    # unix-second floats: 2e-7 s resolution
+    assert m["node_seconds"].tolist() == pytest.approx([w[0] for w in want], rel=1e-6)
+    assert m["membership_tax_usd"].tolist() == pytest.approx([w[1] for w in want], rel=1e-6)
+    # the workers' own pause_seconds (rank 0 of each group) say the same, to the ms:
+    # shrink: both survivors paused; grow: the two running nodes paused, the two new
+    # ones were starting up (their own sessions' launch time, not a membership tax)
+    logged = {e.data["step"]: e.data["pause_seconds"] for e in events
+              if e.kind == "membership" and e.data["rank"] == 0 and "pause_seconds" in e.data}
+    assert m["node_seconds"].tolist() == pytest.approx([2 * logged[62] * FACTOR, 2 * logged[200] * FACTOR],
+                                                       rel=1e-3)
+    assert m["pause_seconds"].tolist() == pytest.approx([logged[62] * FACTOR, logged[200] * FACTOR], rel=1e-3)
+    # the rendered report says the same
+    total = sum(w[1] for w in want)
+    assert "### Elastic stages: membership changes" in rep.markdown
+    assert f"**${total:,.4f}** over 2 change(s)" in rep.markdown
+    assert "| train | 1 | 62 | shrink | 4 -> 2 |" in rep.markdown
+
+
+def test_a_survivor_that_missed_a_round_pays_its_whole_wait_once():
+    """4 -> 2, then a grow that forms 3 (survivor n1 misses the round) and then 4."""
+    sessions, events = _wall_log()  # the derivation is clock-agnostic
+    events = [e for e in events if not (e.data.get("step") == 200 and e.kind in ("handoff", "membership"))]
+    t2 = T0 + 80.0
+    events += [Event("handoff", t2, n, {"step": 200, "reason": "peer_joining"}) for n in ("n0", "n1")]
+    events += [_membership(t2 + 2.0, n, r, 200, 3, "handoff" if r == 0 else "peer", 2.0)
+               for r, n in enumerate(("n0", "n4", "n5"))]
+    events += [Event("handoff", t2 + 2.1, n, {"step": 201, "reason": "peer_joining"}) for n in ("n0", "n4", "n5")]
+    events += [_membership(t2 + 4.5, n, r, 201, 4, "peer", 4.5) for r, n in enumerate(("n1", "n0", "n4", "n5"))]
+    ch = membership_changes(events, sessions)
+    assert [(c.kind, c.world_size) for c in ch] == [("form", 4), ("shrink", 2), ("grow", 3), ("grow", 4)]
+    assert ch[2].node_seconds == pytest.approx(2.0)  # n0 only: n4, n5 were starting up
+    # n1 from its hand-off at t2 (4.5 s), n0, n4, n5 from theirs at t2 + 2.1 (2.4 s each)
+    assert ch[3].node_seconds == pytest.approx(4.5 + 3 * 2.4)
+    assert ch[3].pause_seconds == pytest.approx(4.5)
+    assert ch[3].dollars == pytest.approx((4.5 * 0.9 + 2.4 * (0.9 + 1.3 + 1.3)) / 3600.0)
+
+
+def test_report_lists_node_hours_per_node_of_the_elastic_stage(report):
+    rep, sessions, _ = report
+    nodes = rep.elastic_nodes
+    assert sorted(nodes["node_id"]) == sorted(PRICE)
+    by_node = dict(zip(nodes["node_id"], nodes["billed_hours"], strict=True))
+    for s in sessions:
+        assert by_node[s.node_id] == pytest.approx((s.ended_at - s.launched_at) / 3600.0)  # market s
+    assert nodes["cost_usd"].sum() == pytest.approx(rep.reconcile[1])  # = the run's sessions
+    assert "### Elastic stages: node-hours per node" in rep.markdown
+
+
+def test_single_node_stage_has_no_membership_rows():
+    s = NodeSession(node_id="a", stage="x", attempt=1, provider="local", cloud="aws", region="us-east-1",
+                    zone="us-east-1a", instance_type="p3.2xlarge", spot=True, price_per_hour=1.0,
+                    launched_at=T0, ready_at=T0, ended_at=T0 + 10, end_reason="completed")
+    assert membership_changes([Event("start", T0 + 1, "a", {}), Event("exit", T0 + 9, "a", {"step": 5})], [s]) == []
+    assert ct.membership_table(ct.pd.DataFrame()).empty
+
+
+def test_all_nodes_lost_is_a_restore_without_membership_tax():
+    sessions, events = _wall_log()
+    t = T0 + 200.0
+    events = events + [_membership(t, n, r, 300, 4, "checkpoint", None)
+                       for r, n in enumerate(("n0", "n1", "n4", "n5"))]
+    changes = membership_changes(events, sessions)
+    assert [c.kind for c in changes] == ["form", "shrink", "grow", "restore"]
+    assert changes[-1].dollars == 0.0 and changes[-1].node_seconds == 0.0
