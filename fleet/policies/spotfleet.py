@@ -303,8 +303,10 @@ class SpotfleetPolicy(Policy):
         spare slack (v3's test, which keeps it from being later than where that pays on
         nearly-always-available markets) **and** the share of past windows of the time left
         that would have burnt more than the spare slack (:meth:`forced_probability`)
-        exceeds ``1 - a``, with ``a`` the availability of the best zone before the job.
-        Never more on-demand than Uniform Progress."""
+        exceeds ``1 - a``, with ``a`` the availability of the best zone before the job
+        (with ``patience`` the job waits for its best zones; ``a`` = the share of time any
+        zone is up made the rule eager: tuning set, volatile D/W 2 without notice 1.480x
+        vs 1.365x omniscient). Never more on-demand than Uniform Progress."""
         reserve = self.reserve_hours(state, at_hours)
         if spare >= reserve:
             return False

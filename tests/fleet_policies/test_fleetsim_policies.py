@@ -279,3 +279,52 @@ def test_forced_probability_counts_past_windows_that_burn_more_than_the_slack():
     assert pol.forced_probability(spec, 8.0, 20.0) == 0.0
     ps = [pol.forced_probability(spec, s, 20.0) for s in np.linspace(0, 10, 21)]
     assert all(x >= y for x, y in zip(ps, ps[1:], strict=False))
+
+
+def _rotating_history(gap: float = 0.5, days: int = 14) -> np.ndarray:
+    """Three zones up in turn in 8 h blocks (each up a third of the time, some zone
+    always) and one 30 h market-wide drought: the mean burn is high, the chance low."""
+    n = int(days * 24 / gap)
+    hist = np.zeros((3, n), dtype=bool)
+    block = int(8 / gap)
+    for t in range(n):
+        hist[(t // block) % 3, t] = True
+    hist[:, n // 3:n // 3 + int(30 / gap)] = False
+    return hist
+
+
+def _frequent_outages(gap: float = 0.5, days: int = 14) -> np.ndarray:
+    """Three zones up together, all down 2 h in every 6 h: every window burns."""
+    n = int(days * 24 / gap)
+    hist = np.ones((3, n), dtype=bool)
+    for t0 in range(0, n, int(6 / gap)):
+        hist[:, t0:t0 + int(2 / gap)] = False
+    return hist
+
+
+@pytest.mark.parametrize("history,v4_bridges", [(_rotating_history, False),
+                                                 (_frequent_outages, True)])
+def test_bridging_needs_the_chance_of_being_forced_not_just_the_mean(history, v4_bridges):
+    """An hour on on-demand during an outage is spent for sure; it saves money only if the
+    job would otherwise be forced onto on-demand later. v3 bridged as soon as the expected
+    burn exceeded the spare slack; v4 also needs the share of past windows that burnt more
+    than the spare slack to exceed 1 - (best zone's availability). One rare drought: the
+    mean says bridge, the chance says wait (failover_sky's win at D/W 3 in the volatile
+    family); outages in every window: both say bridge."""
+    from fleet.policies.base import JobState, Observation
+    from fleet.policies.spotfleet import SpotfleetParams
+
+    gap = 0.5
+    hist = history(gap)
+    obs = Observation(tick=hist.shape[1] - 1, gap_hours=gap, zones=("a", "b", "c"),
+                      available=hist[:, -1], history=hist)
+    spec = JobSpec(12.0, 36.0, notice_seconds=120.0)
+    state = JobState(tick=obs.tick, start_tick=obs.tick, elapsed_hours=10.0, spec=spec,
+                     location=IDLE, committed_hours=8.0)
+    v3 = SpotfleetPolicy(SpotfleetParams(bridge_rule="mean"))
+    v4 = SpotfleetPolicy()
+    for pol in (v3, v4):
+        pol.reset(spec, obs)
+    spare = 0.8 * v3.reserve_hours(state, state.elapsed_hours)
+    assert v3.bridge(state, spare, state.elapsed_hours)  # expected burn > spare slack
+    assert v4.bridge(state, spare, state.elapsed_hours) is v4_bridges
