@@ -89,6 +89,8 @@ def plan_for_stage(stage: StageConfig, stats: list[ZoneStats], forecasts: list[A
 
     The train asset applies it to the stage's StageSpec (``FleetPlan.apply``): failover
     order, spot or not, and the priors (MTTP per zone, R, checkpoint time, interval).
+    ``ckpt_hours``: the checkpoint time measured in the statistics DB, None when nothing
+    was (the plan then scores with the default and exports no checkpoint-time prior).
     """
     from fleet.planning.planner import StageRequest, plan_stage
 
@@ -98,4 +100,6 @@ def plan_for_stage(stage: StageConfig, stats: list[ZoneStats], forecasts: list[A
         accelerator=r.accelerator, accelerator_count=r.count, num_nodes=r.nodes,
         candidate_zones=tuple(r.zones), allow_on_demand=on_demand_fallback,
         **({"ckpt_hours": ckpt_hours} if ckpt_hours else {}))
-    return plan_stage(req, stats, forecasts, _market(market).price_book())
+    plan = plan_stage(req, stats, forecasts, _market(market).price_book())
+    plan.checkpoint_measured = bool(ckpt_hours)
+    return plan

@@ -50,11 +50,16 @@ class RunPriors:
     ``mttp_seconds``: per zone; a zone never seen preempted is left out (no estimate).
     ``work_seconds``: failure-free compute of the stage, when planned.
     ``notice_seconds``: the cloud's notice window.
+    ``checkpoint_seconds``: the checkpoint time MEASURED in the statistics DB, or None
+    when nothing was measured: the fleet policy then assumes ``DEFAULT_CHECKPOINT_SECONDS``
+    (``checkpoint_seconds_or_default``) and the training process gets no checkpoint-time
+    prior (it measures its own with a bootstrap save) -- a made-up 60 s weighted as 10
+    saves would hold its insurance interval far off for a long time.
     """
 
     mttp_seconds: Mapping[str, float] = field(default_factory=dict)
     restart_seconds: float = DEFAULT_RESTART_SECONDS
-    checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS
+    checkpoint_seconds: float | None = None
     interval_seconds: float | None = None
     work_seconds: float | None = None
     notice_seconds: float = 0.0
@@ -65,12 +70,19 @@ class RunPriors:
     def __post_init__(self) -> None:
         for name in ("restart_seconds", "checkpoint_seconds", "notice_seconds"):
             v = getattr(self, name)
+            if v is None and name == "checkpoint_seconds":
+                continue
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"RunPriors.{name} = {v!r} must be a finite number of seconds >= 0")
         for z, v in self.mttp_seconds.items():
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError(f"RunPriors.mttp_seconds[{z!r}] = {v!r} must be > 0 seconds "
                                  "(leave a never-preempted zone out)")
+
+    @property
+    def checkpoint_seconds_or_default(self) -> float:
+        """The measured checkpoint time (s), else ``DEFAULT_CHECKPOINT_SECONDS``."""
+        return DEFAULT_CHECKPOINT_SECONDS if self.checkpoint_seconds is None else self.checkpoint_seconds
 
     def mttp_for(self, zone: str | None) -> float | None:
         """MTTP of ``zone`` (s); the mean over known zones when the zone has none."""

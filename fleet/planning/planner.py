@@ -139,6 +139,9 @@ class FleetPlan:
     work_hours: float | None = None
     checkpoint_hours: float = DEFAULT_CHECKPOINT_SECONDS / 3600.0
     restart_hours: float = DEFAULT_RESTART_SECONDS / 3600.0  # R the plan used (measured if known)
+    #: checkpoint_hours was measured in the statistics DB (not the default): only then do the
+    #: priors carry it to the training process as its delta prior
+    checkpoint_measured: bool = False
 
     # -- the run contract ------------------------------------------------------------------
     def insurance_interval_seconds(self, zone: str | None = None) -> float | None:
@@ -162,7 +165,7 @@ class FleetPlan:
                 if math.isfinite(z.rate_per_hour) and z.rate_per_hour > 1e-5}
         return RunPriors(
             mttp_seconds=mttp, restart_seconds=self.restart_hours * 3600.0,
-            checkpoint_seconds=self.checkpoint_hours * 3600.0,
+            checkpoint_seconds=self.checkpoint_hours * 3600.0 if self.checkpoint_measured else None,
             interval_seconds=self.insurance_interval_seconds(),
             work_seconds=self.work_hours * 3600.0 if self.work_hours else None,
             notice_seconds=notice_seconds,

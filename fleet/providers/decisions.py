@@ -232,7 +232,7 @@ class PolicyDriver:
         spot = [v for v in pr.spot_price_per_hour.values() if v > 0]
         return JobSpec(work_hours=work_h, deadline_hours=deadline_h,
                        restart_hours=pr.restart_seconds / 3600.0,
-                       checkpoint_hours=pr.checkpoint_seconds / 3600.0,
+                       checkpoint_hours=pr.checkpoint_seconds_or_default / 3600.0,
                        notice_seconds=pr.notice_seconds,
                        on_demand_price=pr.on_demand_price_per_hour or FALLBACK_ON_DEMAND_PRICE,
                        spot_price=min(spot) if spot else FALLBACK_SPOT_PRICE)

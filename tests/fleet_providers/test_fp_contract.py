@@ -69,3 +69,20 @@ def test_stage_spec_round_trips_through_the_wire_format():
     assert back == spec
     with pytest.raises(ValueError, match="unknown field"):
         spec_from_dict({**spec_to_dict(spec), "zonez": []})
+
+
+def test_an_unmeasured_checkpoint_time_is_no_prior_for_the_training_process():
+    """Only a checkpoint time measured in the DB reaches the training process (as its
+    delta prior, weighted as 10 saves); the fleet policy assumes the default meanwhile."""
+    from checkpointing import runtime_env as rt
+    from fleet.contract import DEFAULT_CHECKPOINT_SECONDS, training_env
+
+    pr = RunPriors(mttp_seconds={"a1": 3600.0})
+    assert pr.checkpoint_seconds is None and pr.checkpoint_seconds_or_default == DEFAULT_CHECKPOINT_SECONDS
+    assert rt.ENV_CHECKPOINT_SECONDS not in training_env(3600.0, 360.0, None, pr.checkpoint_seconds)
+    measured = RunPriors(checkpoint_seconds=12.0)
+    assert measured.checkpoint_seconds_or_default == 12.0
+    env = training_env(3600.0, 360.0, None, measured.checkpoint_seconds, seconds_per_market_second=0.5)
+    assert env[rt.ENV_CHECKPOINT_SECONDS] == "6"  # the process's own clock
+    with pytest.raises(ValueError, match=r"RunPriors.checkpoint_seconds = -1"):
+        RunPriors(checkpoint_seconds=-1)

@@ -98,6 +98,10 @@ def test_plan_apply_puts_the_priors_in_seconds_into_the_stage_spec():
     tau = (2 * plan.checkpoint_hours * 3600.0 * (3600.0 / first.rate_per_hour + plan.restart_hours * 3600.0)) ** 0.5
     assert pr.interval_seconds == pytest.approx(tau)
     assert pr.work_seconds == pytest.approx(cfg.stages[0].work_hours * 3600.0)
+    # nothing measured in the DB: no checkpoint-time prior for the training process
+    assert pr.checkpoint_seconds is None and not plan.checkpoint_measured
+    measured = fleet_adapter.plan_for_stage(cfg.stages[0], stats, fc, cfg.market, 16.0, True, 0.01)
+    assert measured.checkpoint_measured and measured.priors().checkpoint_seconds == pytest.approx(36.0)
 
 
 def test_a_stored_table_instead_of_records_names_the_fix():
