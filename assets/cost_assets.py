@@ -147,6 +147,17 @@ def stage_metadata(engine, pipeline: str, stage: str, run_ids: list[str]) -> dic
     data = ct.for_runs(ct.load(engine, pipeline), run_ids)
     h = ct.stage_history(data, stage)
     att = ct.attempts_table(data, stage)
+    members = ct.load_membership(engine, pipeline)
+    changes = ct.membership_table(members[members["stage"] == stage] if not members.empty else members,
+                                  run_ids)
+    elastic = {}
+    if not changes.empty:  # an elastic multi-node stage: the tax of each shrink / grow
+        elastic = {
+            "membership_changes": MetadataValue.md(rr.md_table(changes, [
+                "attempt", "step", "kind", "world_sizes", "pause_seconds", "node_seconds",
+                "membership_tax_usd"], total=True)),
+            "membership_tax_usd": _f(float(changes["membership_tax_usd"].sum()), 4),
+        }
     return {
         "attempts": MetadataValue.int(h.attempts),
         "lost_attempts": MetadataValue.int(h.lost_attempts),
@@ -157,6 +168,7 @@ def stage_metadata(engine, pipeline: str, stage: str, run_ids: list[str]) -> dic
         "cost_usd": _f(h.cost_usd, 4),
         "zones_used": MetadataValue.text(h.zones or "none"),
         "attempt_history": MetadataValue.md(rr.md_table(att, total=True)),
+        **elastic,
     }
 
 

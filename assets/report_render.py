@@ -44,12 +44,16 @@ TAX_LABELS = {"launch": "first launch (start-up, paid even without preemptions)"
 
 #: float columns a total row sums (besides the ``*_usd`` ones)
 SUMMED_FLOATS = ("node_seconds", "billed_hours")
+#: money columns shown with 4 decimals
+FINE_USD = ("membership_tax_usd",)
 
 
 def _fmt(v: object, col: str) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if isinstance(v, float):
+        if col in FINE_USD:  # cents hide a short pause: 4 decimals
+            return f"{v:,.4f}"
         return f"{v:.1f}" if col.endswith("_pct") else f"{v:,.2f}" if col.endswith("_usd") else f"{v:.4g}"
     text = str(v)
     if col == "run_id":

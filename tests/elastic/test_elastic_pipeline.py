@@ -53,3 +53,18 @@ def test_four_node_stage_from_yaml_through_dagster(tmp_path):
     # both zones used at once: the 4 nodes are spread 2 + 2
     first4 = sessions.sort_values("launched_at").head(4)
     assert first4["zone"].value_counts().to_dict() == {"us-east-1f": 2, "us-west-2b": 2}
+
+    # the cost report side: one membership row per group, the shrink and the grow taxed
+    from infra.db.models import MembershipChange
+
+    changes = read_table(eng, MembershipChange, "elastic").sort_values("formed_at")
+    kinds = changes["kind"].tolist()
+    assert kinds[0] == "form" and "shrink" in kinds and "grow" in kinds and "restore" not in kinds, kinds
+    taxed = changes[changes["kind"] != "form"]
+    assert (taxed["node_seconds"] > 0).all() and (taxed["dollars"] > 0).all(), taxed
+    total = float(taxed["dollars"].sum())
+    reports = sorted(var.rglob("cost_report.md"))
+    assert reports, "the job wrote no cost report"
+    md = reports[0].read_text(encoding="utf-8")
+    assert "### Elastic stages: node-hours per node" in md
+    assert f"**${total:,.4f}** over {len(taxed)} change(s)" in md
