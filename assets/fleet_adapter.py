@@ -1,5 +1,5 @@
 """The smallest adapters between the pipeline config / asset values and fleet/: the
-market's traces and prices, the statistics table as ZoneStats, the stage plan.
+market's traces and prices, the zone statistics the planner scores, the stage plan.
 
 Everything here only translates; the logic lives in fleet/ (the provider registry and
 the wire format in fleet/providers/, the market in fleet/market/config.py).
