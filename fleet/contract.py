@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 
 from checkpointing import runtime_env as rt
+from checkpointing.intervals import prior_weighted_mean_seconds
+from checkpointing.policy import CKPT_PRIOR_WEIGHT
 
 #: R when nothing was measured yet: 6 minutes (the planner's, fleet-sim's, SkyPilot's and
 #: the training process's prior; its home is the lowest layer, checkpointing/runtime_env.py).
@@ -190,6 +192,17 @@ def posterior_restart_seconds(prior: float | None, measured: list[float],
     if p is None:
         return sum(measured) / len(measured) if measured else DEFAULT_RESTART_SECONDS
     return (prior_weight * p + sum(measured)) / (prior_weight + len(measured))
+
+
+def posterior_checkpoint_seconds(prior: float | None, measured: list[float],
+                                 prior_weight: float = CKPT_PRIOR_WEIGHT) -> float | None:
+    """Checkpoint time C after the attempt's own saves (s): the plan's measured C as
+    ``prior_weight`` saves plus the stalls of the periodic / insurance saves committed so
+    far (the training process's own rule, ``checkpointing.policy``); the mean of the
+    stalls without a prior; None when neither exists (then nothing is exported and the
+    process bootstraps)."""
+    stalls = [float(x) for x in measured if x is not None and math.isfinite(x) and x > 0]
+    return prior_weighted_mean_seconds(_finite_pos(prior), prior_weight, sum(stalls), len(stalls))
 
 
 def restart_seconds_of(launched_at: float, ready_at: float | None) -> float | None:

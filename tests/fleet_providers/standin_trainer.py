@@ -41,6 +41,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--step-sleep", type=float, default=0.02)
     ap.add_argument("--periodic-every", type=int, default=0)
+    ap.add_argument("--stall", type=float, default=0.0, help="stall_seconds reported per save")
     ap.add_argument("--ignore-notice", action="store_true",
                     help="arm no notice source; just run (the injector must SIGKILL it)")
     ap.add_argument("--notice-only", action="store_true",
@@ -68,7 +69,8 @@ def main() -> int:
     if state_file.exists():
         st = json.loads(state_file.read_text())
         step, digest, resumed = st["step"], st["digest"], st["step"]
-    log.emit("start", zone=os.environ.get("SPOTFLEET_ZONE"), resumed_from_step=resumed)
+    log.emit("start", zone=os.environ.get("SPOTFLEET_ZONE"), resumed_from_step=resumed,
+             checkpoint_prior=os.environ.get("SPOTFLEET_CHECKPOINT_SECONDS"))
     if resumed is not None:
         log.emit("restore", step=resumed, location=str(state_file), fell_back=False, reason="latest")
 
@@ -78,7 +80,7 @@ def main() -> int:
         tmp.write_text(json.dumps({"step": step, "digest": digest}))
         os.replace(tmp, state_file)
         log.emit("save_committed", step=step, kind=kind, bytes=tmp.stat().st_size if tmp.exists() else 0,
-                 stall_seconds=0.0, persist_seconds=0.0, location=str(state_file))
+                 stall_seconds=args.stall, persist_seconds=0.0, location=str(state_file))
 
     if args.notice_only:
         notice.wait(30)

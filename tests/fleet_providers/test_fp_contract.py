@@ -86,3 +86,14 @@ def test_an_unmeasured_checkpoint_time_is_no_prior_for_the_training_process():
     assert env[rt.ENV_CHECKPOINT_SECONDS] == "6"  # the process's own clock
     with pytest.raises(ValueError, match=r"RunPriors.checkpoint_seconds = -1"):
         RunPriors(checkpoint_seconds=-1)
+
+
+def test_posterior_checkpoint_time_weights_the_plan_as_the_process_does():
+    from checkpointing.policy import CKPT_PRIOR_WEIGHT
+    from fleet.contract import posterior_checkpoint_seconds
+
+    assert posterior_checkpoint_seconds(None, []) is None  # nothing known: nothing exported
+    assert posterior_checkpoint_seconds(None, [2.0, 4.0]) == 3.0  # no plan C: the attempt's mean
+    assert posterior_checkpoint_seconds(10.0, []) == 10.0
+    assert posterior_checkpoint_seconds(10.0, [0.0, 4.0]) == pytest.approx(  # 0: unmeasured
+        (CKPT_PRIOR_WEIGHT * 10.0 + 4.0) / (CKPT_PRIOR_WEIGHT + 1))

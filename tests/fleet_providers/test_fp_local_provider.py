@@ -279,3 +279,38 @@ def test_reported_times_are_market_time_and_the_wall_clock_stays_inside(tmp_path
     # provider events are on the same market clock (launch before the process' start)
     launch = next(e for e in res.events if is_provider_event(e) and e.kind == "launch")
     assert anchor <= launch.time <= s.ready_at
+
+
+def test_a_relaunched_process_gets_the_checkpoint_time_the_attempt_measured(tmp_path):
+    """The plan's C (1 market s) goes to the first process as its delta prior; the
+    relaunched one gets C refined by the stalls (0.25 wall s) of the periodic saves the
+    attempt committed, with the training process's own weighting (n0 = 10 saves); each
+    in the process's own (wall) clock."""
+    from checkpointing.policy import CKPT_PRIOR_WEIGHT
+    from fleet.contract import RunPriors
+
+    prov = LocalFleetProvider(_cfg(tmp_path, schedule=_with_past(CapacitySchedule.rotating(ZONES, up_hours=100), 300.0)))
+    seen: list[Event] = []
+    fired: list[bool] = []
+
+    def on_event(ev: Event) -> None:
+        seen.append(ev)
+        if ev.kind == "progress" and ev.data.get("step", 0) >= 30 and not fired:
+            fired.append(True)  # one injected preemption, at step 30 of the first process
+            node = ev.node_id
+            threading.Thread(target=lambda: prov.preempt_now("c", node)).start()
+
+    spec = _spec(tmp_path, steps=150, name="c", priors=RunPriors(checkpoint_seconds=1.0))
+    spec = StageSpec(**{**spec.__dict__, "command": [*spec.command, "--periodic-every", "10",
+                                                     "--stall", "0.25"]})
+    res = prov.run_stage(spec, on_event=on_event)
+    assert res.completed and [s.end_reason for s in res.sessions] == ["preempted", "completed"]
+    starts = [e for e in seen if e.kind == "start"]
+    first_node = starts[0].node_id
+    n = sum(1 for e in seen if e.kind == "save_committed" and e.node_id == first_node
+            and e.data.get("kind") == "periodic")
+    assert n >= 3
+    f = prov.config.time_scale.to_trace(1.0)  # market seconds per wall second (the process's clock)
+    assert float(starts[0].data["checkpoint_prior"]) == pytest.approx(1.0 / f, rel=1e-5)
+    want = (CKPT_PRIOR_WEIGHT * 1.0 + n * 0.25 * f) / (CKPT_PRIOR_WEIGHT + n)  # market s
+    assert float(starts[1].data["checkpoint_prior"]) == pytest.approx(want / f, rel=1e-5)

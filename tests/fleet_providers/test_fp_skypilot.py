@@ -346,6 +346,16 @@ def test_the_policy_sees_the_progress_the_training_writes_to_the_checkpoint_stor
     seen = [(e.data["committed_step"], e.data["total_steps"], e.data["step_seconds"])
             for e in events if e.kind == "decision"]
     assert seen == [(40, 100, 144.0), (70, 100, 144.0)]
+    # the checkpoint time in each job's environment: the plan's C (30 s) refined by the
+    # stalls of the checkpoints on the prefix at that launch (fleet.contract)
+    from fleet.contract import posterior_checkpoint_seconds
+
+    stalls = {c.step: c.stall_seconds for c in list_checkpoints(open_store(str(ckpt)))}
+    assert sorted(stalls) == [40, 70]
+    sent = [float(e.data["training_env"]["SPOTFLEET_CHECKPOINT_SECONDS"]) for e in events
+            if e.kind == "launch"]
+    assert sent == [pytest.approx(posterior_checkpoint_seconds(30.0, [stalls[40]]), rel=1e-5),
+                    pytest.approx(posterior_checkpoint_seconds(30.0, [stalls[40], stalls[70]]), rel=1e-5)]
 
 
 def test_an_unreadable_store_leaves_the_policy_without_progress_not_failing(api_server, monkeypatch):

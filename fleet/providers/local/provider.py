@@ -48,6 +48,7 @@ import numpy as np
 from checkpointing import runtime_env as rt
 from checkpointing.events import Event
 from fleet.contract import (
+    posterior_checkpoint_seconds,
     posterior_mttp_seconds,
     posterior_restart_seconds,
     restart_seconds_of,
@@ -203,6 +204,8 @@ class _StageRun(AttemptRecord):
         self._injector_msgs: queue.Queue[tuple[str, str, float | None]] = queue.Queue()
         self._nodes: list[_Node] = []
         self._progress: dict[str, Any] = {}
+        #: stalls (market s) of this attempt's committed periodic / insurance saves
+        self._stalls: list[float] = []
         self._tmp: str | None = None
         self.injector: PreemptionInjector | None = None  # set by execute()
         self.driver: PolicyDriver | None = None  # set by execute() (None: on-demand only)
@@ -474,7 +477,8 @@ class _StageRun(AttemptRecord):
         env.update(training_env(self._mttp_estimate(node.zone if node.spot else None),
                                 self._restart_estimate(),
                                 interval or self.spec.priors.interval_seconds,
-                                self.spec.priors.checkpoint_seconds,
+                                posterior_checkpoint_seconds(self.spec.priors.checkpoint_seconds,
+                                                             self._stalls),
                                 1.0 / self.cfg.time_scale.factor))
         if self.cfg.notice_poll_seconds is not None:
             env["SPOTFLEET_NOTICE_POLL_SECONDS"] = f"{self.cfg.notice_poll_seconds:g}"
@@ -568,6 +572,9 @@ class _StageRun(AttemptRecord):
             node.first_step = int(step)
         elif event.kind == "save_committed" and step is not None:
             node.last_checkpoint_step = int(step)
+            stall = d.get("stall_seconds")
+            if d.get("kind") in ("periodic", "insurance") and isinstance(stall, int | float):
+                self._stalls.append(self._market(float(stall)))  # what C measures, market s
         elif event.kind == "progress" and node.rank == 0:
             self._progress = dict(d)
         elif event.kind == "exit":

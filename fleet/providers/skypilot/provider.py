@@ -42,6 +42,7 @@ from typing import Any
 
 from checkpointing.events import Event
 from fleet.contract import (
+    posterior_checkpoint_seconds,
     posterior_mttp_seconds,
     posterior_restart_seconds,
     prior_history,
@@ -166,6 +167,7 @@ class _SkyRun(AttemptRecord):
         self._progress_read_at: float | None = None
         self._progress_store: Any = None
         self._progress_warned = False
+        self._stalls: list[float] = []  # stalls (s) of the prefix's periodic / insurance saves
 
     def _cancelled(self) -> bool:
         with self.p._lock:
@@ -256,8 +258,9 @@ class _SkyRun(AttemptRecord):
             prev_zone = zone
 
     def _training_env(self, zone: str | None) -> dict[str, str]:
-        """MTTP of ``zone`` / R / interval for the training process (real seconds): the
-        plan's priors, refined by what this attempt held and lost so far."""
+        """MTTP of ``zone`` / R / interval / checkpoint time for the training process (real
+        seconds): the plan's priors, refined by what this attempt held and lost so far and
+        by the stalls of the checkpoints on the stage's prefix (read with the progress)."""
         pr = self.spec.priors
         spot = [s for s in self.sessions if s.spot and s.ended_at is not None]
         held = sum(max(0.0, s.ended_at - (s.ready_at or s.launched_at)) for s in spot)
@@ -265,7 +268,8 @@ class _SkyRun(AttemptRecord):
         mttp = posterior_mttp_seconds(pr.mttp_for(zone), held, lost)
         restart = posterior_restart_seconds(pr.restart_seconds, [
             r for s in self.sessions if (r := restart_seconds_of(s.launched_at, s.ready_at)) is not None])
-        return training_env(mttp, restart, pr.interval_seconds, pr.checkpoint_seconds)
+        ckpt = posterior_checkpoint_seconds(pr.checkpoint_seconds, self._stalls)
+        return training_env(mttp, restart, pr.interval_seconds, ckpt)
 
     def _placement(self, zones: list[str], t: float) -> tuple[list[str] | None, bool, str]:
         """Candidate zones (ordered) and spot/on-demand for the next managed job (None:
@@ -310,7 +314,9 @@ class _SkyRun(AttemptRecord):
         try:
             if self._progress_store is None:
                 self._progress_store = open_store(self.spec.checkpoint_uri)
-            self._progress = progress_from_checkpoints(list_checkpoints(self._progress_store))
+            infos = list_checkpoints(self._progress_store)
+            self._progress = progress_from_checkpoints(infos)
+            self._stalls = [c.stall_seconds for c in infos if c.kind in ("periodic", "insurance")]
         except Exception as exc:  # unreachable from the controller: decide on what is known
             if not self._progress_warned:
                 self._progress_warned = True
