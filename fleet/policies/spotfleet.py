@@ -25,7 +25,8 @@ what the baselines ignore and a live controller knows:
 * **Leaving an expensive zone.** While holding spot it reconsiders every
   ``reconsider_hours``: when another zone's cost per useful hour, restart and migration
   included, is below ``(1 - move_margin)`` x the held zone's, it tries to move (and
-  stays where it is when that launch fails).
+  stays where it is when that launch fails) — only while the spare slack pays for the
+  move's restart and failed tries (v4).
 * **Correlated reclaims.** Right after a preemption, the zones of the same region are
   scored with the prior's up-time measured after a neighbour's preemption (shorter
   where reclaims hit a region together), so it leaves the region when that pays, and
@@ -79,6 +80,7 @@ class SpotfleetParams:
     neighbour_window_hours: float = 1.0  # after a preemption, its region's zones use the
     # prior's up-time measured after a neighbour's preemption for this long
     risk_fraction: float = 0.4  # interval_rule="risk_fraction" (v3): share of spare slack at risk
+    affordable_moves: bool = True  # voluntary moves only while the slack pays for them
     bridge_rule: str = "chance"  # "chance" (v4, see SpotfleetPolicy.bridge) or "mean" (v3)
     interval_rule: str = "budget"  # without notice: "budget" (v4, see budget_interval) or
     # "risk_fraction" (v3: min(optimum, risk_fraction x spare slack), at least 2 saves' time)
@@ -245,6 +247,8 @@ class SpotfleetPolicy(Policy):
             eff = self.cost_per_useful_hour(state, obs)
             better = [c for c in self._candidates(state, obs, eff, od_price, exclude=z)
                       if eff[c] < (1.0 - self.p.move_margin) * eff_here]
+            if self.p.affordable_moves:
+                better = self._affordable_moves(state, obs, better)
             if better:
                 return Action(better[0], self.checkpoint_interval(run[better[0]], state, g),
                               recheck, watch=(z,), fallbacks=(*better[1:], z))
@@ -271,6 +275,22 @@ class SpotfleetPolicy(Policy):
             if spare - reserve > self.p.patience * self.prior.mean_down_hours[best]:
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
+
+    def _affordable_moves(self, state: JobState, obs: Observation, better: list[int]) -> list[int]:
+        """The voluntary moves the slack pays for: a move spends a restart (and the transfer
+        across regions) plus the failed tries before it, all off the spare slack above the
+        safety net; a move that spends all of it sends the job to on-demand at the next
+        tick (v3 at D/W 1.05 moved to a 25 % cheaper zone with 0.1 h of spare slack and
+        finished the last 4.6 h of the job on on-demand)."""
+        spec = state.spec
+        spare = safe_slack_hours(state) - safety_threshold_hours(state, obs.gap_hours)
+        probe_h = spec.probe_seconds / 3600.0
+        out = []
+        for c in better:
+            over = spec.restart_hours + (obs.migration_hours if obs.moves_region(c) else 0.0)
+            if spare - over - len(out) * probe_h > 0.0:
+                out.append(c)
+        return out
 
     def _leaving_on_demand_pays(self, state: JobState, obs: Observation, z: int, spare: float,
                                 od_price: float) -> bool:

@@ -328,3 +328,28 @@ def test_bridging_needs_the_chance_of_being_forced_not_just_the_mean(history, v4
     spare = 0.8 * v3.reserve_hours(state, state.elapsed_hours)
     assert v3.bridge(state, spare, state.elapsed_hours)  # expected burn > spare slack
     assert v4.bridge(state, spare, state.elapsed_hours) is v4_bridges
+
+
+def test_spotfleet_moves_to_a_cheaper_zone_only_while_the_slack_pays_for_it():
+    """A voluntary move spends a restart off the spare slack; with almost none left it
+    would send the job to on-demand at the next tick (v3 at D/W 1.05: the last 4.6 h on
+    on-demand), so the held zone is kept; with slack to spare the job moves."""
+    from fleet.policies.base import JobState, Observation
+
+    gap = 300 / 3600
+    hist = np.ones((2, 2000), dtype=bool)
+    obs = Observation(tick=1999, gap_hours=gap, zones=("dear", "cheap"),
+                      available=np.array([True, True]), history=hist,
+                      spot_price=np.array([2.0, 1.0]), on_demand_price=np.array([3.4, 3.4]))
+    spec = JobSpec(12.0, 12.6, notice_seconds=120.0)
+    pol = SpotfleetPolicy()
+    pol.reset(spec, obs)
+
+    def decide(slack_used: float) -> int:
+        elapsed = 2.0
+        state = JobState(tick=1999, start_tick=1990, elapsed_hours=elapsed, spec=spec,
+                         location=0, committed_hours=elapsed - 0.1 - slack_used)
+        return pol.decide(state, obs).target
+
+    assert decide(0.0) == 1  # 0.5 h of slack: the move to the 50 % cheaper zone pays
+    assert decide(0.3) == 0  # 0.2 h: the restart would use up the spare slack
