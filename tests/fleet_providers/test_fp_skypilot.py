@@ -370,3 +370,20 @@ def test_an_unreadable_store_leaves_the_policy_without_progress_not_failing(api_
     assert prov.run_stage(_spec(), on_event=events.append).completed
     [d] = [e for e in events if e.kind == "decision"]
     assert d.data["committed_step"] == 0 and d.data["total_steps"] is None
+
+
+def test_an_on_demand_launch_exports_no_mttp(api_server):
+    """Nothing preempts an on-demand node: its process gets R / interval / checkpoint time
+    but no MTTP, so it takes no insurance saves (an MTTP averaged over the spot zones made
+    on-demand processes save as if they could be preempted)."""
+    from sky.utils import dag_utils
+
+    ctl = Controller(api_server, ["succeed"])
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=ctl)
+    assert prov.run_stage(_spec(use_spot=False)).completed
+    dag = dag_utils.load_chain_dag_from_yaml_str(api_server.launched_yaml[max(api_server.launched_yaml)])
+    task = dag.tasks[0]
+    assert not any(r.use_spot for r in task.resources)
+    envs = dict(task.envs)
+    assert "SPOTFLEET_MTTP_SECONDS" not in envs
+    assert float(envs["SPOTFLEET_RESTART_SECONDS"]) == pytest.approx(300.0)

@@ -265,17 +265,20 @@ class _StageRun(AttemptRecord):
                     if s.ready_at is not None]  # sessions are recorded in market time
         return posterior_restart_seconds(self.spec.priors.restart_seconds, measured)
 
-    def _mttp_estimate(self, zone: str | None) -> float | None:
+    def _mttp_estimate(self, zone: str | None, spot: bool = True) -> float | None:
         """MTTP (market s) of ``zone``: the plan's prior, refined by what this attempt held
-        and lost so far (never the replay schedule)."""
+        and lost so far (never the replay schedule). None on on-demand: nothing preempts
+        it, so the training process takes no insurance saves there (periodic ones remain)."""
+        if not spot:
+            return None
         spot = [s for s in self.sessions if s.spot and s.ended_at is not None
                 and s.end_reason in ("preempted", "completed", "cancelled")]
         held = sum(s.ended_at - (s.ready_at or s.launched_at) for s in spot)  # market s
         preempted = sum(1 for s in spot if s.end_reason == "preempted")
         return posterior_mttp_seconds(self.spec.priors.mttp_for(zone), held, preempted)
 
-    def _write_stats(self, path: Path, zone: str | None) -> None:
-        mttp, restart = self._mttp_estimate(zone), self._restart_estimate()
+    def _write_stats(self, path: Path, zone: str | None, spot: bool = True) -> None:
+        mttp, restart = self._mttp_estimate(zone, spot), self._restart_estimate()
         interval = self._decision.interval_seconds if self._decision is not None else None
         interval = interval or self.spec.priors.interval_seconds
         stats = training_stats(mttp, restart, interval, 1.0 / self.cfg.time_scale.factor)
@@ -393,7 +396,7 @@ class _StageRun(AttemptRecord):
                     self._emit(provider_event("relaunch", from_zone=prev_zone, to_zone=launch.zone,
                                               spot=launch.spot, reason=launch.reason,
                                               relaunch=relaunches))
-                self._write_stats(stats_path, launch.zone if launch.spot else None)
+                self._write_stats(stats_path, launch.zone, launch.spot)
                 self._moving = False
                 outcome = self._run_group(launch, group_index, relaunches, schedule, workdir,
                                           stats_path)
@@ -474,7 +477,7 @@ class _StageRun(AttemptRecord):
             "PYTHONUNBUFFERED": "1",
         })
         interval = self._decision.interval_seconds if self._decision is not None else None
-        env.update(training_env(self._mttp_estimate(node.zone if node.spot else None),
+        env.update(training_env(self._mttp_estimate(node.zone, node.spot),
                                 self._restart_estimate(),
                                 interval or self.spec.priors.interval_seconds,
                                 posterior_checkpoint_seconds(self.spec.priors.checkpoint_seconds,

@@ -204,7 +204,7 @@ class _SkyRun(AttemptRecord):
                 self.p._sleep(self.cfg.poll_seconds)
                 continue
             waiting_since = None
-            env = self._training_env(candidates[0] if spot and candidates else None)
+            env = self._training_env(candidates[0] if candidates else None, spot)
             task = build_task(replace(spec, env={**spec.env, **env}), candidates, use_spot=spot,
                               options=self.cfg.options)
             name = f"{spec.name}-a{self.attempt}" + (f"-r{relaunches}" if relaunches else "")
@@ -257,15 +257,16 @@ class _SkyRun(AttemptRecord):
                     f"max_relaunches={spec.max_relaunches}; the retry resumes from checkpoint")
             prev_zone = zone
 
-    def _training_env(self, zone: str | None) -> dict[str, str]:
+    def _training_env(self, zone: str | None, spot: bool = True) -> dict[str, str]:
         """MTTP of ``zone`` / R / interval / checkpoint time for the training process (real
         seconds): the plan's priors, refined by what this attempt held and lost so far and
-        by the stalls of the checkpoints on the stage's prefix (read with the progress)."""
+        by the stalls of the checkpoints on the stage's prefix (read with the progress).
+        On on-demand no MTTP is exported: nothing preempts it, so no insurance saves."""
         pr = self.spec.priors
-        spot = [s for s in self.sessions if s.spot and s.ended_at is not None]
-        held = sum(max(0.0, s.ended_at - (s.ready_at or s.launched_at)) for s in spot)
-        lost = sum(1 for s in spot if s.end_reason == "preempted")
-        mttp = posterior_mttp_seconds(pr.mttp_for(zone), held, lost)
+        held_spot = [s for s in self.sessions if s.spot and s.ended_at is not None]
+        held = sum(max(0.0, s.ended_at - (s.ready_at or s.launched_at)) for s in held_spot)
+        lost = sum(1 for s in held_spot if s.end_reason == "preempted")
+        mttp = posterior_mttp_seconds(pr.mttp_for(zone), held, lost) if spot else None
         restart = posterior_restart_seconds(pr.restart_seconds, [
             r for s in self.sessions if (r := restart_seconds_of(s.launched_at, s.ready_at)) is not None])
         ckpt = posterior_checkpoint_seconds(pr.checkpoint_seconds, self._stalls)
