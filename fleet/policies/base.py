@@ -54,6 +54,11 @@ class JobSpec:
             the launch there (billed); ``None`` = size at the default bandwidth,
             rounded up to whole minutes (:func:`fleet.market.regions.migration_for`).
         probe_seconds: time one failed launch attempt costs before the next one (s).
+        deadline_given: False when the job has no deadline of its own and
+            ``deadline_hours`` is only a far horizon (the live driver's
+            ``no_deadline_factor`` x the work, so that the safety net stays away): the
+            slack is then not a budget worth spending on waiting, and a policy that idles
+            must bound the wait itself (spotfleet: :meth:`SpotfleetPolicy.waiting_pays`).
     """
 
     work_hours: float
@@ -67,6 +72,7 @@ class JobSpec:
     egress_usd_per_gb: float | None = None
     transfer_seconds: float | None = None
     probe_seconds: float = 60.0
+    deadline_given: bool = True
 
     def __post_init__(self) -> None:
         checks = {

@@ -139,14 +139,15 @@ class SpotfleetPolicy(Policy):
         self._pre_tick = -(10**9)
         self._pre_region: str | None = None
 
-    def expected_runs(self, obs: Observation) -> np.ndarray:
+    def expected_runs(self, obs: Observation, neighbour: bool = True) -> np.ndarray:
         """Expected up-run (h) of each zone if launched now: the prior's mean up-run, or,
         for zones of a region that just lost an instance of this job, the shorter of that
-        and the prior's up-time after a neighbour's preemption (correlated reclaims)."""
+        and the prior's up-time after a neighbour's preemption (correlated reclaims;
+        ``neighbour=False``: the prior's mean up-run everywhere)."""
         run = np.array(self.prior.mean_up_hours, dtype=float)
         after = self.prior.up_after_neighbour_hours
         recent = (obs.tick - self._pre_tick) * obs.gap_hours <= self.p.neighbour_window_hours
-        if after is not None and recent and self._pre_region is not None and obs.regions:
+        if neighbour and after is not None and recent and self._pre_region is not None and obs.regions:
             same = np.array([r == self._pre_region for r in obs.regions])
             run = np.where(same, np.minimum(run, after), run)
         return run
@@ -159,12 +160,12 @@ class SpotfleetPolicy(Policy):
         return math.sqrt(2.0 * max(c, 1e-6) * max(run_hours, 1e-3)) / 2.0 + c
 
     def cost_per_useful_hour(self, state: JobState, obs: Observation,
-                             held: int | None = None) -> np.ndarray:
+                             held: int | None = None, neighbour: bool = True) -> np.ndarray:
         """$ per hour of progress expected from launching in each zone now (the held zone:
         from staying there); inf where not worth it."""
         spec = state.spec
         price = obs.spot_prices(spec)
-        run = self.expected_runs(obs)
+        run = self.expected_runs(obs, neighbour)
         rem = max(spec.work_hours - state.done_hours, 1e-3)
         out = np.empty(obs.n_zones)
         for z in range(obs.n_zones):
@@ -220,6 +221,18 @@ class SpotfleetPolicy(Policy):
               if z != exclude and eff[z] < od_price and belief[z] >= self.p.min_belief]
         return sorted(ok, key=lambda z: (eff[z], -belief[z], z))
 
+    def on_demand_cost_per_useful_hour(self, state: JobState, od_price: float) -> float:
+        """$ per hour of progress on on-demand from now: it runs to the end, but a job not
+        already there pays the restart too (v5). Comparing spot's cost per useful hour,
+        which counts the restart, with the bare on-demand $/h made every zone "dearer
+        than on-demand" once the work left was short next to the restart (live: one
+        step of 120 left after a preemption, restart 6 min: spot 6.2 $/useful h vs
+        3.06 $/h), and the job idled with zones up until the deadline horizon."""
+        if state.location == ON_DEMAND:
+            return od_price
+        rem = max(state.spec.work_hours - state.done_hours, 1e-3)
+        return od_price * (rem + state.spec.restart_hours) / rem
+
     def _od_price(self, state: JobState, obs: Observation) -> float:
         od = obs.on_demand_prices(state.spec)
         if obs.checkpoint_region is not None and obs.regions:
@@ -238,6 +251,7 @@ class SpotfleetPolicy(Policy):
             self._pre_tick = obs.tick
             self._pre_region = obs.regions[state.last_preempted_zone]
         od_price = self._od_price(state, obs)
+        od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
         run = self.expected_runs(obs)
         if state.location >= 0:
             z = state.location
@@ -245,7 +259,7 @@ class SpotfleetPolicy(Policy):
             recheck = obs.tick + max(1, min(k, int(self.p.reconsider_hours / g)))
             eff_here = self.cost_per_useful_hour(state, obs, held=z)[z]
             eff = self.cost_per_useful_hour(state, obs)
-            better = [c for c in self._candidates(state, obs, eff, od_price, exclude=z)
+            better = [c for c in self._candidates(state, obs, eff, od_eff, exclude=z)
                       if eff[c] < (1.0 - self.p.move_margin) * eff_here]
             if self.p.affordable_moves:
                 better = self._affordable_moves(state, obs, better)
@@ -254,7 +268,7 @@ class SpotfleetPolicy(Policy):
                               recheck, watch=(z,), fallbacks=(*better[1:], z))
             return Action(z, interval, recheck, watch=(z,))
         eff = self.cost_per_useful_hour(state, obs)
-        order = self._candidates(state, obs, eff, od_price)
+        order = self._candidates(state, obs, eff, od_eff)
         interval = self.checkpoint_interval(run[order[0]], state, g) if order else None
         spare = safe_slack_hours(state) - safety_threshold_hours(state, g)
         if state.location == ON_DEMAND:
@@ -267,6 +281,14 @@ class SpotfleetPolicy(Policy):
         if self.bridge(state, spare, state.elapsed_hours):
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1,
                                  max_tries=affordable_probes(state, g))
+        if not spec.deadline_given:
+            # no deadline: the horizon is not slack to wait out; idle only while the wait
+            # for the cheapest zone pays for itself (v5, :meth:`waiting_pays`)
+            wait_for = self.waiting_pays(state, obs, eff, order, od_eff)
+            if wait_for is None:
+                return launch_action(order, ON_DEMAND, interval, obs.tick + 1)
+            best = [z for z in order if eff[z] <= eff[wait_for] * (1.0 + 1e-9)]
+            return launch_action(best, IDLE, interval, obs.tick + 1)
         if self.p.patience > 0 and order:
             # ample slack: try only the best zones (cost per useful hour, whether or not
             # they are believed up) and otherwise wait for them, while the expected wait
@@ -275,6 +297,32 @@ class SpotfleetPolicy(Policy):
             if spare - reserve > self.p.patience * self.prior.mean_down_hours[best]:
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
+
+    def waiting_pays(self, state: JobState, obs: Observation, eff: np.ndarray,
+                     order: list[int], od_eff: float) -> int | None:
+        """Without a deadline: the zone worth idling for, or None (launch now: the best
+        zone believed up, else on-demand).
+
+        The job can launch now in the best zone believed up (``order[0]``, cost per
+        useful hour ``e_now``) or on on-demand (``od_eff``), whichever is cheaper, or idle
+        for the cheapest zone ``b`` (``e_b``), expected to come up in ``(1 - belief) x``
+        its mean down time ``w``. Without a deadline the delay has no slack to spend; it
+        is priced at the rate the job would run at meanwhile: idling pays only when
+        ``w e_now < (e_now - e_b) x work left`` -- a bounded delay (at most the work left
+        times the relative saving) for a saving at least as large. v4 with the driver's
+        50 x work horizon as slack waited on the patience rule for the zone with the
+        longest up-runs (1.6 market h with two zones up, synthetic seed 0), and with
+        every zone "dearer than on-demand" (the restart-blind comparison fixed in
+        :meth:`on_demand_cost_per_useful_hour`) idled 60 market h."""
+        rem = max(state.spec.work_hours - state.done_hours, 1e-3)
+        e_now = min(float(eff[order[0]]) if order else math.inf, od_eff)
+        b = int(np.argmin(eff))
+        e_b = float(eff[b])
+        if not math.isfinite(e_b) or e_b >= e_now * (1.0 - 1e-9):
+            return None
+        belief = belief_up(obs, self.prior)
+        wait = (1.0 - float(belief[b])) * float(self.prior.mean_down_hours[b])
+        return b if wait * e_now < (e_now - e_b) * rem else None
 
     def _affordable_moves(self, state: JobState, obs: Observation, better: list[int]) -> list[int]:
         """The voluntary moves the slack pays for: a move spends a restart (and the transfer

@@ -181,7 +181,9 @@ class PolicyDriver:
 
     ``policy`` is a registry name or a policy object. ``deadline_seconds`` None: no
     deadline; the job spec then gets ``no_deadline_factor`` x the work (the safety net
-    stays out of the way: without a deadline nothing forces on-demand). Locations: a zone name (spot there), ``"on-demand"``, or None
+    stays out of the way: without a deadline nothing forces on-demand) and
+    ``deadline_given=False``, so that the policy does not treat that horizon as slack to
+    wait out (a policy idles only while the wait pays for itself). Locations: a zone name (spot there), ``"on-demand"``, or None
     (idle / nothing running).
     """
 
@@ -235,7 +237,8 @@ class PolicyDriver:
                        checkpoint_hours=pr.checkpoint_seconds_or_default / 3600.0,
                        notice_seconds=pr.notice_seconds,
                        on_demand_price=pr.on_demand_price_per_hour or FALLBACK_ON_DEMAND_PRICE,
-                       spot_price=min(spot) if spot else FALLBACK_SPOT_PRICE)
+                       spot_price=min(spot) if spot else FALLBACK_SPOT_PRICE,
+                       deadline_given=self.deadline_seconds is not None)
 
     def observation(self, t: float, spec: JobSpec) -> Observation:
         """What the policy sees at market second ``t``: the past and the observed now."""
