@@ -17,7 +17,8 @@ what the baselines ignore and a live controller knows:
   statistics before the job, capped by the work left), plus the egress $ of moving the
   checkpoint when the zone is in another region, divided by the run minus the restart,
   the transfer time and the work a preemption loses. Zones are tried cheapest first;
-  a zone whose cost per useful hour is not below on-demand's is never tried.
+  a zone whose cost per useful hour is not below on-demand's (restart included, v5) is
+  never tried.
 * **Probing as in a real cloud.** It knows a zone only by holding it or trying a launch
   (``Observation.probed``); :func:`fleet.policies.market_view.belief_up` turns the last
   observation and its age into the chance a launch succeeds, and zones almost surely
@@ -42,6 +43,9 @@ what the baselines ignore and a live controller knows:
   availability (:meth:`SpotfleetPolicy.bridge`): on-demand hours spent now are sunk,
   waiting keeps the option. It leaves on-demand only when the spot run the slack allows
   pays for its restart.
+* **No deadline (v5).** When the job has none (``JobSpec.deadline_given`` False: the
+  live driver's far horizon is not slack), it idles only while the saving of waiting for
+  the cheapest zone pays for the delay (:meth:`SpotfleetPolicy.waiting_pays`).
 
 Parameters (``SpotfleetParams``) are structural, not fitted: the lookback of the
 statistics, the move margin, how often to reconsider, the share of notices assumed lost.
