@@ -142,6 +142,8 @@ class SpotfleetPolicy(Policy):
         self._gap = obs.gap_hours
         self._pre_tick = -(10**9)
         self._pre_region: str | None = None
+        self._idle_h = 0.0  # hours spent idle so far (the no-deadline delay budget)
+        self._idle_since: float | None = None
 
     def expected_runs(self, obs: Observation, neighbour: bool = True) -> np.ndarray:
         """Expected up-run (h) of each zone if launched now: the prior's mean up-run, or,
@@ -251,6 +253,9 @@ class SpotfleetPolicy(Policy):
         if must_go_on_demand(state, g):
             return Action(ON_DEMAND, None, obs.tick + 1, watch=())
         k = ticks_until_unsafe(state, g)
+        if self._idle_since is not None:
+            self._idle_h += max(0.0, state.elapsed_hours - self._idle_since)
+        self._idle_since = state.elapsed_hours if state.location == IDLE else None
         if state.just_preempted and state.last_preempted_zone >= 0 and obs.regions:
             self._pre_tick = obs.tick
             self._pre_region = obs.regions[state.last_preempted_zone]
@@ -307,26 +312,29 @@ class SpotfleetPolicy(Policy):
         """Without a deadline: the zone worth idling for, or None (launch now: the best
         zone believed up, else on-demand).
 
-        The job can launch now in the best zone believed up (``order[0]``, cost per
-        useful hour ``e_now``) or on on-demand (``od_eff``), whichever is cheaper, or idle
-        for the cheapest zone ``b`` (``e_b``), expected to come up in ``(1 - belief) x``
-        its mean down time ``w``. Without a deadline the delay has no slack to spend; it
+        The job can launch now in the best other zone believed up (cost per useful hour
+        ``e_now``) or on on-demand (``od_eff``), whichever is cheaper, or try the cheapest
+        zone ``b`` (``e_b``) and idle until it is up, expected in ``(1 - belief) x`` its
+        mean down time ``w``. Without a deadline the delay has no slack to spend; it
         is priced at the rate the job would run at meanwhile: idling pays only when
-        ``w e_now < (e_now - e_b) x work left`` -- a bounded delay (at most the work left
-        times the relative saving) for a saving at least as large. v4 with the driver's
+        ``(i + w) e_now < (e_now - e_b) x work left``, ``i`` the hours the job has already
+        spent idle -- so the job's idle time in all is at most the work left times the
+        relative saving (a drought longer than the statistics' mean down time ends the
+        wait instead of renewing it at every tick). v4 with the driver's
         50 x work horizon as slack waited on the patience rule for the zone with the
         longest up-runs (1.6 market h with two zones up, synthetic seed 0), and with
         every zone "dearer than on-demand" (the restart-blind comparison fixed in
         :meth:`on_demand_cost_per_useful_hour`) idled 60 market h."""
         rem = max(state.spec.work_hours - state.done_hours, 1e-3)
-        e_now = min(float(eff[order[0]]) if order else math.inf, od_eff)
         b = int(np.argmin(eff))
+        others = [z for z in order if z != b]
+        e_now = min(float(eff[others[0]]) if others else math.inf, od_eff)
         e_b = float(eff[b])
         if not math.isfinite(e_b) or e_b >= e_now * (1.0 - 1e-9):
             return None
         belief = belief_up(obs, self.prior)
         wait = (1.0 - float(belief[b])) * float(self.prior.mean_down_hours[b])
-        return b if wait * e_now < (e_now - e_b) * rem else None
+        return b if (self._idle_h + wait) * e_now < (e_now - e_b) * rem else None
 
     def _affordable_moves(self, state: JobState, obs: Observation, better: list[int]) -> list[int]:
         """The voluntary moves the slack pays for: a move spends a restart (and the transfer

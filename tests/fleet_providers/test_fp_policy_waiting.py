@@ -128,3 +128,30 @@ def test_without_deadline_it_still_waits_when_the_saving_pays_for_the_wait():
             assert all(lau is None or lau.zone == "us-east-1b" for lau in dec.tries), dec.tries
         else:
             assert dec.launch is not None and dec.launch.zone in ("us-east-1a", "us-west-2a")
+
+
+def test_without_deadline_a_drought_of_the_cheap_zone_ends_the_wait():
+    """The cheap zone worth waiting for (previous test) goes down for two days at the
+    job's start: the job's idle time in all stays within its delay budget (work left x
+    relative saving < 10 h), it does not renew the prior's 1 h wait at every tick."""
+    from fleet.market.traces import Trace
+
+    base = _rotating()
+    zones = list(base.zones)
+    gap = 300.0
+    pre, post = int(72 * 3600 / gap), int(48 * 3600 / gap)
+    traces = []
+    for z in zones:
+        avail = np.concatenate([base.past(z, 0.0, pre), np.ones(post, dtype=bool)]).astype(np.int32)
+        if z == "us-east-1b":
+            avail[pre:] = 0
+        traces.append(Trace(zone=z, accelerator="L4", count=1, gap_seconds=gap, available=avail,
+                            source="test"))
+    s = CapacitySchedule(traces, offset_seconds=pre * gap)
+    prices = {"us-east-1a": 2.5, "us-east-1b": 0.5, "us-west-2a": 2.5}
+    steps = int(10 * 3600 / STEP_S)
+    d = _driver(s, steps, prices=prices)
+    assert d.policy.prior is None
+    done, idle_up = _replay(s, d, steps)
+    assert done is not None
+    assert 0 < idle_up * gap / 3600.0 <= 10.0, idle_up  # it waited, within the budget
