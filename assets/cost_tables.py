@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from checkpointing import costmodel
-from fleet.contract import session_cost_usd
+from fleet.contract import mean_restart_seconds, measured_checkpoint_seconds, session_cost_usd
 
 CATEGORIES = ("useful", "checkpoint", "redo", "launch", "restart", "idle")
 TAXES = ("checkpoint", "redo", "launch", "restart", "idle")
@@ -329,8 +329,9 @@ class ObservedRates:
     """What the recorded sessions say (billed hours): lambda, C, R and prices.
 
     ``preemptions`` counts preempted spot nodes AND spot nodes lost with their node
-    group; ``restart_hours`` is the mean relaunch time (first launches excluded unless
-    there was no relaunch); ``useful_hours`` and ``spend_usd`` give the observed
+    group; ``ckpt_hours`` and ``restart_hours`` are the run contract's measured C and R
+    (``fleet.contract.measured_checkpoint_seconds`` / ``mean_restart_seconds``, the values
+    the planner reads), 0 when nothing was measured; ``useful_hours`` and ``spend_usd`` give the observed
     effective cost.
     """
 
@@ -380,18 +381,13 @@ def observed_rates(sessions: pd.DataFrame, lines: pd.DataFrame, checkpoints: pd.
         npre = int(spot["preempted_or_lost"].sum())
     else:
         npre = int((spot["end_reason"] == "preempted").sum()) if not spot.empty else 0
-    stalls = checkpoints["stall_seconds"].dropna() if not checkpoints.empty else pd.Series(dtype=float)
-    ckpt_h = float(stalls.mean()) / 3600.0 if len(stalls) else 0.0  # market seconds in the DB
-    restart_h = 0.0
-    if not lines.empty:
-        relaunch = lines[lines["category"] == "restart"]
-        n_relaunch = relaunch["node_session_id"].nunique()
-        if n_relaunch:
-            restart_h = float(relaunch["seconds"].sum()) / 3600.0 / n_relaunch
-        else:
-            first = lines[lines["category"] == "launch"]
-            n_first = first["node_session_id"].nunique()
-            restart_h = float(first["seconds"].sum()) / 3600.0 / n_first if n_first else 0.0
+    # C and R: the run contract's definitions (fleet.contract), the same the planner reads
+    ckpt_s = measured_checkpoint_seconds(
+        zip(checkpoints["kind"], checkpoints["stall_seconds"], strict=True)) if not checkpoints.empty else None
+    ckpt_h = (ckpt_s or 0.0) / 3600.0  # market seconds in the DB
+    restart_s = mean_restart_seconds(zip(sessions["launched_at"], sessions["ready_at"], strict=True)
+                                     ) if not sessions.empty else None
+    restart_h = (restart_s or 0.0) / 3600.0
     sp = float(spot["price_per_hour"].mean()) if not spot.empty else float("nan")
     od_col = sessions["on_demand_price_per_hour"].dropna() if not sessions.empty else pd.Series(dtype=float)
     od = float(od_col.mean()) if len(od_col) else float("nan")

@@ -67,19 +67,16 @@ def planning_zone_stats(stats: Sequence[ZoneStats]) -> list[ZoneStats]:
 
 
 def measured_checkpoint_hours(checkpoints) -> float | None:
-    """Checkpoint time C measured in the statistics DB (market hours): the mean stall
-    (what a save blocks training: the training process's delta) of the committed periodic
-    and insurance checkpoints -- emergency saves block until persisted, which is not
-    what an insurance save costs; the DB holds it in market seconds, whatever the
-    provider. None when nothing was measured."""
+    """Checkpoint time C measured in the statistics DB, in market hours for the planner:
+    ``fleet.contract.measured_checkpoint_seconds`` over the ``checkpoints`` table (the DB
+    holds market seconds, whatever the provider). None when nothing was measured."""
+    from fleet.contract import measured_checkpoint_seconds
+
     if checkpoints is None or len(checkpoints) == 0 or "stall_seconds" not in checkpoints:
         return None
-    regular = checkpoints[checkpoints["kind"] != "emergency"] if "kind" in checkpoints else checkpoints
-    stall = regular["stall_seconds"].dropna()
-    stall = stall[stall > 0]
-    if stall.empty:
-        return None
-    return float(stall.mean()) / 3600.0
+    kinds = checkpoints["kind"] if "kind" in checkpoints else [None] * len(checkpoints)
+    c = measured_checkpoint_seconds(zip(kinds, checkpoints["stall_seconds"], strict=True))
+    return None if c is None else c / 3600.0
 
 
 def plan_for_stage(stage: StageConfig, stats: list[ZoneStats], forecasts: list[Any],

@@ -94,7 +94,7 @@ def main() -> int:
     ap.add_argument("--var", type=Path, default=None)
     args = ap.parse_args()
 
-    from fleet.contract import session_cost_usd
+    from fleet.contract import mean_restart_seconds, measured_checkpoint_seconds, session_cost_usd
     from fleet.market.config import MarketConfig
     from fleet.policies.base import IDLE, ON_DEMAND, JobSpec
     from fleet.policies.registry import get_policy
@@ -131,9 +131,8 @@ def main() -> int:
     taus = [(m.group(1), float(m.group(2))) for m in (INTERVAL.match(x) for x in logs) if m]
     steps = [float(m.group(4)) for m in (PROGRESS.match(x) for x in logs) if m]
     # ---- what the live run measured (market seconds: the DB holds them, docs/database.md "Units")
-    restart_s = statistics.mean((sessions["ready_at"] - sessions["launched_at"]).dropna())
-    stall = ckpts["stall_seconds"].dropna()
-    ckpt_s = float(stall.mean()) if len(stall) else 0.05 * factor
+    restart_s = mean_restart_seconds(zip(sessions["launched_at"], sessions["ready_at"], strict=True))
+    ckpt_s = measured_checkpoint_seconds(zip(ckpts["kind"], ckpts["stall_seconds"], strict=True)) or 0.05 * factor
     step_s = statistics.mean(steps) if steps else args.step_sleep
     work_h = args.steps * step_s * factor / 3600.0
     replay0 = float(decisions[0][4]) - float(decisions[0][3])

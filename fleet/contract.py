@@ -22,7 +22,7 @@ what both providers export to the training process (``SPOTFLEET_*`` variables of
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -208,6 +208,31 @@ def posterior_checkpoint_seconds(prior: float | None, measured: list[float],
 def restart_seconds_of(launched_at: float, ready_at: float | None) -> float | None:
     """R of one node session: launch to the training process's ``start`` (s)."""
     return None if ready_at is None else max(0.0, ready_at - launched_at)
+
+
+def mean_restart_seconds(sessions: Iterable[tuple[float, float | None]]) -> float | None:
+    """Measured R (s): the mean of :func:`restart_seconds_of` over ``(launched_at,
+    ready_at)`` pairs of node sessions, first launches included (a first launch pays the
+    same allocation + preparation; restore is what it skips). None when no session
+    became ready. The statistics (``fleet.stats.preemption.session_stats``), the
+    break-even report (``assets.cost_tables.observed_rates``) and the benchmarks use it."""
+    vals = [r for a, b in sessions if (r := restart_seconds_of(float(a), _ready(b))) is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def measured_checkpoint_seconds(saves: Iterable[tuple[str | None, float | None]]) -> float | None:
+    """Measured checkpoint time C (s) from ``(kind, stall_seconds)`` of committed saves:
+    the mean stall of the periodic and insurance saves -- an emergency save blocks until
+    it is persisted, which is not what an insurance save costs. None when nothing was
+    measured (then the plan scores with ``DEFAULT_CHECKPOINT_SECONDS`` and exports no
+    checkpoint-time prior)."""
+    vals = [float(s) for k, s in saves
+            if k != "emergency" and s is not None and math.isfinite(float(s)) and float(s) > 0]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _ready(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(float(v)) else float(v)
 
 
 def session_cost_usd(price_per_hour: float, launched_at: float, ended_at: float | None) -> float:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from fleet.contract import restart_seconds_of
+from fleet.contract import mean_restart_seconds
 from fleet.market.traces import Trace
 from fleet.providers.base import NodeSession
 
@@ -226,14 +226,11 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
         ss = sorted(ss, key=lambda s: s.launched_at)
         held_s = 0.0
         ends: list[float] = []
-        latencies: list[float] = []
         for s in ss:
             start = s.ready_at if s.ready_at is not None else s.launched_at
             end = s.ended_at if s.ended_at is not None else (now if now is not None else start)
             held_s += max(0.0, end - start)
             ends.append(end)
-            if s.ready_at is not None:
-                latencies.append(restart_seconds_of(s.launched_at, s.ready_at))
         npre = sum(1 for s in ss if s.end_reason == "preempted")
         pre_h = [s.ended_at / 3600.0 for s in ss if s.end_reason == "preempted" and s.ended_at]
         regain: list[float] = []
@@ -259,7 +256,7 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
             regain_mean_hours=float(reg.mean()) if reg.size else None,
             regain_p50_hours=_quantile(reg, 0.5), regain_p90_hours=_quantile(reg, 0.9),
             regain_samples=int(reg.size),
-            restart_latency_s=float(np.mean(latencies)) if latencies else None,
+            restart_latency_s=mean_restart_seconds((s.launched_at, s.ready_at) for s in ss),
             instances_lost=npre,
             eviction_rate_eq15=weighted_eviction_rate(pre_h, max(ends) / 3600.0) if ends else None,
         ))

@@ -146,3 +146,56 @@ def test_assets_pass_typed_values_and_the_table_is_derived_from_them(tmp_path):
     assert "| source" in table and "us-east-1f" in table and "sessions" in table
     traced = [s.preemptions for s in stats if s.source == "trace"]
     assert meta["min_preemptions_per_zone"].value == min(traced)
+
+
+def test_measured_r_and_checkpoint_time_reach_the_deadline_rule_the_policy_and_the_training_process(
+        tmp_path, monkeypatch):
+    """Issue 8, item 4: R and C measured in the statistics DB (market seconds) are the R and
+    C of the planner's deadline rule, of the fleet policy's job spec and of the training
+    process (through the provider's contract estimates and the SPOTFLEET_* variables)."""
+    import pandas as pd
+
+    from checkpointing.session import TrainingSession
+    from fleet.contract import training_env
+    from fleet.providers.attempt import AttemptRecord
+    from fleet.providers.base import StageSpec
+    from fleet.providers.decisions import PolicyDriver, Progress
+
+    [cfg] = load_pipelines(EXAMPLE_PIPELINES)
+    traces = fleet_adapter.market_traces(cfg.market)
+    r_s = 240.0  # launch -> ready in every zone, recorded by the local fleet in market seconds
+    local = [NodeSession(node_id=f"{t.zone}-{i}", stage="pretrain", attempt=1, provider="local",
+                         cloud="local", region=t.region, zone=t.zone, instance_type="p3.2xlarge",
+                         spot=True, price_per_hour=0.918, launched_at=1e9 + 1000 * i,
+                         ready_at=1e9 + 1000 * i + r_s + (30.0 if i else -30.0),
+                         ended_at=1e9 + 1000 * i + 900, end_reason="preempted")
+             for t in traces for i in range(2)]
+    stats = fleet_adapter.planning_zone_stats(zone_stats(traces) + session_stats(local))
+    # the checkpoints table: an emergency save's stall is not what an insurance save costs
+    ckpts = pd.DataFrame({"kind": ["periodic", "insurance", "emergency"],
+                          "stall_seconds": [20.0, 40.0, 500.0]})
+    c_h = fleet_adapter.measured_checkpoint_hours(ckpts)
+    assert c_h == pytest.approx(30.0 / 3600.0)
+    fc = forecast_zones(traces, None, 12.0, n_samples=200, seed=0)
+    plan = fleet_adapter.plan_for_stage(cfg.stages[0], stats, fc, cfg.market, 16.0, True, c_h)
+    assert plan.spot_nodes
+    # the deadline rule: fallback slack = R + C + safety with the measured R and C
+    assert plan.restart_hours == pytest.approx(r_s / 3600.0)
+    safety = StageRequest(work_hours=1.0).safety_hours
+    assert plan.fallback_slack_hours == pytest.approx(r_s / 3600.0 + 30.0 / 3600.0 + safety)
+    # the fleet policy's job spec
+    spec = plan.apply(StageSpec(name="pretrain", command=["python", "x.py"], checkpoint_uri=str(tmp_path),
+                                policy="spotfleet"))
+    job = PolicyDriver(spec.policy, spec.zones, priors=spec.priors).job_spec(Progress())
+    assert job.restart_hours == pytest.approx(r_s / 3600.0)
+    assert job.checkpoint_hours == pytest.approx(30.0 / 3600.0)
+    # the training process: what both providers export before the attempt observed anything
+    attempt = AttemptRecord(spec, 1, None)
+    env = training_env(attempt.mttp_estimate(spec.zones[0]), attempt.restart_estimate(),
+                       spec.priors.interval_seconds, attempt.checkpoint_estimate([]))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    session = TrainingSession.from_env(store=str(tmp_path / "ckpt"))
+    assert session.restart_seconds == pytest.approx(r_s)
+    assert session.mttp_seconds == pytest.approx(3600.0 / plan.zones[0].rate_per_hour, rel=1e-5)  # 6 digits
+    assert float(env["SPOTFLEET_CHECKPOINT_SECONDS"]) == pytest.approx(30.0)
