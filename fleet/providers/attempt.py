@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from checkpointing.events import Event
+from fleet.contract import (
+    posterior_checkpoint_seconds,
+    posterior_mttp_seconds,
+    posterior_restart_seconds,
+    restart_seconds_of,
+)
 from fleet.providers.base import NodeSession, StageSpec
 
 
@@ -27,3 +33,27 @@ class AttemptRecord:
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)
+
+    # -- the run contract refreshed from what this attempt observed (market seconds) -------
+    def mttp_estimate(self, zone: str | None, spot: bool = True) -> float | None:
+        """MTTP (s) of ``zone``: the plan's prior, refined by what this attempt's ended spot
+        sessions held and lost so far (``fleet.contract.posterior_mttp_seconds``; never the
+        market's future). None on on-demand: nothing preempts it, so the training process
+        takes no insurance saves there (periodic ones remain). A failed session (the
+        training process crashed) says nothing about the market and is left out."""
+        if not spot:
+            return None
+        ended = [s for s in self.sessions if s.spot and s.ended_at is not None
+                 and s.end_reason in ("preempted", "completed", "cancelled")]
+        held = sum(max(0.0, s.ended_at - (s.ready_at or s.launched_at)) for s in ended)
+        lost = sum(1 for s in ended if s.end_reason == "preempted")
+        return posterior_mttp_seconds(self.spec.priors.mttp_for(zone), held, lost)
+
+    def restart_estimate(self) -> float:
+        """R (s): the plan's prior, refined by this attempt's launch -> ready times."""
+        return posterior_restart_seconds(self.spec.priors.restart_seconds, [
+            r for s in self.sessions if (r := restart_seconds_of(s.launched_at, s.ready_at)) is not None])
+
+    def checkpoint_estimate(self, stalls: list[float]) -> float | None:
+        """Checkpoint time (s): the plan's measured one, refined by the attempt's ``stalls``."""
+        return posterior_checkpoint_seconds(self.spec.priors.checkpoint_seconds, stalls)

@@ -48,10 +48,6 @@ import numpy as np
 from checkpointing import runtime_env as rt
 from checkpointing.events import Event
 from fleet.contract import (
-    posterior_checkpoint_seconds,
-    posterior_mttp_seconds,
-    posterior_restart_seconds,
-    restart_seconds_of,
     session_cost_usd,
     training_env,
     training_stats,
@@ -259,26 +255,8 @@ class _StageRun(AttemptRecord):
         """Wall seconds -> market (emulated) seconds."""
         return self.cfg.time_scale.to_trace(wall_seconds)
 
-    def _restart_estimate(self) -> float:
-        """R (market s): the plan's prior, refined by this attempt's launch -> ready times."""
-        measured = [restart_seconds_of(s.launched_at, s.ready_at) for s in self.sessions
-                    if s.ready_at is not None]  # sessions are recorded in market time
-        return posterior_restart_seconds(self.spec.priors.restart_seconds, measured)
-
-    def _mttp_estimate(self, zone: str | None, spot: bool = True) -> float | None:
-        """MTTP (market s) of ``zone``: the plan's prior, refined by what this attempt held
-        and lost so far (never the replay schedule). None on on-demand: nothing preempts
-        it, so the training process takes no insurance saves there (periodic ones remain)."""
-        if not spot:
-            return None
-        spot = [s for s in self.sessions if s.spot and s.ended_at is not None
-                and s.end_reason in ("preempted", "completed", "cancelled")]
-        held = sum(s.ended_at - (s.ready_at or s.launched_at) for s in spot)  # market s
-        preempted = sum(1 for s in spot if s.end_reason == "preempted")
-        return posterior_mttp_seconds(self.spec.priors.mttp_for(zone), held, preempted)
-
     def _write_stats(self, path: Path, zone: str | None, spot: bool = True) -> None:
-        mttp, restart = self._mttp_estimate(zone, spot), self._restart_estimate()
+        mttp, restart = self.mttp_estimate(zone, spot), self.restart_estimate()
         interval = self._decision.interval_seconds if self._decision is not None else None
         interval = interval or self.spec.priors.interval_seconds
         stats = training_stats(mttp, restart, interval, 1.0 / self.cfg.time_scale.factor)
@@ -477,11 +455,10 @@ class _StageRun(AttemptRecord):
             "PYTHONUNBUFFERED": "1",
         })
         interval = self._decision.interval_seconds if self._decision is not None else None
-        env.update(training_env(self._mttp_estimate(node.zone, node.spot),
-                                self._restart_estimate(),
+        env.update(training_env(self.mttp_estimate(node.zone, node.spot),
+                                self.restart_estimate(),
                                 interval or self.spec.priors.interval_seconds,
-                                posterior_checkpoint_seconds(self.spec.priors.checkpoint_seconds,
-                                                             self._stalls),
+                                self.checkpoint_estimate(self._stalls),
                                 1.0 / self.cfg.time_scale.factor))
         if self.cfg.notice_poll_seconds is not None:
             env["SPOTFLEET_NOTICE_POLL_SECONDS"] = f"{self.cfg.notice_poll_seconds:g}"

@@ -42,11 +42,7 @@ from typing import Any
 
 from checkpointing.events import Event
 from fleet.contract import (
-    posterior_checkpoint_seconds,
-    posterior_mttp_seconds,
-    posterior_restart_seconds,
     prior_history,
-    restart_seconds_of,
     training_env,
 )
 from fleet.providers.attempt import AttemptRecord
@@ -262,15 +258,10 @@ class _SkyRun(AttemptRecord):
         seconds): the plan's priors, refined by what this attempt held and lost so far and
         by the stalls of the checkpoints on the stage's prefix (read with the progress).
         On on-demand no MTTP is exported: nothing preempts it, so no insurance saves."""
-        pr = self.spec.priors
-        held_spot = [s for s in self.sessions if s.spot and s.ended_at is not None]
-        held = sum(max(0.0, s.ended_at - (s.ready_at or s.launched_at)) for s in held_spot)
-        lost = sum(1 for s in held_spot if s.end_reason == "preempted")
-        mttp = posterior_mttp_seconds(pr.mttp_for(zone), held, lost) if spot else None
-        restart = posterior_restart_seconds(pr.restart_seconds, [
-            r for s in self.sessions if (r := restart_seconds_of(s.launched_at, s.ready_at)) is not None])
-        ckpt = posterior_checkpoint_seconds(pr.checkpoint_seconds, self._stalls)
-        return training_env(mttp, restart, pr.interval_seconds, ckpt)
+        mttp = self.mttp_estimate(zone, spot)
+        restart = self.restart_estimate()
+        ckpt = self.checkpoint_estimate(self._stalls)
+        return training_env(mttp, restart, self.spec.priors.interval_seconds, ckpt)
 
     def _placement(self, zones: list[str], t: float) -> tuple[list[str] | None, bool, str]:
         """Candidate zones (ordered) and spot/on-demand for the next managed job (None:
