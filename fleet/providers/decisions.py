@@ -32,12 +32,14 @@ from typing import Any
 import numpy as np
 
 from fleet.contract import RunPriors
+from fleet.market.config import DEFAULT_ON_DEMAND_PRICE, DEFAULT_SPOT_PRICE
 from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
 from fleet.policies.registry import get_policy
 
-#: assumed spot / on-demand $/h when the priors carry no prices (p3.2xlarge, V100)
-FALLBACK_SPOT_PRICE = 0.918
-FALLBACK_ON_DEMAND_PRICE = 3.06
+#: assumed spot / on-demand $/h when the priors carry no prices: the market section's
+#: defaults (p3.2xlarge, V100; fleet/market/config.py)
+FALLBACK_SPOT_PRICE = DEFAULT_SPOT_PRICE
+FALLBACK_ON_DEMAND_PRICE = DEFAULT_ON_DEMAND_PRICE
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fleet.contract import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_RESTART_SECONDS
+from fleet.market.config import DEFAULT_ON_DEMAND_PRICE, DEFAULT_SPOT_PRICE
 from fleet.policies.base import JobSpec
 from fleet.simulation.engine import RunResult, horizon_ticks, simulate
 from fleet.simulation.market import Market
@@ -51,12 +53,13 @@ class Family:
     checkpoint_gb: float
     warmup_hours: float
     load: Callable[[Path, int], list[tuple[Market, list[int] | None]]]
-    spot_price: float = 0.918
-    on_demand_price: float = 3.06
+    spot_price: float = DEFAULT_SPOT_PRICE
+    on_demand_price: float = DEFAULT_ON_DEMAND_PRICE
 
     def spec(self, ratio: float, notice: float) -> JobSpec:
         return JobSpec(work_hours=self.work_hours, deadline_hours=round(self.work_hours * ratio, 6),
-                       restart_hours=0.1, checkpoint_hours=1 / 60, notice_seconds=notice,
+                       restart_hours=DEFAULT_RESTART_SECONDS / 3600.0,
+                       checkpoint_hours=DEFAULT_CHECKPOINT_SECONDS / 3600.0, notice_seconds=notice,
                        checkpoint_gb=self.checkpoint_gb, spot_price=self.spot_price,
                        on_demand_price=self.on_demand_price)
 
@@ -77,7 +80,7 @@ def spread_starts(market: Market, spec: JobSpec, n: int, warmup_hours: float,
 def _v100(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
     m = Market.from_dir(data / "spot-traces/availability/1-node/aws-02-15-2023",
                         prices=data / "spot-prices/aws-v100-02-15-2023.json")
-    return [(m.with_on_demand_prices(3.06), None)]
+    return [(m.with_on_demand_prices(DEFAULT_ON_DEMAND_PRICE), None)]
 
 
 def _h100(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from fleet.contract import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_RESTART_SECONDS
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     market = sub.add_parser("market", help="synthesize, load or price a spot market")
@@ -59,8 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--deadline", type=float, default=None, help="deadline, hours from now")
     plan.add_argument("--nodes", type=int, default=1, help="nodes in the stage's node group (default 1)")
     plan.add_argument("--accelerator", default="V100", help="accelerator per node (default V100)")
-    plan.add_argument("--ckpt-min", type=float, default=1.0, help="checkpoint cost, minutes")
-    plan.add_argument("--restart-min", type=float, default=6.0, help="restart cost R, minutes")
+    plan.add_argument("--ckpt-min", type=float, default=DEFAULT_CHECKPOINT_SECONDS / 60.0,
+                      help="checkpoint cost, minutes (default: fleet.contract's, 1)")
+    plan.add_argument("--restart-min", type=float, default=DEFAULT_RESTART_SECONDS / 60.0,
+                      help="restart cost R, minutes, when the zone has no measured one "
+                           "(default: fleet.contract's, 6)")
     plan.add_argument("--horizon", type=float, default=12.0, help="forecast horizon, hours")
     plan.add_argument("--on-demand-core", type=int, default=0,
                       help="nodes kept on on-demand whatever the market (default 0)")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fleet.contract import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_RESTART_SECONDS
+from fleet.market.config import DEFAULT_ON_DEMAND_PRICE, DEFAULT_SPOT_PRICE
 from pipelines.commands.argtypes import number
 
 
@@ -50,12 +52,15 @@ def register(subparsers) -> None:
     p.add_argument("--notice-seconds", type=number("--notice-seconds", allow_zero=True),
                    default=0.0, help="preemption notice window (s); 120 = AWS")
     p.add_argument("--restart-minutes", type=number("--restart-minutes", allow_zero=True),
-                   default=6.0, help="changeover delay on every (re)launch (min)")
+                   default=DEFAULT_RESTART_SECONDS / 60.0,
+                   help="changeover delay R on every (re)launch (min; default fleet.contract's, 6)")
     p.add_argument("--checkpoint-minutes", type=number("--checkpoint-minutes", allow_zero=True),
-                   default=1.0, help="time one checkpoint blocks training (min)")
-    p.add_argument("--on-demand-price", type=number("--on-demand-price"), default=3.06,
+                   default=DEFAULT_CHECKPOINT_SECONDS / 60.0,
+                   help="time one checkpoint blocks training (min; default fleet.contract's, 1)")
+    p.add_argument("--on-demand-price", type=number("--on-demand-price"),
+                   default=DEFAULT_ON_DEMAND_PRICE,
                    help="$/h when the data has no on-demand prices")
-    p.add_argument("--spot-price", type=number("--spot-price"), default=0.918,
+    p.add_argument("--spot-price", type=number("--spot-price"), default=DEFAULT_SPOT_PRICE,
                    help="$/h when the data has no spot prices")
     p.add_argument("--warmup-hours", type=number("--warmup-hours", allow_zero=True),
                    default=168.0, help="history before the first start (h)")
