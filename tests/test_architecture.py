@@ -86,3 +86,46 @@ def test_the_check_would_catch_a_violation(tmp_path) -> None:
     (tmp_path / "pipelines" / "cli.py").write_text("import assets.pipeline_assets\n")
     got = _offenders(tmp_path)
     assert len(got) == 2 and got[0].startswith("fleet/x.py:2") and "node_runner" in got[1]
+
+
+#: compressed emulator time lives in these packages (docs/architecture.md, "Where things live")
+COMPRESSED_TIME = ("fleet.providers.local", "fleet.emulation")
+#: the only modules outside them that may import them: the provider registry (it builds the
+#: local provider by name) and the commands that run the local fleet by hand
+COMPRESSED_TIME_IMPORTERS = {"fleet/providers/registry.py", "pipelines/commands/local_fleet.py",
+                             "pipelines/commands/main_job.py"}
+
+
+def _compressed_time_leaks(root: Path = REPO) -> list[str]:
+    found = []
+    for top in ("checkpointing", "fleet", "infra", "pipelines", "assets"):
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel in COMPRESSED_TIME_IMPORTERS or rel.startswith(("fleet/providers/local/", "fleet/emulation/")):
+                continue
+            lines: dict[int, str] = {}
+            for lineno, name in _imports(path):
+                if any(name == p or name.startswith(p + ".") for p in COMPRESSED_TIME):
+                    lines.setdefault(lineno, name)
+            found += [f"{rel}:{lineno} imports {name}" for lineno, name in lines.items()]
+    return sorted(found)
+
+
+def test_compressed_time_stays_in_the_local_fleet() -> None:
+    """Nothing else (the SkyPilot provider, the shared provider code, the DB, the planner,
+    the assets) imports the local fleet or the emulator: what they record and plan is in
+    market seconds (fleet/contract.py); shared provider code lives in fleet/providers/."""
+    leaks = _compressed_time_leaks()
+    assert not leaks, "compressed time leaves fleet/providers/local, fleet/emulation:\n" + "\n".join(leaks)
+
+
+def test_the_compressed_time_check_would_catch_a_leak(tmp_path) -> None:
+    (tmp_path / "fleet" / "providers" / "skypilot").mkdir(parents=True)
+    (tmp_path / "fleet" / "providers" / "skypilot" / "p.py").write_text(
+        "def f():\n    from fleet.providers.local.clock import x\n")
+    (tmp_path / "fleet" / "providers" / "local").mkdir()
+    (tmp_path / "fleet" / "providers" / "local" / "ok.py").write_text("import fleet.emulation.injector\n")
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "a.py").write_text("from fleet.emulation import injector\n")
+    got = _compressed_time_leaks(tmp_path)
+    assert [g.split(" ")[0] for g in got] == ["assets/a.py:1", "fleet/providers/skypilot/p.py:2"]
