@@ -318,10 +318,6 @@ class PreemptionInjector:
     def up_zones(self, wall: float | None = None) -> list[str]:
         return self.schedule.up_zones(self.trace_time(wall))
 
-    def wall_until_change(self, zone: str) -> float | None:
-        nxt = self.schedule.next_change(zone, self.trace_time())
-        return None if nxt is None else self.time_scale.to_wall(nxt - self.trace_time())
-
     # -- nodes -------------------------------------------------------------------------
     def open_node(self, node_id: str, zone: str, spot: bool = True) -> InjectedNode:
         """Prepare a node's notice channels (start its metadata endpoint) before launch.

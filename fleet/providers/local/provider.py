@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -700,8 +700,3 @@ class _StageRun(AttemptRecord):
             ready_at=node.ready_at, ended_at=node.ended_at, end_reason=reason,
             notice_at=node.notice_at, first_step=node.first_step, last_step=node.last_step,
             last_checkpoint_step=node.last_checkpoint_step)))
-
-
-def with_zones(spec: StageSpec, zones: list[str]) -> StageSpec:
-    """A copy of ``spec`` restricted to ``zones`` (preference order)."""
-    return replace(spec, zones=tuple(zones))
