@@ -53,13 +53,16 @@ def train_retry_policy(cfg: PipelineConfig) -> RetryPolicy:
     """``TRAIN_RETRY``; on the local fleet its first delay is one MARKET minute of wall time.
 
     The delay gives a lost node group's capacity time to come back. The local fleet's
-    market runs ``3600 / wall_seconds_per_market_hour`` times faster than the wall clock,
-    so 2 wall seconds there are minutes of market time spent idle (the example: 4 market
-    minutes, 2.4 % of the main job's wall time); real clouds keep the 2 s.
+    market runs faster than the wall clock (the provider converts:
+    ``fleet.providers.registry.wall_seconds``), so 2 wall seconds there are minutes of
+    market time spent idle (the example: 4 market minutes, 2.4 % of the main job's wall
+    time); real clouds keep the 2 s.
     """
-    if cfg.provider != "local":
+    from fleet.providers.registry import wall_seconds
+
+    delay = min(TRAIN_RETRY.delay, wall_seconds(cfg.provider, 60.0, cfg.market))
+    if delay == TRAIN_RETRY.delay:
         return TRAIN_RETRY
-    delay = min(TRAIN_RETRY.delay, cfg.market.wall_seconds_per_market_hour / 60.0)
     return RetryPolicy(max_retries=TRAIN_RETRY.max_retries, delay=delay, backoff=TRAIN_RETRY.backoff,
                        jitter=TRAIN_RETRY.jitter)
 

@@ -43,6 +43,18 @@ def build_provider(kind: str, options: dict[str, Any] | None = None) -> FleetPro
     return _BUILDERS[kind](dict(options or {}))
 
 
+def wall_seconds(kind: str, market_seconds: float, market: Any = None) -> float:
+    """How many wall seconds ``market_seconds`` of market time last on provider ``kind``:
+    the same on a real cloud; on the local fleet the market's compression
+    (``fleet/providers/local/clock.py``; ``market``: its MarketConfig or dict). For what
+    runs outside the provider on the wall clock (Dagster's retry delay)."""
+    if kind != "local":
+        return float(market_seconds)
+    from fleet.providers.local.clock import wall_seconds_of_market
+
+    return wall_seconds_of_market(market_seconds, market)
+
+
 def preempt_node_now(provider: FleetProvider, stage: str, node_id: str) -> bool:
     """Fault injection: notice + kill one node of a running stage now.
 

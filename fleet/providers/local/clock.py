@@ -38,6 +38,15 @@ from fleet.providers.base import NodeSession
 CHECKPOINT_DURATIONS = ("stall_seconds", "persist_seconds")
 
 
+def wall_seconds_of_market(market_seconds: float, market: object = None) -> float:
+    """Wall seconds that ``market_seconds`` last on the local fleet replaying ``market``
+    (a MarketConfig or its dict; None: the default compression)."""
+    from fleet.market.config import MarketConfig
+
+    cfg = market if isinstance(market, MarketConfig) else MarketConfig.model_validate(market or {})
+    return float(market_seconds) * cfg.wall_seconds_per_market_hour / 3600.0
+
+
 @dataclasses.dataclass(frozen=True)
 class MarketClock:
     """Wall clock -> market clock of one local-fleet attempt (``factor`` market s per wall s)."""
