@@ -133,6 +133,26 @@ def prior_history(priors: RunPriors, zones: list[str], gap_seconds: float,
     return out
 
 
+def _process_seconds(mttp_seconds: float | None, restart_seconds: float | None,
+                     interval_seconds: float | None, checkpoint_seconds: float | None,
+                     k: float) -> dict[str, float]:
+    """The known statistics in the training process's seconds (``k`` per market second)."""
+    out: dict[str, float] = {}
+    if (m := _finite_pos(mttp_seconds)) is not None:
+        out["mttp_seconds"] = m * k
+    if restart_seconds is not None and math.isfinite(restart_seconds):
+        out["restart_seconds"] = max(0.0, restart_seconds) * k
+    if (t := _finite_pos(interval_seconds)) is not None:
+        out["interval_seconds"] = t * k
+    if (c := _finite_pos(checkpoint_seconds)) is not None:
+        out["checkpoint_seconds"] = c * k
+    return out
+
+
+_ENV_OF = {"mttp_seconds": rt.ENV_MTTP_SECONDS, "restart_seconds": rt.ENV_RESTART_SECONDS,
+           "interval_seconds": rt.ENV_INTERVAL_SECONDS, "checkpoint_seconds": rt.ENV_CHECKPOINT_SECONDS}
+
+
 def training_env(mttp_seconds: float | None, restart_seconds: float | None,
                  interval_seconds: float | None = None, checkpoint_seconds: float | None = None,
                  seconds_per_market_second: float = 1.0) -> dict[str, str]:
@@ -141,32 +161,19 @@ def training_env(mttp_seconds: float | None, restart_seconds: float | None,
     ``seconds_per_market_second`` is 1 on real clouds; the local fleet passes its
     compression (wall seconds per emulated second).
     """
-    k = seconds_per_market_second
-    env: dict[str, str] = {}
-    if (m := _finite_pos(mttp_seconds)) is not None:
-        env[rt.ENV_MTTP_SECONDS] = f"{m * k:.6g}"
-    if restart_seconds is not None and math.isfinite(restart_seconds):
-        env[rt.ENV_RESTART_SECONDS] = f"{max(0.0, restart_seconds) * k:.6g}"
-    if (t := _finite_pos(interval_seconds)) is not None:
-        env[rt.ENV_INTERVAL_SECONDS] = f"{t * k:.6g}"
-    if (c := _finite_pos(checkpoint_seconds)) is not None:
-        env[rt.ENV_CHECKPOINT_SECONDS] = f"{c * k:.6g}"
-    return env
+    vals = _process_seconds(mttp_seconds, restart_seconds, interval_seconds, checkpoint_seconds,
+                            seconds_per_market_second)
+    return {_ENV_OF[name]: f"{v:.6g}" for name, v in vals.items()}
 
 
 def training_stats(mttp_seconds: float | None, restart_seconds: float | None,
                    interval_seconds: float | None = None,
                    seconds_per_market_second: float = 1.0) -> dict[str, float]:
-    """The same values as the JSON of ``SPOTFLEET_STATS_FILE`` (re-read on change)."""
-    k = seconds_per_market_second
-    out: dict[str, float] = {}
-    if (m := _finite_pos(mttp_seconds)) is not None:
-        out["mttp_seconds"] = round(m * k, 6)
-    if restart_seconds is not None and math.isfinite(restart_seconds):
-        out["restart_seconds"] = round(max(0.0, restart_seconds) * k, 6)
-    if (t := _finite_pos(interval_seconds)) is not None:
-        out["interval_seconds"] = round(t * k, 6)
-    return out
+    """The same values as the JSON of ``SPOTFLEET_STATS_FILE`` (re-read on change; the
+    checkpoint time is not refreshed there: the process measures its own)."""
+    vals = _process_seconds(mttp_seconds, restart_seconds, interval_seconds, None,
+                            seconds_per_market_second)
+    return {name: round(v, 6) for name, v in vals.items()}
 
 
 def posterior_mttp_seconds(prior: float | None, held_seconds: float, preemptions: int,
