@@ -12,7 +12,8 @@ Views (each an explicit table, never silently mixed):
 - ALL TIME: :func:`run_summary` (one row per recorded run, every run ever).
 
 Categories of a node session's billed time (infra/db/accounting.py): ``useful``,
-``checkpoint``, ``redo``, ``restart``, ``idle``; the report splits ``restart`` into
+``checkpoint``, ``membership`` (the pauses of an elastic stage's shrinks / grows),
+``redo``, ``restart``, ``idle``; the report splits ``restart`` into
 ``launch`` (the stage's first node-group launch in a run: start-up paid even without
 preemptions) and ``restart`` (every relaunch after it). ``fallback`` is a PRICE split,
 not a time split: the premium paid on on-demand nodes over the spot price for the
@@ -31,8 +32,8 @@ import pandas as pd
 from checkpointing import costmodel
 from fleet.contract import mean_restart_seconds, measured_checkpoint_seconds, session_cost_usd
 
-CATEGORIES = ("useful", "checkpoint", "redo", "launch", "restart", "idle")
-TAXES = ("checkpoint", "redo", "launch", "restart", "idle")
+CATEGORIES = ("useful", "checkpoint", "membership", "redo", "launch", "restart", "idle")
+TAXES = ("checkpoint", "membership", "redo", "launch", "restart", "idle")
 GROUP = ["pipeline", "stage", "zone", "day"]
 MONEY = ["spend_usd", "on_demand_usd", "savings_usd"] + [f"{c}_usd" for c in CATEGORIES] + ["fallback_usd"]
 #: end reason of a node lost with its node group (the attempt failed and its nodes were

@@ -16,7 +16,8 @@ discounts (``ContractedUnitPrice`` = ``ListUnitPrice``), no commitments
 
 Custom columns (prefixed ``x_`` as the spec requires): pipeline, stage, run, attempt,
 node session, end reason, the split of ``BilledCost`` into useful work and the
-checkpoint / redo / first-launch / restart / idle taxes (they sum to ``BilledCost``),
+checkpoint / membership (elastic shrink / grow pauses) / redo / first-launch / restart /
+idle taxes (they sum to ``BilledCost``),
 the on-demand fallback premium (``x_FallbackTaxCost``: on-demand price minus spot
 price times hours; a PRICE split that overlaps the time split), and the on-demand
 equivalent of the useful work.
@@ -98,8 +99,9 @@ ALLOWED = {
                         "Storage", "Web", "Other"},
 }
 #: the project's own columns; the x_*Cost taxes + x_UsefulCost sum to BilledCost
-X_SPLIT = {"useful": "x_UsefulCost", "checkpoint": "x_CheckpointTaxCost", "redo": "x_RedoTaxCost",
-           "launch": "x_LaunchCost", "restart": "x_RestartTaxCost", "idle": "x_IdleTaxCost"}
+X_SPLIT = {"useful": "x_UsefulCost", "checkpoint": "x_CheckpointTaxCost", "membership": "x_MembershipTaxCost",
+           "redo": "x_RedoTaxCost", "launch": "x_LaunchCost", "restart": "x_RestartTaxCost",
+           "idle": "x_IdleTaxCost"}
 X_COLUMNS = ["x_Pipeline", "x_Stage", "x_RunId", "x_Attempt", "x_NodeSessionId", "x_EndReason",
              *X_SPLIT.values(), "x_FallbackTaxCost", "x_OnDemandEquivalentCost"]
 DATETIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
@@ -275,6 +277,11 @@ def _row_rules(f: pd.DataFrame) -> list[str]:
         bad = ~_close(f.loc[plain, "EffectiveCost"].astype(float), f.loc[plain, "BilledCost"].astype(float))
         if bad.any():
             out.append(f"EffectiveCost: must equal BilledCost without commitment discounts ({int(bad.sum())} rows)")
+    present = [c for c in X_SPLIT.values() if c in f.columns]
+    if present and len(present) < len(X_SPLIT):
+        missing = [c for c in X_SPLIT.values() if c not in f.columns]
+        out.append(f"{', '.join(missing)}: missing from the x_ cost split ({', '.join(present)} present); "
+                   f"export every split column so that they sum to BilledCost")
     if set(X_SPLIT.values()) | {"BilledCost"} <= set(f.columns):
         split = sum(f[c].astype(float) for c in X_SPLIT.values())
         bad = ~_close(split, f["BilledCost"].astype(float))

@@ -223,7 +223,8 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
            automation_condition=refresh_condition(),
            description="Cost of ONE run (default: this run, else the latest): spend per stage, zone and "
                        "day vs on-demand for the same useful work, split into useful compute and the "
-                       "first-launch, restart, checkpoint, redo and idle taxes; observed vs modelled "
+                       "first-launch, restart, checkpoint, membership (elastic shrink / grow), redo and "
+                       "idle taxes; observed vs modelled "
                        "effective cost; budget; plus the period (per UTC day) and all-time tables. "
                        "Config: run_id, first_day, last_day.")
     def cost_report(context: AssetExecutionContext, stats_db: StatsDB, fleet: FleetResource,

@@ -23,7 +23,8 @@ HEADERS = {
     "zones": "Zones (launch order)", "start_step": "Start step", "final_step": "Final step",
     "spend_usd": "Spend ($)", "on_demand_usd": "On-demand equiv. ($)", "savings_usd": "Savings ($)",
     "savings_pct": "Savings (%)", "useful_usd": "Useful ($)", "checkpoint_usd": "Checkpoint tax ($)",
-    "redo_usd": "Redo tax ($)", "launch_usd": "First launch ($)", "restart_usd": "Restart tax ($)",
+    "redo_usd": "Redo tax ($)", "membership_usd": "Membership tax ($)", "launch_usd": "First launch ($)",
+    "restart_usd": "Restart tax ($)",
     "idle_usd": "Idle tax ($)", "fallback_usd": "On-demand fallback premium ($)", "taxes_usd": "Taxes ($)",
     "node_id": "Node", "spot": "Spot", "end_reason": "End reason", "billed_hours": "Billed hours",
     "step": "Step", "kind": "Change", "world_sizes": "World size", "state_from": "State from",
@@ -32,11 +33,12 @@ HEADERS = {
     "cost_usd": "Cost ($)", "tax": "Tax", "tax_usd": "Amount ($)", "share_pct": "Share of spend (%)",
 }
 NBHYPHEN = "\u2011"  # non-breaking hyphen: "us-east-1f" stays on one line
-COLORS = {"useful": "#2a9d8f", "checkpoint": "#e9c46a", "redo": "#f4a261", "launch": "#8ab17d",
-          "restart": "#e76f51", "idle": "#adb5bd"}
+COLORS = {"useful": "#2a9d8f", "checkpoint": "#e9c46a", "membership": "#9b5de5", "redo": "#f4a261",
+          "launch": "#8ab17d", "restart": "#e76f51", "idle": "#adb5bd"}
 TAX_LABELS = {"launch": "first launch (start-up, paid even without preemptions)",
               "restart": "restart (relaunches after preemptions / lost attempts)",
               "checkpoint": "checkpoint (training stalled for saves)",
+              "membership": "membership (elastic stages: nodes paused by a shrink / grow)",
               "redo": "redo (work lost after the last checkpoint, recomputed)",
               "idle": "idle (notice grace, shutdown)",
               "fallback": "on-demand fallback premium (price over spot; overlaps the time taxes)"}
@@ -95,7 +97,7 @@ def tax_table(tot: dict[str, float]) -> pd.DataFrame:
     spend = tot.get("spend_usd", 0.0)
     rows = [{"tax": TAX_LABELS[t], "usd": tot.get(f"{t}_usd", 0.0),
              "share_pct": 100.0 * tot.get(f"{t}_usd", 0.0) / spend if spend > 0 else math.nan}
-            for t in ("launch", "restart", "checkpoint", "redo", "idle", "fallback")]
+            for t in ("launch", "restart", "checkpoint", "membership", "redo", "idle", "fallback")]
     out = pd.DataFrame(rows)
     out = out.rename(columns={"usd": "tax_usd"})
     return out
@@ -133,9 +135,11 @@ def budget_line(b: BudgetStatus | None, enforced: bool) -> str:
             + ("enforced: a stage that would exceed it is not launched." if enforced else "not enforced (warn only)."))
 
 
-def elastic_sections(membership: pd.DataFrame | None, nodes: pd.DataFrame | None) -> list[str]:
+def elastic_sections(membership: pd.DataFrame | None, nodes: pd.DataFrame | None,
+                     membership_usd: float | None = None) -> list[str]:
     """Elastic multi-node stages: node-hours per node and the tax of each shrink / grow
-    (nothing when the run has no elastic stage)."""
+    (nothing when the run has no elastic stage). ``membership_usd``: the run's
+    ``membership`` cost category, which bills the same pauses."""
     out: list[str] = []
     if nodes is not None and not nodes.empty:
         out += ["### Elastic stages: node-hours per node", "",
@@ -143,13 +147,22 @@ def elastic_sections(membership: pd.DataFrame | None, nodes: pd.DataFrame | None
                                  "billed_hours", "cost_usd"], total=True), ""]
     if membership is not None and not membership.empty:
         taxed = membership[membership["kind"] != "restore"]
+        tax = float(taxed["membership_tax_usd"].sum())
+        if membership_usd is not None and tax > 0 and membership_usd < 0.5 * tax:
+            # recorded before the cost split had the category: the pauses are in `useful`
+            where = (f"The cost split of this run has only ${membership_usd:,.4f} in `membership`: "
+                     f"its attempts were recorded before that category existed, so these pauses "
+                     f"are still inside `useful` (and the on-demand comparison).")
+        else:
+            where = ("The same pauses are the `membership` tax of the cost split (per stage, per "
+                     "zone, taxes below): moved out of `useful`, so the useful hours and the "
+                     "on-demand comparison exclude them.")
         out += ["### Elastic stages: membership changes (the tax of each shrink / grow)", "",
                 f"Each change pauses every node that was training, from its own hand-off to the new "
                 f"group's first completed step (nodes that just joined were starting up: their "
                 f"sessions' launch / restart time); the tax is those pauses at each node's price: "
                 f"{taxed['node_seconds'].sum():,.1f} billed node-seconds, "
-                f"**${taxed['membership_tax_usd'].sum():,.4f}** over {len(taxed)} change(s). It is part of the "
-                f"nodes' billed time above (inside `useful`), not added to the taxes. A `restore` "
+                f"**${tax:,.4f}** over {len(taxed)} change(s). {where} A `restore` "
                 f"(every node lost) is paid as `restart`.", "",
                 md_table(membership, ["stage", "attempt", "step", "kind", "world_sizes", "state_from",
                                       "pause_seconds", "node_seconds", "membership_tax_usd"], total=True), ""]
@@ -182,7 +195,7 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
     out += ["### Stages (all attempts)", "",
             md_table(stages, ["stage", "attempts", "lost_attempts", "sessions", "preemptions", "zones", "cost_usd"],
                      total=True), "",
-            *elastic_sections(membership, elastic_nodes),
+            *elastic_sections(membership, elastic_nodes, tot.get("membership_usd")),
             "### Per stage", "", md_table(by_stage, ["stage", *money, *taxes], total=True), "",
             "### Per zone", "", md_table(by_zone, ["zone", *money, *taxes], total=True), "",
             "### Taxes", "", md_table(tax_table(tot), ["tax", "tax_usd", "share_pct"]), "",

@@ -25,6 +25,10 @@ earliest hand-off file write (milliseconds before the event). A group that read 
 checkpoint (every node of the previous group was lost) is a ``restore``: its cost is the
 ``restart`` category of the new sessions, not a membership tax.
 
+The same per-node intervals (:func:`paused_intervals`) are the ``membership`` category
+of the node sessions' cost split (infra/db/accounting.py): the paused seconds are billed
+there, not as ``useful``, so the two agree to float rounding.
+
 Seconds are the events' clock: market seconds, as every provider reports its events
 (the local fleet converts its compressed clock, fleet/providers/local/clock.py), i.e.
 billed seconds like the node sessions. The workers' ``pause_seconds`` stay in their own
@@ -59,8 +63,10 @@ class Change:
     dollars: float
 
 
-def membership_changes(events: Iterable[Event], sessions: Sequence[NodeSession]) -> list[Change]:
-    """The groups of one attempt, in order, from its training events (empty: not elastic)."""
+def _groups(events: Iterable[Event]) -> tuple[list[Event], dict[int, list[Event]],
+                                              dict[tuple[str, int], tuple[float, float]]]:
+    """Events by time, the members of each group (by its step), and each member's pause
+    interval (its own last hand-off, its own ``membership`` event) keyed (node, group step)."""
     evs = sorted(events, key=lambda e: e.time)
     members: dict[int, list[Event]] = {}
     for e in evs:
@@ -68,17 +74,23 @@ def membership_changes(events: Iterable[Event], sessions: Sequence[NodeSession])
             # a group's step is unique within an attempt: the next group starts after
             # the first step of this one completed
             members.setdefault(int(e.data["step"]), []).append(e)
-    price = {s.node_id: s.price_per_hour for s in sessions}
     last_handoff: dict[str, float] = {}  # node -> its latest hand-off not yet followed by a group
-    pauses: dict[tuple[str, int], float] = {}  # (node, group step) -> its pause (event seconds)
+    pauses: dict[tuple[str, int], tuple[float, float]] = {}
     for e in evs:
         if e.kind == "handoff" and e.node_id:
             last_handoff[e.node_id] = e.time
         elif e.kind == "membership" and e.node_id and isinstance(e.data.get("step"), (int, float)):
             t = last_handoff.pop(e.node_id, None)
             if t is not None:
-                pauses[(e.node_id, int(e.data["step"]))] = max(0.0, e.time - t)
+                pauses[(e.node_id, int(e.data["step"]))] = (t, max(t, e.time))
+    return evs, members, pauses
+
+
+def _changes(events: Iterable[Event], price: dict[str, float]
+             ) -> tuple[list[Change], dict[str, list[tuple[float, float]]]]:
+    evs, members, pauses = _groups(events)
     out: list[Change] = []
+    paused: dict[str, list[tuple[float, float]]] = {}
     before: int | None = None
     for e in evs:
         if e.kind != "membership" or e.data.get("rank") != 0:
@@ -93,11 +105,27 @@ def membership_changes(events: Iterable[Event], sessions: Sequence[NodeSession])
             kind = "shrink" if size < before else "grow" if size > before else "reform"
         else:
             kind = "restore"
-        paid = {n: pauses.get((n, step), 0.0) for n in nodes} if kind in TAXED else {}
+        spans = {n: pauses[(n, step)] for n in nodes if (n, step) in pauses} if kind in TAXED else {}
+        for n, span in spans.items():
+            paused.setdefault(n, []).append(span)
+        paid = {n: b - a for n, (a, b) in spans.items()}
         out.append(Change(formed_at=e.time, kind=kind, step=step, world_size_before=before,
                           world_size=size, state_from=source, nodes=nodes,
                           pause_seconds=max(paid.values(), default=0.0),
                           node_seconds=sum(paid.values()),
                           dollars=sum(p * price.get(n, 0.0) for n, p in paid.items()) / 3600.0))
         before = size
-    return out
+    return out, paused
+
+
+def membership_changes(events: Iterable[Event], sessions: Sequence[NodeSession]) -> list[Change]:
+    """The groups of one attempt, in order, from its training events (empty: not elastic)."""
+    return _changes(events, {s.node_id: s.price_per_hour for s in sessions})[0]
+
+
+def paused_intervals(events: Iterable[Event]) -> dict[str, list[tuple[float, float]]]:
+    """Per node, the (hand-off, membership) intervals the changes of one attempt tax
+    (event seconds): what :func:`membership_changes` sums into ``node_seconds``, per node,
+    so that the session breakdown (infra/db/accounting.py) bills the same seconds as
+    the ``membership`` category. Empty for a stage that is not elastic."""
+    return _changes(events, {})[1]

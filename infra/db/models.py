@@ -151,8 +151,9 @@ class CheckpointRecord(Base):
 class CostLine(Base):
     """One slice of spend: (pipeline, stage, zone, day, node, category) -> seconds and $.
 
-    ``category`` is one of ``useful``, ``checkpoint``, ``redo``, ``restart``, ``idle``;
-    the lines of a node session add up to that session's billed cost exactly.
+    ``category`` is one of ``useful``, ``checkpoint``, ``membership`` (an elastic stage's
+    shrink / grow pauses), ``redo``, ``restart``, ``idle``; the lines of a node session
+    add up to that session's billed cost exactly.
     ``on_demand_dollars`` is what on-demand would have cost for the same USEFUL work
     (non-zero only on ``useful`` lines).
     """
@@ -174,7 +175,7 @@ class CostLine(Base):
     on_demand_dollars: Mapped[float] = mapped_column(Float, default=0.0)
 
 
-COST_CATEGORIES = ("useful", "checkpoint", "redo", "restart", "idle")
+COST_CATEGORIES = ("useful", "checkpoint", "membership", "redo", "restart", "idle")
 
 
 class MembershipChange(Base):
@@ -186,8 +187,9 @@ class MembershipChange(Base):
     the ``restart`` category). The TAX of a shrink / grow / reform: every member that was
     training pauses from its own hand-off to the group's first completed step;
     ``node_seconds`` is the sum of those pauses, ``pause_seconds`` the longest, ``dollars``
-    at each member's price (fleet/providers/membership.py). Billed (market) seconds; it
-    is part of the members' billed time (never added to the cost lines).
+    at each member's price (fleet/providers/membership.py). Billed (market) seconds; the
+    same seconds are the members' ``membership`` cost lines (attempts recorded since
+    that category exists; earlier ones kept them inside ``useful``).
     """
 
     __tablename__ = "membership_changes"

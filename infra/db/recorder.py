@@ -10,7 +10,7 @@ from sqlalchemy import Engine, select
 
 from checkpointing.events import Event
 from fleet.providers.base import NodeSession
-from fleet.providers.membership import membership_changes
+from fleet.providers.membership import membership_changes, paused_intervals
 from infra.db.accounting import cost_slices
 from infra.db.models import (
     CheckpointRecord,
@@ -67,6 +67,7 @@ def record_attempt(
         by_node: dict[str, list[Event]] = {}
         for ev in events:
             by_node.setdefault(ev.node_id or "", []).append(ev)
+        paused = paused_intervals(events)  # elastic stages: each node's membership pauses
         for s in sessions:
             node_events = by_node.get(s.node_id, [])
             od_price = float(od(s))
@@ -105,7 +106,7 @@ def record_attempt(
                         committed_at=ev.time,
                     ))
             if s.ended_at is not None:
-                for sl in cost_slices(s, node_events, od_price):
+                for sl in cost_slices(s, node_events, od_price, paused.get(s.node_id, [])):
                     db.add(CostLine(
                         node_session_id=ns.id, run_id=run_id, pipeline=pipeline, stage=stage,
                         zone=s.zone, day=sl.day, spot=s.spot, category=sl.category,

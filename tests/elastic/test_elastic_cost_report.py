@@ -5,7 +5,9 @@ replacements join at step 200: 2 -> 4) goes through the real recorder (infra/db,
 and the real report builder. The report's membership tax must equal what the event log
 says: per change, each member that was training pauses from its own hand-off to the new
 group's first completed step (the interval the workers report as ``pause_seconds``), at
-its price, in billed seconds.
+its price, in billed seconds. The same seconds are the `membership` category of the cost
+split: the split still sums to each session's cost, the report's useful work is reduced
+by exactly the tax, and the FOCUS export carries it as ``x_MembershipTaxCost``.
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ from __future__ import annotations
 import pytest
 
 from assets import cost_tables as ct
+from assets import focus
 from assets.cost_report import ReportSelection, build_report
 from checkpointing.events import Event
+from fleet.contract import session_cost_usd
 from fleet.providers.base import NodeSession
 from fleet.providers.local.clock import MarketClock
-from fleet.providers.membership import membership_changes
-from infra.db.recorder import record_attempt
+from fleet.providers.membership import membership_changes, paused_intervals
+from infra.db.accounting import breakdown, cost_slices
+from infra.db.models import CostLine, NodeSessionRecord
+from infra.db.recorder import read_table, record_attempt
 from infra.db.session import make_engine, upgrade
 
 T0 = 1_700_000_000.0
@@ -47,12 +53,15 @@ def _wall_log() -> tuple[list[NodeSession], list[Event]]:
     ev += [Event("exit", t1, n, {"reason": "preempted", "step": 62, "world_size": 4}) for n in ("n2", "n3")]
     ev += [Event("handoff", t1 + 0.001 * i, n, {"step": 62, "reason": "peer_leaving", "world_size": 4})
            for i, n in enumerate(("n0", "n1"))]
+    # every member starts again in the new group (the worker emits ``start`` at each formation)
+    ev += [Event("start", t1 + 1.5, n, {"resumed_from_step": 62}) for n in ("n0", "n1")]
     ev += [_membership(t1 + 1.7, "n0", 0, 62, 2, "handoff", 1.7),
            _membership(t1 + 1.7005, "n1", 1, 62, 2, "peer", 1.7005)]
     # capacity returns: n4, n5 join at step 200 and receive the state from a peer
     t2 = T0 + 80.0
     ev += [Event("handoff", t2 + 0.002 * i, n, {"step": 200, "reason": "peer_joining", "world_size": 2})
            for i, n in enumerate(("n0", "n1"))]
+    ev += [Event("start", t2 + 2.0, n, {"resumed_from_step": 200}) for n in ("n0", "n1", "n4", "n5")]
     ev += [_membership(t2 + 2.2, n, r, 200, 4, "handoff" if r == 0 else "peer", 2.2)
            for r, n in enumerate(("n0", "n1", "n4", "n5"))]
     t3 = T0 + 120.0
@@ -85,12 +94,18 @@ def _record(eng, sessions, events):
 
 
 @pytest.fixture
-def report(tmp_path):
+def recorded(tmp_path):
     eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
     upgrade(eng)
     sessions, events = _attempt_log()
     _record(eng, sessions, events)
     _record(eng, sessions, events)  # re-recording the attempt replaces its rows
+    return eng, sessions, events
+
+
+@pytest.fixture
+def report(recorded, tmp_path):
+    eng, sessions, events = recorded
     rep = build_report(eng, "demo", tmp_path / "reports", ReportSelection(run_ids=("run-e",)),
                        stage_order=["train"], write_focus=False)
     return rep, sessions, events
@@ -134,6 +149,86 @@ def test_report_membership_tax_equals_the_event_log(report):
     assert "### Elastic stages: membership changes" in rep.markdown
     assert f"**${total:,.4f}** over 2 change(s)" in rep.markdown
     assert "| train | 1 | 62 | shrink | 4 -> 2 |" in rep.markdown
+
+
+def _split_without_membership(sessions, events):
+    """$ and seconds per category if the pauses were not their own category (as before)."""
+    usd: dict[str, float] = {}
+    secs: dict[str, float] = {}
+    od = 0.0
+    for s in sessions:
+        for sl in cost_slices(s, [e for e in events if e.node_id == s.node_id], 3.06, paused=[]):
+            usd[sl.category] = usd.get(sl.category, 0.0) + sl.dollars
+            secs[sl.category] = secs.get(sl.category, 0.0) + sl.seconds
+            od += sl.on_demand_dollars
+    return usd, secs, od
+
+
+def test_the_split_sums_to_each_session_cost_with_a_membership_slice(recorded):
+    eng, sessions, events = recorded
+    paused = paused_intervals(events)
+    assert set(paused) == {"n0", "n1"}  # the nodes that were training; n4, n5 were starting up
+    lines = read_table(eng, CostLine, "demo")
+    nodes = read_table(eng, NodeSessionRecord, "demo").set_index("id")["node_id"]
+    lines["node_id"] = lines["node_session_id"].map(nodes)
+    for s in sessions:
+        mine = lines[lines["node_id"] == s.node_id]
+        cost = session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at)
+        assert mine["dollars"].sum() == pytest.approx(cost, rel=1e-12)
+        member = mine.loc[mine["category"] == "membership", "seconds"].sum()
+        assert member == pytest.approx(sum(b - a for a, b in paused.get(s.node_id, [])), rel=1e-9)
+        assert (member > 0) == (s.node_id in ("n0", "n1"))
+    # a member's ``start`` at each re-formation is not a relaunch: a survivor's restart
+    # tax ends at its first group's first step, whichever rank it has
+    b = {s.node_id: breakdown(s, [e for e in events if e.node_id == s.node_id], paused.get(s.node_id, []))
+         for s in sessions}
+    first_start = {n: min(e.time for e in events if e.kind == "start" and e.node_id == n) for n in b}
+    for s in sessions:
+        assert b[s.node_id].restart == pytest.approx(first_start[s.node_id] - s.launched_at, rel=1e-9)
+    # per change, the category bills exactly the seconds the membership table sums
+    changes = [c for c in membership_changes(events, sessions) if c.kind in ("shrink", "grow")]
+    assert lines.loc[lines["category"] == "membership", "seconds"].sum() == pytest.approx(
+        sum(c.node_seconds for c in changes), rel=1e-9)
+
+
+def test_report_useful_is_reduced_by_exactly_the_membership_tax(report):
+    """The paused node-time moves out of `useful` (and out of the on-demand comparison)
+    into the `membership` tax; spend is unchanged."""
+    rep, sessions, events = report
+    tax_usd = float(rep.membership["membership_tax_usd"].sum())
+    tax_s = float(rep.membership["node_seconds"].sum())
+    assert tax_usd > 0
+    before_usd, before_s, before_od = _split_without_membership(sessions, events)
+    assert "membership" not in before_usd or before_usd["membership"] == 0.0
+    t = rep.totals
+    assert t["membership_usd"] == pytest.approx(tax_usd, rel=1e-9)
+    assert before_usd["useful"] - t["useful_usd"] == pytest.approx(tax_usd, rel=1e-9)
+    assert before_s["useful"] / 3600.0 - rep.table["useful_hours"].sum() == pytest.approx(tax_s / 3600.0, rel=1e-9)
+    assert rep.table["membership_hours"].sum() == pytest.approx(tax_s / 3600.0, rel=1e-9)
+    assert t["spend_usd"] == pytest.approx(sum(before_usd.values()), rel=1e-12)  # same bill, split differently
+    assert t["spend_usd"] == pytest.approx(rep.reconcile[1], rel=1e-12)
+    assert before_od - t["on_demand_usd"] == pytest.approx(tax_s * 3.06 / 3600.0, rel=1e-9)
+    assert t["taxes_usd"] == pytest.approx(t["spend_usd"] - t["useful_usd"], rel=1e-9)
+    # observed effective cost: the same spend over fewer useful hours
+    assert rep.break_even.observed.useful_hours == pytest.approx(rep.table["useful_hours"].sum(), rel=1e-12)
+    # the rendered report: its own tax row and column, and the elastic section says where it is
+    assert "| membership (elastic stages: nodes paused by a shrink / grow) |" in rep.markdown
+    assert "Membership tax ($)" in rep.markdown
+    assert "moved out of `useful`" in rep.markdown
+
+
+def test_focus_export_carries_the_membership_tax(recorded):
+    eng, _, _ = recorded
+    data = ct.load(eng, "demo")
+    frame = focus.focus_frame(data)
+    assert focus.validate(frame) == []
+    changes = ct.membership_table(ct.load_membership(eng, "demo"))
+    assert frame["x_MembershipTaxCost"].sum() == pytest.approx(changes["membership_tax_usd"].sum(), rel=1e-9)
+    by_node = dict(zip(frame["ResourceId"], frame["x_MembershipTaxCost"], strict=True))
+    assert by_node["n0"] > 0 and by_node["n1"] > 0 and by_node["n4"] == 0.0 and by_node["n2"] == 0.0
+    # dropping the new column is caught, not silently skipped
+    problems = focus.validate(frame.drop(columns=["x_MembershipTaxCost"]))
+    assert any(p.startswith("x_MembershipTaxCost: missing from the x_ cost split") for p in problems), problems
 
 
 def test_a_survivor_that_missed_a_round_pays_its_whole_wait_once():

@@ -29,7 +29,8 @@ from elastic_kit import (
     train_args,
 )
 
-from fleet.providers.membership import membership_changes
+from fleet.providers.membership import membership_changes, paused_intervals
+from infra.db.accounting import breakdown
 
 pytestmark = pytest.mark.slow
 
@@ -121,6 +122,14 @@ def test_zone_reclaim_shrinks_and_regain_grows_without_restore(tmp_path):
         sum(c.node_seconds for c in changes))
     for c, g in zip(changes, groups[1:], strict=True):
         assert c.step == g["step"] and len(c.nodes) == g["world_size"]
+    # the cost split bills the same pauses as its `membership` category (not `useful`), and
+    # each session's parts still sum to its billed seconds (infra/db/accounting.py)
+    paused = paused_intervals(result.events)
+    split = {s.node_id: breakdown(s, result.events, paused.get(s.node_id, [])) for s in result.sessions}
+    for s in result.sessions:
+        assert sum(split[s.node_id].as_dict().values()) == pytest.approx(s.ended_at - s.launched_at, rel=1e-9)
+    assert sum(b.membership for b in split.values()) == pytest.approx(sum(c.node_seconds for c in changes),
+                                                                       rel=1e-9)
     if [c.world_size for c in changes] == [2, 4]:  # no survivor missed a round
         for c, g in zip(changes, groups[1:], strict=True):
             paid = {e.node_id for e in w.of("handoff") if e.data["step"] == c.step}

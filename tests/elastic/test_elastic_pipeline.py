@@ -68,3 +68,9 @@ def test_four_node_stage_from_yaml_through_dagster(tmp_path):
     md = reports[0].read_text(encoding="utf-8")
     assert "### Elastic stages: node-hours per node" in md
     assert f"**${total:,.4f}** over {len(taxed)} change(s)" in md
+    # the same pauses are the `membership` category of the cost split, not `useful`
+    from infra.db.models import CostLine
+
+    lines = read_table(eng, CostLine, "elastic")
+    assert lines.loc[lines["category"] == "membership", "dollars"].sum() == pytest.approx(total, rel=1e-9)
+    assert "| membership (elastic stages: nodes paused by a shrink / grow) |" in md

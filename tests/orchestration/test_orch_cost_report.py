@@ -200,6 +200,8 @@ def test_focus_export_satisfies_the_column_rules(two_runs, tmp_path):
     (lambda f: f.assign(BilledCost=None), "BilledCost: must not be null"),
     (lambda f: f.assign(ListCost=f["ListCost"] * 1.01), "ListCost: must equal ListUnitPrice x PricingQuantity"),
     (lambda f: f.assign(x_RedoTaxCost=f["x_RedoTaxCost"] + 0.5), "must equal BilledCost"),
+    (lambda f: f.assign(x_MembershipTaxCost=f["x_MembershipTaxCost"] + 0.5), "must equal BilledCost"),
+    (lambda f: f.drop(columns=["x_MembershipTaxCost"]), "x_MembershipTaxCost: missing from the x_ cost split"),
     (lambda f: f.assign(BillingCurrency="usd"), "ISO 4217"),
     (lambda f: f.assign(MyColumn=1), "MyColumn: not a FOCUS 1.2 column"),
     (lambda f: f.assign(Tags="pipeline=demo"), "Tags: must be a JSON object"),

@@ -142,6 +142,37 @@ def test_cost_slices_split_a_session_across_midnight():
     assert per_day[dt.date(2026, 1, 2)] == pytest.approx(1.5 * 0.918)
 
 
+def test_a_membership_slice_keeps_the_split_equal_to_the_session_cost():
+    """An elastic node's shrink / grow pauses are their own category: clipped to the active
+    time, taken out of the compute (not useful, no on-demand equivalent), and the slices
+    across midnight still sum to ``session_cost_usd`` exactly."""
+    from fleet.contract import session_cost_usd
+
+    midnight = dt.datetime(2026, 1, 2, tzinfo=dt.UTC).timestamp()
+    s = _session("n9", midnight - 1800, midnight + 5400, "preempted", 0, 100, 80)
+    events = [Event("start", s.launched_at + 100, "n9", {}),
+              *[Event("progress", s.launched_at + 100 + 70 * k, "n9", {"step": k}) for k in range(1, 101)],
+              Event("exit", s.ended_at - 100, "n9", {"reason": "preempted", "step": 100})]
+    # one pause across midnight (900 s), one that runs past the last training event (100 s inside)
+    paused = [(midnight - 300, midnight + 600), (s.ended_at - 200, s.ended_at + 50)]
+    b = breakdown(s, events, paused)
+    assert b.membership == pytest.approx(1000.0)
+    assert sum(b.as_dict().values()) == pytest.approx(s.ended_at - s.launched_at, rel=1e-12)
+    # redo is the lost steps' share of the compute; a pause computes no step
+    assert b.redo / (b.useful + b.redo) == pytest.approx(20 / 100, rel=1e-9)
+    without = breakdown(s, events, [])
+    assert without.membership == 0.0
+    assert without.useful + without.redo - (b.useful + b.redo) == pytest.approx(1000.0, rel=1e-9)
+    slices = cost_slices(s, events, on_demand_price_per_hour=3.06, paused=paused)
+    cost = session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at)
+    assert sum(sl.dollars for sl in slices) == pytest.approx(cost, rel=1e-12)
+    member = [sl for sl in slices if sl.category == "membership"]
+    assert {sl.day for sl in member} == {dt.date(2026, 1, 1), dt.date(2026, 1, 2)}
+    assert sum(sl.dollars for sl in member) == pytest.approx(1000.0 * 0.918 / 3600.0, rel=1e-12)
+    assert sum(sl.on_demand_dollars for sl in slices) == pytest.approx(b.useful * 3.06 / 3600.0, rel=1e-12)
+    assert all(sl.on_demand_dollars == 0.0 for sl in slices if sl.category != "useful")
+
+
 def test_db_cli_upgrades_and_reports_the_revision(tmp_path, capsys):
     from pipelines.cli import main
 
