@@ -6,7 +6,9 @@
 A layer imports only layers to its left (and third-party code); ``checkpointing`` runs
 inside the training process and imports none of the orchestration side, nor Dagster,
 SkyPilot or SQLAlchemy; ``fleet`` knows no database and no Dagster; the node runner
-(runs on the node) imports no ``assets``. Imports inside functions count too.
+(runs on the node) imports no ``assets``; only the local fleet, the emulator, the provider
+registry and the local fleet's commands import ``fleet.providers.local`` / ``fleet.emulation``
+(compressed time). Imports inside functions count too.
 """
 
 from __future__ import annotations
