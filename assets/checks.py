@@ -3,21 +3,28 @@
 Every check evaluates the run the cost report covers (this run, or the latest recorded
 run when the check runs on its own, e.g. from the ``<pipeline>__checks`` job or the
 automation sensor). A check whose input does not exist (nothing recorded yet, a stage
-that did not run in that run) is reported as SKIPPED: ``passed=True``, severity WARN,
-metadata ``skipped: true`` and a description starting with "skipped:" — never as a
-failure that would read "cost does not reconcile". (Dagster has no skipped check
-result; checks are also left out of the training job so that a check whose upstream
-step failed is never planned and shown as "execution failed", see docs/dagster.md.)
+that did not run or made no progress in that run) yields NO result: its step logs
+``check <asset>:<name> skipped: <why>`` and succeeds, and Dagster resolves the planned,
+never-evaluated check of a successful run as SKIPPED (grey "Skipped" in the UI) — neither
+a green pass nor a red failure that would read "cost does not reconcile". That needs
+checks that may emit nothing: each is a one-spec ``multi_asset_check(can_subset=True)``
+(an ``@asset_check``'s output is required). Checks are left out of the training job: a
+check planned in a run that FAILED resolves as "execution failed"; after such a run the
+``<pipeline>__report_and_checks`` job (spotfleet main, or the run-failure sensor under
+``dagster dev``) evaluates or skips them. See docs/dagster.md, "Asset checks".
 """
 
-from typing import TYPE_CHECKING
+import inspect
+import re
+from typing import TYPE_CHECKING, NamedTuple
 
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
     AssetCheckSeverity,
+    AssetCheckSpec,
     AutomationCondition,
-    asset_check,
+    multi_asset_check,
 )
 
 from pipelines.resources import StatsDB
@@ -39,10 +46,46 @@ def check_condition() -> AutomationCondition:
             & ~AutomationCondition.in_progress()).with_label("after the asset updates")
 
 
-def skipped(why: str, **metadata) -> AssetCheckResult:
-    """A check that could not be evaluated because its input is missing (not a failure)."""
-    return AssetCheckResult(passed=True, severity=AssetCheckSeverity.WARN,
-                            metadata={"skipped": True, **metadata}, description=f"skipped: {why}")
+class Skipped(NamedTuple):
+    """A check that could not be evaluated because its input is missing (not a pass, not a failure)."""
+
+    why: str
+
+
+def skipped(why: str, **_context) -> Skipped:
+    return Skipped(why)
+
+
+#: the log line of a skipped check (``spotfleet main`` reads it back from the run's log)
+SKIP_LOG = re.compile(r"^check (?P<asset>\S+):(?P<name>\S+) skipped: (?P<why>.*)$", re.S)
+
+
+def _emit(context: AssetCheckExecutionContext, spec: AssetCheckSpec, outcome):
+    """Yield the check's result, or nothing (logged) when it was skipped."""
+    if isinstance(outcome, Skipped):
+        context.log.info(f"check {spec.asset_key.to_user_string()}:{spec.name} skipped: {outcome.why}")
+        return
+    yield outcome
+
+
+def check(asset, name: str, description: str, blocking: bool = False):
+    """Like ``@asset_check`` for a function returning ``AssetCheckResult | Skipped``: a
+    one-spec ``multi_asset_check`` that may emit no result (Dagster then shows "Skipped")."""
+    spec = AssetCheckSpec(name, asset=asset, description=description, blocking=blocking,
+                          automation_condition=check_condition())
+
+    def decorate(fn):
+        def body(context: AssetCheckExecutionContext, **resources):
+            yield from _emit(context, spec, fn(context, **resources))
+
+        # the resources the function declares (annotated parameters after the context)
+        body.__signature__ = inspect.signature(fn)
+        body.__annotations__ = dict(fn.__annotations__)
+        body.__name__ = body.__qualname__ = fn.__name__
+        return multi_asset_check(specs=[spec], can_subset=True, description=description,
+                                 name=f"{spec.asset_key.to_python_identifier()}_{name}")(body)
+
+    return decorate
 
 
 def reconcile(stats_db_engine, pipeline: str, run_ids: list[str] | None = None) -> tuple[float, float]:
@@ -75,11 +118,10 @@ def build_checks(pa: "PipelineAssets") -> list:
     p = pa.prefix
     checks = []
 
-    @asset_check(asset=pa.key("cost_report"), name="cost_reconciles_with_node_sessions", blocking=True,
-                 automation_condition=check_condition(),
-                 description="The reported run's spend (sum of cost lines) equals the billed cost of its "
-                             "recorded node sessions; the same over all runs.")
-    def cost_reconciles(context: AssetCheckExecutionContext, stats_db: StatsDB) -> AssetCheckResult:
+    @check(pa.key("cost_report"), "cost_reconciles_with_node_sessions", blocking=True,
+           description="The reported run's spend (sum of cost lines) equals the billed cost of its "
+                       "recorded node sessions; the same over all runs.")
+    def cost_reconciles(context: AssetCheckExecutionContext, stats_db: StatsDB) -> AssetCheckResult | Skipped:
         from assets import cost_tables as ct
 
         data = ct.load(stats_db.engine(), p)
@@ -105,9 +147,9 @@ def build_checks(pa: "PipelineAssets") -> list:
     budget = pa.config.budget_usd
     period = getattr(pa.config, "budget_period", "run")
 
-    @asset_check(asset=pa.key("cost_report"), name="within_budget", automation_condition=check_condition(),
-                 description=f"Spend of {p} per budget period ({period}) stays within budget_usd (${budget:g}).")
-    def within_budget(context: AssetCheckExecutionContext, stats_db: StatsDB) -> AssetCheckResult:
+    @check(pa.key("cost_report"), "within_budget",
+           description=f"Spend of {p} per budget period ({period}) stays within budget_usd (${budget:g}).")
+    def within_budget(context: AssetCheckExecutionContext, stats_db: StatsDB) -> AssetCheckResult | Skipped:
         from assets import cost_tables as ct
 
         data = ct.load(stats_db.engine(), p)
@@ -126,10 +168,10 @@ def build_checks(pa: "PipelineAssets") -> list:
 
     market = pa.config.market.model_dump()
 
-    @asset_check(asset=pa.key("preemption_stats"), name="enough_samples", automation_condition=check_condition(),
-                 description=f"Every zone of the market has at least {MIN_PREEMPTIONS_PER_ZONE} "
-                             "observed preemptions, so rates and MTTP intervals are meaningful.")
-    def enough_samples(context: AssetCheckExecutionContext) -> AssetCheckResult:
+    @check(pa.key("preemption_stats"), "enough_samples",
+           description=f"Every zone of the market has at least {MIN_PREEMPTIONS_PER_ZONE} "
+                       "observed preemptions, so rates and MTTP intervals are meaningful.")
+    def enough_samples(context: AssetCheckExecutionContext) -> AssetCheckResult | Skipped:
         # recomputed from the market (deterministic from the config) instead of loading the
         # stored asset value: a run that failed before preemption_stats has no value to load,
         # and a check must then say "skipped", not fail to execute
@@ -160,12 +202,11 @@ def build_checks(pa: "PipelineAssets") -> list:
 def _checkpoint_check(pa: "PipelineAssets", stage: str):
     p = pa.prefix
 
-    @asset_check(asset=pa.key(f"train_{stage}"), name="latest_checkpoint_recent",
-                 automation_condition=check_condition(),
-                 description=f"In the reported run, the latest checkpoint of {stage} is at most "
-                             f"{MAX_UNCHECKPOINTED_HOURS:g} market hour(s) of work behind the end of the "
-                             "stage's last node session.")
-    def latest_checkpoint_recent(context: AssetCheckExecutionContext, stats_db: StatsDB) -> AssetCheckResult:
+    @check(pa.key(f"train_{stage}"), "latest_checkpoint_recent",
+           description=f"In the reported run, the latest checkpoint of {stage} is at most "
+                       f"{MAX_UNCHECKPOINTED_HOURS:g} market hour(s) of work behind the end of the "
+                       "stage's last node session.")
+    def latest_checkpoint_recent(context: AssetCheckExecutionContext, stats_db: StatsDB) -> AssetCheckResult | Skipped:
         from assets import cost_tables as ct
 
         data = ct.load(stats_db.engine(), p)

@@ -17,9 +17,12 @@ from dagster import (
     DefaultScheduleStatus,
     DefaultSensorStatus,
     Definitions,
+    RunFailureSensorContext,
+    RunRequest,
     ScheduleDefinition,
     define_asset_job,
     in_process_executor,
+    run_failure_sensor,
 )
 
 from assets.pipeline_assets import PipelineAssets, build_pipeline_assets
@@ -37,6 +40,34 @@ def checks_job_name(pipeline: str) -> str:
 
 def report_job_name(pipeline: str) -> str:
     return f"{pipeline}__report_and_checks"
+
+
+def checks_after_failure_sensor(built: list[PipelineAssets], report_jobs: list):
+    """After a run that trained a pipeline's stage and FAILED: run its cost report + checks.
+
+    Dagster resolves a check planned in a failed run (e.g. "Materialize all" in the UI) as
+    "execution failed" although it never ran. The follow-up ``<pipeline>__report_and_checks``
+    run evaluates each check on what was recorded, or skips it (no result -> "Skipped"), and
+    becomes the check's latest execution. Not for a run that Dagster will retry.
+    """
+    from dagster._core.storage.tags import WILL_RETRY_TAG
+
+    @run_failure_sensor(name="spotfleet_checks_after_failed_run", default_status=DefaultSensorStatus.RUNNING,
+                        minimum_interval_seconds=10, request_jobs=report_jobs,
+                        description="After a failed training run: cost report + checks, so that a check "
+                                    "that could not run shows as Skipped (or its real result), not as "
+                                    "\"execution failed\".")
+    def checks_after_failed_run(context: RunFailureSensorContext):
+        run = context.dagster_run
+        if run.tags.get(WILL_RETRY_TAG) == "true":
+            return
+        selected = set(run.asset_selection or ())
+        for pa in built:
+            if run.job_name == pipeline_job_name(pa.prefix) or selected & set(pa.train_keys):
+                yield RunRequest(run_key=f"{run.run_id}:{pa.prefix}", job_name=report_job_name(pa.prefix),
+                                 tags={"spotfleet/after_failed_run": run.run_id})
+
+    return checks_after_failed_run
 
 
 def _gfs_assets() -> list:
@@ -70,6 +101,7 @@ def build_definitions(pipelines: list[PipelineConfig] | None = None,
     schedules: list = []
     refresh_keys = []
     train_keys = []
+    report_jobs = []
     for pa in built:
         assets += pa.assets + pa.external
         checks += pa.checks
@@ -84,11 +116,12 @@ def build_definitions(pipelines: list[PipelineConfig] | None = None,
         jobs.append(define_asset_job(
             checks_job_name(pa.prefix), selection=AssetSelection.checks_for_assets(*pa.all_keys),
             description=f"Evaluate every asset check of pipeline {pa.prefix} on the latest recorded run."))
-        jobs.append(define_asset_job(
+        report_jobs.append(define_asset_job(
             report_job_name(pa.prefix),
             selection=AssetSelection.assets(pa.key("cost_report")) | AssetSelection.checks_for_assets(*pa.all_keys),
             description=f"The cost report of {pa.prefix}'s latest recorded run and every check (what "
                         "spotfleet main runs after a training run that failed)."))
+        jobs.append(report_jobs[-1])
         refresh = define_asset_job(f"{pa.prefix}__refresh_stats", selection=AssetSelection.assets(*pa.refresh_keys),
                                    description="Refresh preemption statistics, forecast and cost report.")
         jobs.append(refresh)
@@ -108,6 +141,8 @@ def build_definitions(pipelines: list[PipelineConfig] | None = None,
         default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
         description="Declarative automation: refresh statistics, forecasts and cost reports when "
                     "training runs land (node sessions recorded).")]
+    if built:
+        sensors.append(checks_after_failure_sensor(built, report_jobs))
     res = {"stats_db": StatsDB(url=os.environ.get("SPOTFLEET_DB_URL", "")),
            "fleet": FleetResource()}
     res.update(resources or {})

@@ -102,7 +102,7 @@ def run_main(args) -> int:
         checks = run_checks(defs, cfg, instance, result, level)  # checks are not planned in the training job
     print("", flush=True)
     print_stage_summary(cfg, stats_db, result.run_id)
-    failed_checks = [c for c in checks if not c.passed]
+    failed_checks = [c for c in checks if c.passed is False]  # skipped: None
     for c in checks:
         print(check_line(c))
     total = time.perf_counter() - t0

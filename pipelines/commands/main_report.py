@@ -9,12 +9,23 @@ printed for a figure that does not exist ("-" instead of "nan", no empty zone li
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
+
+
+class SkippedCheck(NamedTuple):
+    """A check planned in the run that emitted no result (Dagster shows it as "Skipped")."""
+
+    asset_key: object
+    check_name: str
+    why: str
+    passed = None  # neither passed nor failed
 
 
 def run_checks(defs, cfg, instance, train_result, log_level: str = "INFO") -> list:
     """After the training job: the checks job (run succeeded) or cost report + checks (failed).
 
-    Returns the check evaluations (``AssetCheckEvaluation``) of that second run.
+    Returns the check outcomes of that second run: its ``AssetCheckEvaluation``s and a
+    ``SkippedCheck`` (with the reason the check logged) for each planned check without one.
     """
     from pipelines.definitions import checks_job_name, report_job_name
 
@@ -22,14 +33,32 @@ def run_checks(defs, cfg, instance, train_result, log_level: str = "INFO") -> li
     res = defs.resolve_job_def(name).execute_in_process(
         instance=instance, raise_on_error=False,
         run_config={"loggers": {"console": {"config": {"log_level": log_level}}}})
-    return [e.event_specific_data for e in res.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return check_outcomes(instance, res)
+
+
+def check_outcomes(instance, res) -> list:
+    """Evaluations of a run's checks, plus a ``SkippedCheck`` for every planned check without one."""
+    from assets.checks import SKIP_LOG
+
+    evaluated = [e.event_specific_data for e in res.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    done = {(c.asset_key, c.check_name) for c in evaluated}
+    why, planned = {}, []
+    for entry in instance.all_logs(res.run_id):
+        if entry.is_dagster_event:
+            if entry.dagster_event_type.value == "ASSET_CHECK_EVALUATION_PLANNED":
+                planned.append(entry.dagster_event.event_specific_data)
+        elif m := SKIP_LOG.match(entry.user_message or ""):
+            why[(m["asset"], m["name"])] = m["why"]
+    skipped = [SkippedCheck(d.asset_key, d.check_name,
+                            why.get((d.asset_key.to_user_string(), d.check_name), "the check's step did not run"))
+               for d in planned if (d.asset_key, d.check_name) not in done]
+    return evaluated + skipped
 
 
 def check_line(c) -> str:
     """``check <asset>:<name>: passed | FAILED | WARNING | skipped (why)``."""
-    md = {k: getattr(v, "value", v) for k, v in (c.metadata or {}).items()}
-    if md.get("skipped"):
-        state = f"skipped ({(c.description or '').removeprefix('skipped: ')})"
+    if isinstance(c, SkippedCheck):
+        state = f"skipped ({c.why})"
     elif c.passed:
         state = "passed"
     else:

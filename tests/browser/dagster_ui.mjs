@@ -4,6 +4,8 @@
 //   node dagster_ui.mjs <base-url> <asset-group> <out-dir> <timeout-seconds> [<stage asset>]
 // With a stage asset name it then opens that asset, the cost report (its inline plot) and the
 // cost report's checks tab, and reports what it saw under "seen".
+//   node dagster_ui.mjs <base-url> --shot <out-dir> <name> <url-path> <text to wait for>
+// only opens one page, saves <name>.png and prints {"screenshot", "text"} (the page's text).
 // PLAYWRIGHT_CORE_DIR: folder holding node_modules/playwright-core.
 import { createRequire } from 'module';
 import path from 'path';
@@ -32,6 +34,22 @@ const browser = await chromium.launch({
          '--disable-component-update', '--disable-sync', '--no-first-run'],
 });
 const shots = [];
+if (group === '--shot') {
+  const [, , shotDir, name, urlPath, waitText] = process.argv.slice(2);
+  try {
+    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    await page.goto(`${base}${urlPath}`, { waitUntil: 'domcontentloaded' });
+    await page.getByText(waitText, { exact: false }).first().waitFor({ timeout: 60000 }).catch(() => {});
+    await page.waitForTimeout(2500);
+    const shot = path.join(shotDir, `${name}.png`);
+    await page.screenshot({ path: shot });
+    const text = await page.locator('body').innerText();
+    process.stdout.write(JSON.stringify({ screenshot: shot, text }) + '\n');
+  } finally {
+    await browser.close();
+  }
+  process.exit(0);
+}
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   const groupUrl = `${base}/locations/pipelines.definitions/asset-groups/${group}`;

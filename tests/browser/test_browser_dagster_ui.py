@@ -2,8 +2,10 @@
 
 Starts `dagster dev -m pipelines.definitions` on a free port with a one-stage pipeline on
 the local fleet, drives Debian's /usr/bin/chromium through playwright-core (installed by
-scripts/install_test_services.sh into $SPOTFLEET_BROWSER_TOOLS), clicks "Materialize
-all", waits for the run to succeed and saves screenshots under out/browser/.
+scripts/install_test_services.sh into $SPOTFLEET_BROWSER_TOOLS). First the checks job runs
+with nothing recorded: the checks tabs must show "Skipped" (no result), never "Passed".
+Then it clicks "Materialize all", waits for the run to succeed and saves screenshots
+under out/browser/.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ def test_materialize_from_the_asset_graph_in_chromium(tmp_path):
                 assert time.time() < deadline, "dagster dev did not serve within 240 s"
                 time.sleep(2)
         SHOTS.mkdir(parents=True, exist_ok=True)
+        _assert_checks_with_nothing_to_evaluate_show_skipped(base)
         out = subprocess.run(
             ["node", str(Path(__file__).with_name("dagster_ui.mjs")), base, "ui", str(SHOTS), "480", "train_train"],
             env=dict(os.environ, PLAYWRIGHT_CORE_DIR=str(TOOLS), CHROMIUM=CHROMIUM),
@@ -129,8 +132,9 @@ def test_materialize_from_the_asset_graph_in_chromium(tmp_path):
         log.close()
 
 
-def _graphql(base: str, query: str) -> dict:
-    req = urllib.request.Request(f"{base}/graphql", data=json.dumps({"query": query}).encode(),
+def _graphql(base: str, query: str, variables: dict | None = None) -> dict:
+    body = {"query": query, "variables": variables or {}}
+    req = urllib.request.Request(f"{base}/graphql", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as r:
         body = json.loads(r.read())
@@ -145,6 +149,63 @@ MATERIALIZATION = """{ assetOrError(assetKey: {path: ["ui", "%s"]}) { ... on Ass
 CHECKS = """{ assetNodes(assetKeys: [{path: ["ui", "cost_report"]}, {path: ["ui", "train_train"]},
   {path: ["ui", "preemption_stats"]}]) { assetKey { path } assetChecksOrError { ... on AssetChecks {
   checks { name executionForLatestMaterialization { status runId evaluation { severity } } } } } } }"""
+
+
+LAUNCH = """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
+  ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } ... on InvalidSubsetError { message }
+  ... on RunConfigValidationInvalid { errors { message } } } }"""
+RUN = """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"""
+
+
+def _run_job(base: str, job: str) -> str:
+    """Launch a job of the code location through GraphQL (as the Launchpad does), wait for its end."""
+    params = {"selector": {"repositoryLocationName": "pipelines.definitions", "repositoryName": "__repository__",
+                           "jobName": job}, "mode": "default", "runConfigData": {}}
+    launched = _graphql(base, LAUNCH, {"p": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        status = _graphql(base, RUN, {"id": run_id})["runOrError"]["status"]
+        if status in ("SUCCESS", "FAILURE", "CANCELED"):
+            return status
+        time.sleep(2)
+    raise AssertionError(f"{job} run {run_id} did not finish within 180 s")
+
+
+def _check_statuses(base: str) -> dict:
+    """{(asset, check): (status of its latest execution shown in the UI | NOT_RUN, severity)}"""
+    statuses = {}
+    for node in _graphql(base, CHECKS)["assetNodes"]:
+        for c in node["assetChecksOrError"]["checks"]:
+            ex = c["executionForLatestMaterialization"]
+            sev = ((ex or {}).get("evaluation") or {}).get("severity")
+            statuses[(node["assetKey"]["path"][-1], c["name"])] = (ex["status"] if ex else "NOT_RUN", sev)
+    return statuses
+
+
+def _shot(base: str, name: str, url_path: str, wait_text: str) -> dict:
+    out = subprocess.run(
+        ["node", str(Path(__file__).with_name("dagster_ui.mjs")), base, "--shot", str(SHOTS), name, url_path,
+         wait_text], env=dict(os.environ, PLAYWRIGHT_CORE_DIR=str(TOOLS), CHROMIUM=CHROMIUM),
+        capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _assert_checks_with_nothing_to_evaluate_show_skipped(base: str) -> None:
+    """Before anything trained, the checks job has nothing to evaluate: each DB-backed check emits
+    no result and the UI shows it as "Skipped" (grey) -- not "Passed" (green), not red."""
+    assert _run_job(base, "ui__checks") == "SUCCESS"
+    statuses = _check_statuses(base)
+    assert statuses.pop(("preemption_stats", "enough_samples"))[0] == "SUCCEEDED"  # the market exists
+    assert {v[0] for v in statuses.values()} == {"SKIPPED"}, statuses
+    page = _shot(base, "0-cost-report-checks-skipped", "/assets/ui/cost_report?view=checks", "within_budget")
+    text = page["text"]
+    assert "cost_reconciles_with_node_sessions" in text and "within_budget" in text, text[:2000]
+    assert "Skipped" in text and "Passed" not in text and "Execution failed" not in text, text[:2000]
+    stage = _shot(base, "0-stage-checks-skipped", "/assets/ui/train_train?view=checks", "latest_checkpoint_recent")
+    assert "Skipped" in stage["text"] and "Passed" not in stage["text"], stage["text"][:2000]
 
 
 def _meta(base: str, asset: str) -> dict:
@@ -183,14 +244,11 @@ def _assert_ui_shows_the_whole_stage_the_plot_and_no_red_check(base: str, result
     assert report["plot"].startswith("![") and "data:image/png;base64," in report["plot"]
     assert report["spend_usd"] == round(report["spend_usd"], 4)  # rounded metadata floats
     assert abs(report["spend_usd"] - float(data.sessions["cost_usd"].sum())) < 1e-3
-    statuses = {}
-    for node in _graphql(base, CHECKS)["assetNodes"]:
-        for c in node["assetChecksOrError"]["checks"]:
-            ex = c["executionForLatestMaterialization"]
-            sev = ((ex or {}).get("evaluation") or {}).get("severity")
-            statuses[(node["assetKey"]["path"][-1], c["name"])] = (ex["status"] if ex else "NOT_RUN",
-                                                                    sev)
+    statuses = _check_statuses(base)
     # red in the UI: an ERROR-severity failure, or "execution failed" (planned, never ran)
     red = {k: v for k, v in statuses.items() if v[0] == "EXECUTION_FAILED" or v == ("FAILED", "ERROR")}
     assert not red, statuses
     assert statuses[("cost_report", "cost_reconciles_with_node_sessions")][0] == "SUCCEEDED", statuses
+    # every check ran on the trained run: none is left "Skipped" (all inputs exist now)
+    assert "SKIPPED" not in {v[0] for v in statuses.values()}, statuses
+    assert "Passed" in seen["checksText"] and "Execution failed" not in seen["checksText"]

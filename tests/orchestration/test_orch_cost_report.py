@@ -236,9 +236,17 @@ def test_training_job_plans_no_check_and_the_checks_job_has_them_all():
 
 
 def test_a_check_with_missing_input_is_skipped_not_failed(tmp_path):
-    """With nothing recorded, the cost and checkpoint checks say "skipped", never "failed"."""
-    from dagster import DagsterInstance
+    """With nothing recorded, the cost and checkpoint checks emit no result: Dagster resolves them
+    as SKIPPED (grey in the UI), never as passed (green) or failed (red); the reason is logged."""
+    import asyncio
 
+    from dagster import AssetCheckKey, AssetKey, DagsterInstance
+    from dagster._core.loader import LoadingContextForTest
+    from dagster._core.storage.asset_check_execution_record import (
+        AssetCheckExecutionResolvedStatus as S,
+    )
+
+    from pipelines.commands.main_report import SkippedCheck, check_line, check_outcomes
     from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
     from pipelines.definitions import build_definitions, checks_job_name
     from pipelines.resources import FleetResource, StatsDB
@@ -249,14 +257,22 @@ def test_a_check_with_missing_input_is_skipped_not_failed(tmp_path):
     job = defs.resolve_job_def(checks_job_name("demo"))
     with DagsterInstance.ephemeral() as instance:
         res = job.execute_in_process(instance=instance)
-    evals = {e.event_specific_data.check_name + ":" + e.event_specific_data.asset_key.path[-1]: e.event_specific_data
-             for e in res.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
-    assert len(evals) == 5, evals
-    assert "skipped" not in evals["enough_samples:preemption_stats"].metadata  # the market itself is there
-    del evals["enough_samples:preemption_stats"]
-    for name, ev in evals.items():
-        assert ev.passed and ev.metadata["skipped"].value is True, name
-        assert ev.description.startswith("skipped: "), name
+        outcomes = {(c.asset_key.path[-1], c.check_name): c for c in check_outcomes(instance, res)}
+        status = {}
+        for asset, name in outcomes:
+            key = AssetCheckKey(AssetKey(["demo", asset]), name)
+            rec = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)[0]
+            status[(asset, name)] = asyncio.run(rec.resolve_status(LoadingContextForTest(instance)))
+    assert res.success and len(outcomes) == 5, outcomes
+    assert status.pop(("preemption_stats", "enough_samples")) == S.SUCCEEDED  # the market itself is there
+    assert outcomes.pop(("preemption_stats", "enough_samples")).passed is True
+    assert set(status.values()) == {S.SKIPPED}, status
+    for key, c in outcomes.items():
+        assert isinstance(c, SkippedCheck) and c.passed is None, key
+    assert outcomes[("cost_report", "within_budget")].why == "no spend recorded for demo yet"
+    assert check_line(outcomes[("train_finetune", "latest_checkpoint_recent")]) == (
+        "  check demo/train_finetune:latest_checkpoint_recent: skipped (stage finetune has no node session "
+        "in run none (it did not run))")
 
 
 def test_summary_lines_name_this_run_and_print_no_nan(two_runs, tmp_path, capsys):
@@ -356,3 +372,37 @@ def test_the_cost_report_asset_reports_the_selected_run_and_period(two_runs, tmp
         failed = job.execute_in_process(instance=instance, run_config=bad, raise_on_error=False)
     err = next(e for e in failed.all_events if e.event_type_value == "STEP_FAILURE")
     assert "no recorded run 'nope'" in err.event_specific_data.error.message
+
+
+def test_after_a_failed_training_run_the_sensor_runs_report_and_checks(tmp_path):
+    """A check planned in a FAILED run resolves as "execution failed" in Dagster 1.13; the run-failure
+    sensor then requests <pipeline>__report_and_checks, whose checks on the stages that did not run
+    resolve as SKIPPED and become the checks' latest execution (not for a run Dagster will retry)."""
+    from dagster import DagsterInstance, build_run_status_sensor_context
+    from dagster._core.storage.tags import WILL_RETRY_TAG
+
+    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
+    from pipelines.definitions import build_definitions, pipeline_job_name, report_job_name
+    from pipelines.resources import FleetResource, StatsDB
+
+    stats = StatsDB(url=f"sqlite:///{tmp_path / 'empty.db'}", var_dir=str(tmp_path))
+    defs = build_definitions(load_pipelines(EXAMPLE_PIPELINES), include_gfs=False,
+                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(tmp_path))})
+    sensor = defs.resolve_sensor_def("spotfleet_checks_after_failed_run")
+    with DagsterInstance.ephemeral() as instance:
+        requests = {}
+        for tags in ({}, {WILL_RETRY_TAG: "true"}):
+            run = instance.create_run_for_job(defs.resolve_job_def(pipeline_job_name("demo")), tags=tags)
+            event = instance.report_run_failed(run)
+            ctx = build_run_status_sensor_context("spotfleet_checks_after_failed_run", event, instance,
+                                                  instance.get_run_by_id(run.run_id))
+            requests[bool(tags)] = list(sensor(ctx) or [])
+        assert requests[True] == []  # Dagster retries it: the retry's outcome decides
+        (req,) = requests[False]
+        assert req.job_name == report_job_name("demo")
+        res = defs.resolve_job_def(req.job_name).execute_in_process(instance=instance, raise_on_error=False)
+        from pipelines.commands.main_report import SkippedCheck, check_outcomes
+
+        outcomes = {(c.asset_key.path[-1], c.check_name): c for c in check_outcomes(instance, res)}
+    assert isinstance(outcomes[("train_pretrain", "latest_checkpoint_recent")], SkippedCheck)
+    assert not [c for c in outcomes.values() if c.passed is False], outcomes
