@@ -308,6 +308,9 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     from infra.db.recorder import latest_checkpoint_step, record_attempt
 
     attempt = context.retry_number + 1
+    from assets.report_render import prewarm_plotting
+
+    prewarm_plotting()  # the cost report's matplotlib import, while this stage trains
     root_run = context.run.root_run_id or context.run.run_id
     cwd = fleet.cwd()
     ckpt_uri = cfg.stage_checkpoint_uri(stage, fleet.var_path()).rstrip("/") + f"/{root_run}"

@@ -210,15 +210,42 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
     return "\n".join(out)
 
 
+_PREWARM: list = []
+
+
+def _import_pyplot() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401 - imported for its side effect (warm module cache)
+
+
+def prewarm_plotting() -> None:
+    """Import matplotlib (Agg) in a background thread, once per process.
+
+    Called when a training stage launches: the step then mostly waits for its node
+    processes, so the ~0.5-1 s import happens off the critical path instead of at the
+    start of the cost report, after training.
+    """
+    import sys
+    import threading
+
+    if _PREWARM or "matplotlib.pyplot" in sys.modules:
+        return
+    t = threading.Thread(target=_import_pyplot, name="spotfleet-prewarm-plotting", daemon=True)
+    _PREWARM.append(t)
+    t.start()
+
+
 def write_plot(by_stage_cat: pd.DataFrame, tot: dict[str, float], path: Path, title: str,
                stage_order: list[str] | None = None, dpi: int = 110) -> Path:
     """Stacked bar per stage (useful + taxes) next to the on-demand equivalent; PNG.
 
     ``by_stage_cat``: one row per stage with ``<category>_usd`` and ``on_demand_usd``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
+    for t in _PREWARM:  # a warm-up import still running: let it finish (same modules)
+        t.join()
+    _import_pyplot()
     import matplotlib.pyplot as plt
 
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -47,10 +47,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
     except (ValueError, FileNotFoundError) as exc:
         print(f"spotfleet {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    if argv is None and getattr(args, "exit_fast", None):  # the console command, not a caller in-process
+        args.exit_fast(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -195,4 +196,9 @@ def _jsonable(obj: Any) -> Any:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    # the Pipes channel is closed and flushed (open_dagster_pipes exited): skip the interpreter's
+    # teardown of numpy/pandas/providers (~0.2-0.5 s on the stage's critical path, per attempt)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -159,3 +159,27 @@ def test_real_preemption_traces(shared_data):
     assert all(s.preemptions > 30 for s in st.values())
     assert st["us-west-2b"].mttp_hours > st["us-east-1c"].mttp_hours
     assert all(math.isfinite(s.mttp_ci[1]) for s in st.values())
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 20, 55, 250, 1000])
+def test_integer_gamma_inverse_matches_scipy(k):
+    """The statistics asset computes the chi-square quantile without importing scipy (~0.5 s):
+    the pure-Python inverse equals scipy.special.gammaincinv for event counts."""
+    from scipy.special import gammaincinv
+
+    from fleet.stats.preemption import gamma_inv_int
+
+    for p in (0.001, 0.005, 0.025, 0.05, 0.1, 0.5, 0.9, 0.95, 0.975, 0.995, 0.999):
+        assert gamma_inv_int(k, p) == pytest.approx(float(gammaincinv(k, p)), rel=1e-9), (k, p)
+    with pytest.raises(ValueError, match="positive integer"):
+        gamma_inv_int(0, 0.5)
+
+
+def test_the_statistics_do_not_import_scipy():
+    import subprocess
+    import sys
+
+    code = ("import sys; from fleet.stats.preemption import rate_confidence_interval as r; r(3, 10.0); "
+            "print(any(m.startswith('scipy') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

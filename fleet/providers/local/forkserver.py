@@ -275,12 +275,50 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     req = _serve(args[0])
     if req is None:
-        return
-    import runpy
+        # the server: nothing to flush or clean up beyond what _serve did; skip the
+        # interpreter's teardown of torch (~1-2 s that `spotfleet main` would wait for at exit)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    _run_child(req["argv"][0])
 
-    # the training script runs as __main__; SystemExit / exceptions end the child normally
-    # (atexit handlers and non-daemon threads run, stdio is flushed)
-    runpy.run_path(req["argv"][0], run_name="__main__")
+
+def _run_child(script: str) -> None:
+    """Run the training script as __main__ and exit like Python does, minus module teardown.
+
+    What a normal exit does that matters runs here, in Python's order: non-daemon threads
+    are joined and ``threading._register_atexit`` hooks run (``threading._shutdown``), then
+    the ``atexit`` handlers (checkpoint uploads, logging), then stdio is flushed. What is
+    skipped is the interpreter's finalization of torch & co. (~1 s), during which the
+    provider would wait for a node that has already reported its exit (and then kill it).
+    """
+    import atexit
+    import runpy
+    import threading
+    import traceback
+
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: BLE001 - reported like Python does, exit status 1
+        traceback.print_exc()
+        code = 1
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # joins non-daemon threads, runs their hooks
+        atexit._run_exitfuncs()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":
