@@ -37,9 +37,21 @@ from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Obse
 from fleet.policies.registry import get_policy
 
 #: assumed spot / on-demand $/h when the priors carry no prices: the market section's
-#: defaults (p3.2xlarge, V100; fleet/market/config.py)
+#: defaults (p3.2xlarge, V100; fleet/market/config.py) -- only for a V100 stage (or a driver
+#: that does not say its accelerator); any other accelerator without prices is an error,
+#: never silently priced as a V100
 FALLBACK_SPOT_PRICE = DEFAULT_SPOT_PRICE
 FALLBACK_ON_DEMAND_PRICE = DEFAULT_ON_DEMAND_PRICE
+FALLBACK_PRICE_ACCELERATOR = "V100"
+
+
+def missing_price_error(accelerator: str, what: str) -> ValueError:
+    return ValueError(
+        f"no {what} price for accelerator {accelerator}: the plan carried none (the SkyPilot "
+        f"catalog in use has no entry for it) and the built-in fallback prices are for "
+        f"{FALLBACK_PRICE_ACCELERATOR} (p3.2xlarge) only; add a catalog with {accelerator} "
+        f"($SPOTFLEET_CATALOG_DIR) or set resources.instance_type and prices for it in the "
+        "pipeline YAML")
 
 
 @dataclass(frozen=True)
@@ -198,6 +210,8 @@ class PolicyDriver:
     on_demand_zone: str | None = None
     regions: Sequence[str] | None = None
     no_deadline_factor: float = 50.0
+    #: the stage's accelerator; None = not said (the V100 fallback prices may apply)
+    accelerator: str | None = None
     market: ObservedMarket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -234,6 +248,11 @@ class PolicyDriver:
         else:
             deadline_h = self.no_deadline_factor * work_h + pr.restart_seconds / 3600.0
         spot = [v for v in pr.spot_price_per_hour.values() if v > 0]
+        foreign = self.accelerator is not None and self.accelerator.upper() != FALLBACK_PRICE_ACCELERATOR
+        if foreign and not spot:
+            raise missing_price_error(self.accelerator, "spot")
+        if foreign and not pr.on_demand_price_per_hour:
+            raise missing_price_error(self.accelerator, "on-demand")
         return JobSpec(work_hours=work_h, deadline_hours=deadline_h,
                        restart_hours=pr.restart_seconds / 3600.0,
                        checkpoint_hours=pr.checkpoint_seconds_or_default / 3600.0,

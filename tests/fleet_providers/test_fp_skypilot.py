@@ -20,7 +20,7 @@ from fleet.providers.skypilot import (
     task_to_yaml,
     zones_of,
 )
-from fleet.providers.skypilot.tasks import REAL_NOTICE_SOURCES
+from fleet.providers.skypilot.tasks import REAL_NOTICE_SOURCES, resolve_instance_type
 
 REPO = Path(__file__).resolve().parents[2]
 ZONES = ("us-east-2a", "us-east-1a", "us-west-2c")
@@ -387,3 +387,24 @@ def test_an_on_demand_launch_exports_no_mttp(api_server):
     envs = dict(task.envs)
     assert "SPOTFLEET_MTTP_SECONDS" not in envs
     assert float(envs["SPOTFLEET_RESTART_SECONDS"]) == pytest.approx(300.0)
+
+
+def test_a_stage_planned_without_prices_is_priced_from_the_catalog_not_as_a_v100(sky_offline):
+    """The policy decides in $/h: missing plan prices come from the catalog for the stage's own
+    accelerator (L4 here); an accelerator the catalog lacks stays unpriced, and the driver then
+    refuses to decide instead of using the V100 fallback prices."""
+    from fleet.providers.decisions import FALLBACK_SPOT_PRICE, PolicyDriver, Progress
+    from fleet.providers.skypilot.provider import catalog_priced
+
+    priced = catalog_priced(_spec())
+    assert set(priced.spot_price_per_hour) == set(ZONES)
+    zone = ZONES[0]
+    itype = resolve_instance_type(_spec(), zone=zone, use_spot=True)
+    assert priced.spot_price_per_hour[zone] == pytest.approx(hourly_price(itype, True, zone=zone))
+    assert priced.on_demand_price_per_hour > max(priced.spot_price_per_hour.values())
+    assert FALLBACK_SPOT_PRICE not in priced.spot_price_per_hour.values()
+    unknown = _spec(accelerator="H9000")
+    assert catalog_priced(unknown).spot_price_per_hour == {}
+    driver = PolicyDriver("spotfleet", ZONES, priors=catalog_priced(unknown), accelerator="H9000")
+    with pytest.raises(ValueError, match="no spot price for accelerator H9000"):
+        driver.job_spec(Progress())

@@ -56,7 +56,14 @@ from fleet.emulation.injector import CapacitySchedule, PreemptionInjector, TimeS
 from fleet.market.prices import PriceBook
 from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
-from fleet.providers.decisions import Decision, Launch, PolicyDriver, Progress
+from fleet.providers.decisions import (
+    FALLBACK_PRICE_ACCELERATOR,
+    Decision,
+    Launch,
+    PolicyDriver,
+    Progress,
+    missing_price_error,
+)
 from fleet.providers.events import EventTail, provider_event
 from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
@@ -294,7 +301,8 @@ class _StageRun(AttemptRecord):
         return PolicyDriver(self.cfg.policy or self.spec.policy, zones, priors=self.spec.priors,
                             deadline_seconds=self.spec.deadline_seconds, gap_seconds=gap,
                             prior_history=prior if prior.shape[1] else None,
-                            on_demand_zone=od_zone, regions=[schedule.region_of(z) for z in zones])
+                            on_demand_zone=od_zone, regions=[schedule.region_of(z) for z in zones],
+                            accelerator=self.spec.accelerator)
 
     def _decide(self, driver: PolicyDriver, location: str | None) -> Launch | None:
         """Ask the policy now and try its launches in order (each spot zone is a probe of
@@ -468,6 +476,10 @@ class _StageRun(AttemptRecord):
                    schedule: CapacitySchedule, workdir: Path, stats_path: Path) -> str:
         region = schedule.region_of(launch.zone) if launch.zone in schedule.traces else launch.zone
         itype = self.spec.instance_type or self.cfg.instance_type
+        if self.spec.instance_type is None and itype == "p3.2xlarge" \
+                and self.spec.accelerator.upper() != FALLBACK_PRICE_ACCELERATOR:
+            # the default instance type carries a V100: never bill another accelerator as one
+            raise missing_price_error(self.spec.accelerator, "spot" if launch.spot else "on-demand")
         price = (self.cfg.prices.spot_price(itype, launch.zone) if launch.spot
                  else self.cfg.prices.on_demand_price(itype, region))
         group: list[_Node] = []

@@ -49,7 +49,12 @@ from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
 from fleet.providers.decisions import PolicyDriver, Progress, progress_from_checkpoints
 from fleet.providers.events import provider_event
-from fleet.providers.skypilot.tasks import SkyTaskOptions, build_task, hourly_price
+from fleet.providers.skypilot.tasks import (
+    SkyTaskOptions,
+    build_task,
+    hourly_price,
+    resolve_instance_type,
+)
 
 log = logging.getLogger("fleet.providers.skypilot")
 
@@ -176,11 +181,12 @@ class _SkyRun(AttemptRecord):
         self.started = started
         self.driver = None
         if spec.use_spot and zones:
-            self.driver = PolicyDriver(self.cfg.policy or spec.policy, zones, priors=spec.priors,
+            self.driver = PolicyDriver(self.cfg.policy or spec.policy, zones, priors=catalog_priced(spec),
                                        deadline_seconds=spec.deadline_seconds,
                                        gap_seconds=self.cfg.decision_tick_seconds,
                                        prior_history=prior_history(
-                                           spec.priors, zones, self.cfg.decision_tick_seconds))
+                                           spec.priors, zones, self.cfg.decision_tick_seconds),
+                                       accelerator=spec.accelerator)
         prev_zone: str | None = None
         relaunches = 0
         waiting_since: float | None = None
@@ -383,3 +389,30 @@ class _SkyRun(AttemptRecord):
             if self._cancelled():
                 self.p._cancel_job(job_id)
             self.p._sleep(self.cfg.poll_seconds)
+
+
+def catalog_priced(spec: StageSpec):
+    """``spec.priors`` with the stage's own catalog prices where the plan carried none.
+
+    The policy decides in $/h; a stage planned without prices (e.g. on a market whose
+    prices the planner did not know) gets the catalog's spot price per zone and on-demand
+    price for its accelerator's instance type. What the catalog lacks stays missing, and
+    the policy driver then raises an error naming the accelerator; it is never priced as
+    the V100 fallback.
+    """
+    pr = spec.priors
+    if pr.spot_price_per_hour and pr.on_demand_price_per_hour:
+        return pr
+    cloud = spec.clouds[0] if spec.clouds else "aws"
+    spot = dict(pr.spot_price_per_hour)
+    on_demand = pr.on_demand_price_per_hour
+    for zone in spec.zones:
+        try:
+            itype = resolve_instance_type(spec, zone=zone, use_spot=True)
+            if zone not in spot:
+                spot[zone] = hourly_price(itype, True, zone=zone, cloud=cloud)
+            if not on_demand:
+                on_demand = hourly_price(itype, False, zone=zone, cloud=cloud)
+        except Exception:  # noqa: BLE001 - not in the catalog: left missing (see the docstring)
+            continue
+    return replace(pr, spot_price_per_hour=spot, on_demand_price_per_hour=on_demand)
