@@ -6,8 +6,8 @@ One policy, one market window, run twice:
     Dagster (node runner -> provider -> PolicyDriver -> the registered policy), after a
     warm-up run that puts measured R and checkpoint time into the statistics DB;
 (b) ``fleet-sim``: ``fleet.simulation.simulate`` of the same registered policy on the
-    same market (the replayed traces), from the tick the live attempt started at, with
-    the job the live run measured (work, R, checkpoint time, notice, deadline, prices).
+    same market (the replayed traces), from the market second the live attempt started
+    at (inside a tick: ``start_offset_hours`` shortens the first tick), with the job the live run measured (work, R, checkpoint time, notice, deadline, prices).
 
 Prints the decision sequences side by side (market time, zone, spot / on-demand) and:
   live cost / simulated cost                  (goal 0.98-1.02)
@@ -143,14 +143,18 @@ def main() -> int:
 
     # ---- the same policy in fleet-sim, same market window and job
     market = Market.from_traces(MarketConfig.model_validate(cfg.market.model_dump()).traces("all"))
+    # the live attempt starts between two tick boundaries: the simulated run starts at the
+    # same market second (first tick shortened), the replayed ticks stay where they are
     start_tick = int(replay0 // market.gap_seconds)
+    offset_h = (replay0 - start_tick * market.gap_seconds) / 3600.0
     deadline_h = cfg.deadline_hours  # one stage: the whole deadline
     spec = JobSpec(work_hours=work_h, deadline_hours=max(deadline_h, work_h),
                    restart_hours=restart_s / 3600.0, checkpoint_hours=ckpt_s / 3600.0,
                    notice_seconds=args.grace * factor, on_demand_price=cfg.market.on_demand_price_per_hour,
                    spot_price=cfg.market.spot_price_per_hour)
     timeline: list[tuple[int, int]] = []
-    sim = simulate(get_policy(args.policy), market, spec, start_tick, timeline)
+    sim = simulate(get_policy(args.policy), market, spec, start_tick, timeline,
+                   start_offset_hours=offset_h)
 
     def name(loc: int) -> str:
         return "idle" if loc == IDLE else "on-demand" if loc == ON_DEMAND else market.zones[loc]
@@ -158,7 +162,7 @@ def main() -> int:
     sim_seq, last = [], None
     for tick, loc in timeline:
         if loc != last:
-            sim_seq.append(((tick - start_tick) * market.gap_hours, name(loc)))
+            sim_seq.append((max(0.0, (tick - start_tick) * market.gap_hours - offset_h), name(loc)))
             last = loc
     live_seq, last = [], None
     for _pol, _cls, target, t, _r in decisions:
@@ -166,8 +170,8 @@ def main() -> int:
             live_seq.append((float(t) / 3600.0, target))
             last = target
     print(f"\njob: W {work_h:.3f} h, R {restart_s:.0f} s, C {ckpt_s:.1f} s, notice "
-          f"{args.grace * factor:.0f} s, D {deadline_h:g} h; window starts at replay tick {start_tick} "
-          f"(market second {replay0:.0f})")
+          f"{args.grace * factor:.0f} s, D {deadline_h:g} h; window starts at market second "
+          f"{replay0:.0f} = replay tick {start_tick} + {offset_h * 3600:.0f} s (both runs start there)")
     print(f"\n{'fleet-sim (h, location)':<38} | live through Dagster (h, decision)")
     for i in range(max(len(sim_seq), len(live_seq))):
         a = f"{sim_seq[i][0]:7.3f}  {sim_seq[i][1]}" if i < len(sim_seq) else ""

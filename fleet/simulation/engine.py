@@ -19,6 +19,11 @@ Model (all times in hours; one tick = the trace's gap):
   region (``Market.on_demand_price``, else ``JobSpec.on_demand_price``), restart and
   checkpoint time included; the last tick is billed up to completion. On-demand
   capacity is always there and never preempted.
+* Start inside a tick (``start_offset_hours``): a live attempt starts at any second, the
+  market's ticks do not move. The run starts ``start_offset_hours`` into ``start_tick``:
+  that first tick is shortened to ``gap - offset``; availability, prices and every later
+  tick boundary stay those of the replayed market (the same world). Elapsed and
+  completion hours are counted from the run's own start.
 * Regions: the checkpoint lives in the region of the job's last launch. Launching spot
   in another region first moves it: egress $ (``checkpoint_gb x $/GB``) and the
   transfer time, added to that launch's overhead (billed). On-demand runs in the
@@ -70,6 +75,7 @@ class RunResult:
     migrations: int = 0  # cross-region checkpoint moves
     migration_cost: float = 0.0  # egress $ of those moves (included in ``cost``)
     failed_probes: int = 0  # launch attempts in zones without capacity
+    start_offset_hours: float = 0.0  # the run started this far into ``start_tick``
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -91,8 +97,11 @@ def region_on_demand_prices(market: Market, spec: JobSpec) -> tuple[np.ndarray, 
 
 def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
              timeline: list[tuple[int, int]] | None = None,
-             observe: str = "probe") -> RunResult:
+             observe: str = "probe", start_offset_hours: float = 0.0) -> RunResult:
     """Run ``policy`` on ``market`` for a job starting at ``start_tick``.
+
+    ``start_offset_hours`` (0 <= offset < one tick): the job starts that far into
+    ``start_tick`` (e.g. a live attempt's start between two tick boundaries).
 
     ``timeline``, when given, receives ``(tick, location)`` for every decision taken.
     ``observe``: ``"probe"`` (what a live controller knows) or ``"oracle"``.
@@ -101,6 +110,11 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
         raise ValueError(f"observe must be 'probe' or 'oracle', got {observe!r}")
     probe = observe == "probe"
     g = market.gap_hours
+    off = float(start_offset_hours)
+    if not 0.0 <= off < g:
+        raise ValueError(
+            f"start_offset_hours={start_offset_hours!r} must be in [0, {g:g}) (one tick of the "
+            "market); put whole ticks into start_tick")
     avail = market.available
     changed = market.changed
     any_changed = market.any_changed
@@ -201,7 +215,7 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
             woken = bool(watch) and bool(changed[watch, i].any())
         if preempted or i >= next_decision or woken:
             state.tick = i
-            state.elapsed_hours = (i - start_tick) * g
+            state.elapsed_hours = max(0.0, (i - start_tick) * g - off)
             state.location = loc
             state.committed_hours = committed
             state.uncommitted_hours = u
@@ -278,7 +292,7 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
         if loc == IDLE:
             continue
         # advance one tick at ``loc``
-        t = g
+        t = g - off if i == start_tick else g
         if delay > 0.0:
             a = min(delay, t)
             delay -= a
@@ -305,7 +319,7 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
             u += s
             t -= s
             if committed + u >= W - _EPS:
-                completion = (i - start_tick) * g + (g - t)
+                completion = (i - start_tick) * g + (g - t) - off
                 break
             if u >= T - _EPS and C > 0.0:
                 ck_left = C
@@ -328,4 +342,4 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
         completion_hours=completion, deadline_met=completion <= D + 1e-6,
         preemptions=preemptions, launches=launches, lost_work_hours=lost,
         checkpoint_hours=ckpt_h, restart_hours=restart_h, migrations=migrations,
-        migration_cost=mig_cost, failed_probes=failed)
+        migration_cost=mig_cost, failed_probes=failed, start_offset_hours=off)

@@ -106,3 +106,36 @@ def test_start_too_late_for_the_trace_is_a_clear_error():
     spec = JobSpec(work_hours=10.0, deadline_hours=20.0)
     with pytest.raises(ValueError, match="pick an earlier start"):
         simulate(OnDemandOnly(), market([[1] * 10], pad=10), spec, 0)
+
+
+def test_start_inside_a_tick_keeps_the_market_and_counts_from_the_job_start():
+    # z0 is up for 0.6 h (6 ticks), then gone. A job needing 0.1 h restart + 0.45 h work
+    # started on the tick boundary finishes at 0.55 h; started 0.09 h into the same tick
+    # (a live attempt's start between boundaries) the same outage at market hour 0.6
+    # catches it 0.51 h in, 0.04 h before the end: the world did not move, the job did.
+    spec = JobSpec(work_hours=0.45, deadline_hours=5.0, restart_hours=0.1, checkpoint_hours=0.05)
+    m = market([[1] * 6 + [0] * 4])
+    plan = [0] * 6 + [ON_DEMAND] * 30
+    on_tick = simulate(ScriptedPolicy(plan, 0), m, spec, 0)
+    assert on_tick.preemptions == 0 and on_tick.completion_hours == pytest.approx(0.55)
+    late = simulate(ScriptedPolicy(plan, 0), m, spec, 0, start_offset_hours=0.09)
+    assert late.start_offset_hours == pytest.approx(0.09)
+    assert late.preemptions == 1 and late.lost_work_hours == pytest.approx(0.41)
+    assert late.spot_hours == pytest.approx(0.51)  # only the shortened first tick is billed
+    assert late.on_demand_hours == pytest.approx(0.1 + 0.45)
+    assert late.completion_hours == pytest.approx(0.51 + 0.55)
+    assert late.cost == pytest.approx(0.918 * 0.51 + 3.06 * 0.55)
+
+
+def test_start_offset_without_events_changes_nothing_but_the_start():
+    spec = JobSpec(work_hours=2.0, deadline_hours=3.0, restart_hours=0.1, checkpoint_hours=0.05)
+    r = simulate(OnDemandOnly(), market([[0] * 10]), spec, 0, start_offset_hours=0.07)
+    assert r.completion_hours == pytest.approx(2.1)
+    assert r.cost == pytest.approx(3.06 * 2.1)
+
+
+@pytest.mark.parametrize("offset", [-0.01, 0.1, 0.2])
+def test_start_offset_outside_one_tick_is_a_clear_error(offset):
+    spec = JobSpec(work_hours=1.0, deadline_hours=2.0)
+    with pytest.raises(ValueError, match="start_offset_hours.*put whole ticks into start_tick"):
+        simulate(OnDemandOnly(), market([[0] * 10]), spec, 0, start_offset_hours=offset)
