@@ -114,6 +114,32 @@ def report_runs(context: AssetCheckExecutionContext, data) -> list[str]:
     return _group_of(op_ctx, latest) if latest else []
 
 
+_RUN_CACHE: dict = {}
+
+
+def run_data(context: AssetCheckExecutionContext, stats_db: StatsDB, pipeline: str):
+    """(the pipeline's cost data, the runs the checks evaluate), read once per Dagster run.
+
+    In the checks-only jobs (``<pipeline>__checks``, ``__report_and_checks``: nothing in
+    them writes the statistics DB) the tables and the run lookup are shared by the run's
+    check steps instead of each reading them again (~0.25 s of the main job); only the
+    latest run's entry is kept. In any other run (e.g. "Materialize all", where a stage
+    may record sessions between two checks) every check reads afresh.
+    """
+    from assets import cost_tables as ct
+
+    op_ctx = context.op_execution_context
+    if not op_ctx.job_name.endswith(("__checks", "__report_and_checks")):
+        data = ct.load(stats_db.engine(), pipeline)
+        return data, (report_runs(context, data) if not data.empty else [])
+    key = (op_ctx.run_id, pipeline, stats_db.resolved_url())
+    if key not in _RUN_CACHE:
+        data = ct.load(stats_db.engine(), pipeline)
+        _RUN_CACHE.clear()
+        _RUN_CACHE[key] = (data, report_runs(context, data) if not data.empty else [])
+    return _RUN_CACHE[key]
+
+
 def build_checks(pa: "PipelineAssets") -> list:
     p = pa.prefix
     checks = []
@@ -124,10 +150,9 @@ def build_checks(pa: "PipelineAssets") -> list:
     def cost_reconciles(context: AssetCheckExecutionContext, stats_db: StatsDB) -> AssetCheckResult | Skipped:
         from assets import cost_tables as ct
 
-        data = ct.load(stats_db.engine(), p)
+        data, runs = run_data(context, stats_db, p)
         if data.empty:
             return skipped(f"no node sessions recorded for {p} yet; nothing to reconcile")
-        runs = report_runs(context, data)
         run = ct.for_runs(data, runs)
         rl = float(run.lines["dollars"].sum()) if not run.lines.empty else 0.0
         rs = float(run.sessions["cost_usd"].sum()) if not run.sessions.empty else 0.0
@@ -152,10 +177,9 @@ def build_checks(pa: "PipelineAssets") -> list:
     def within_budget(context: AssetCheckExecutionContext, stats_db: StatsDB) -> AssetCheckResult | Skipped:
         from assets import cost_tables as ct
 
-        data = ct.load(stats_db.engine(), p)
+        data, runs = run_data(context, stats_db, p)
         if data.empty:
             return skipped(f"no spend recorded for {p} yet")
-        runs = report_runs(context, data)
         b = ct.budget_status(data, budget, period, runs)
         return AssetCheckResult(
             passed=b.within, severity=AssetCheckSeverity.WARN,
@@ -209,8 +233,7 @@ def _checkpoint_check(pa: "PipelineAssets", stage: str):
     def latest_checkpoint_recent(context: AssetCheckExecutionContext, stats_db: StatsDB) -> AssetCheckResult | Skipped:
         from assets import cost_tables as ct
 
-        data = ct.load(stats_db.engine(), p)
-        runs = report_runs(context, data) if not data.empty else []
+        data, runs = run_data(context, stats_db, p)
         run = ct.for_runs(data, runs)
         sessions = run.sessions[run.sessions["stage"] == stage] if not run.sessions.empty else run.sessions
         label = ", ".join(r[:8] for r in runs) or "none"
