@@ -3,6 +3,7 @@ queue / cancel of managed jobs through the real SDK against a double of the API 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -171,7 +172,11 @@ def test_stage_survives_preemptions_with_zone_rotation(api_server):
     ctl = Controller(api_server, ["preempt", "preempt", "succeed"])
     prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=ctl)
     events = []
-    res = prov.run_stage(_spec(), attempt=1, on_event=events.append)
+    # the rotation mechanics under the plan's uniform prices (the stage's own catalog prices
+    # only fill in when the plan has none: test_a_stage_planned_without_prices_...)
+    uniform = dataclasses.replace(PRIORS, spot_price_per_hour={z: 0.918 for z in ZONES},
+                                  on_demand_price_per_hour=3.06)
+    res = prov.run_stage(_spec(priors=uniform), attempt=1, on_event=events.append)
 
     assert res.completed and res.info["jobs"] == [1, 2, 3]
     # zone rotation: each relaunch drops the preempted zones from the ordered list
