@@ -49,7 +49,18 @@ def db_url(request, tmp_path) -> str:
     """A fresh statistics DB URL: a SQLite file, or the session's PostgreSQL database (cleaned)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'stats.db'}"
-    url = request.getfixturevalue("pg_url")
+    return _empty_schema(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def pg_fresh_url(pg_url) -> str:
+    """The session's PostgreSQL database with an empty schema: tests that use PostgreSQL
+    directly must not see the tables, rows or sequences an earlier test left there (a
+    migration test inserts rows with explicit ids, so the next insert of id 1 collided)."""
+    return _empty_schema(pg_url)
+
+
+def _empty_schema(url: str) -> str:
     from sqlalchemy import text
 
     from infra.db.session import make_engine

@@ -169,7 +169,7 @@ def test_events_land_in_the_db_and_the_cost_report_reconciles(demo_run):
 
 
 @pytest.mark.postgres
-def test_provider_giving_up_is_retried_from_the_checkpoint_on_postgres(tmp_path, pg_url):
+def test_provider_giving_up_is_retried_from_the_checkpoint_on_postgres(tmp_path, pg_fresh_url):
     pipeline = {
         "name": "giveup", "provider": "local", "deadline_hours": 48, "checkpoint_uri": "checkpoints/g",
         "market": {"seed": 4, "wall_seconds_per_market_hour": 30, "cloud": "signal", "grace_seconds": 3,
@@ -177,7 +177,7 @@ def test_provider_giving_up_is_retried_from_the_checkpoint_on_postgres(tmp_path,
         # one relaunch allowed: the second preemption makes the provider give up (AttemptFailed)
         "stages": [_stage("only", 100, 4, 20, max_relaunches=1)],
     }
-    cfg, stats, result, _, _ = _run(tmp_path, pipeline, db_url=pg_url)
+    cfg, stats, result, _, _ = _run(tmp_path, pipeline, db_url=pg_fresh_url)
     assert result.success
     t = _tables(stats, cfg.name)
     att = t["stage_attempts"].sort_values("attempt")
