@@ -144,7 +144,7 @@ def materialize_cost_report(context: AssetExecutionContext, cfg, stats_db, fleet
 
 def stage_metadata(engine, pipeline: str, stage: str, run_ids: list[str]) -> dict[str, MetadataValue]:
     """The stage across ALL its attempts in this run: sessions, preemptions, lost attempts, $."""
-    data = ct.for_runs(ct.load(engine, pipeline), run_ids)
+    data = ct.for_runs(ct.load(engine, pipeline, root_of={r: run_ids[0] for r in run_ids}), run_ids)
     h = ct.stage_history(data, stage)
     att = ct.attempts_table(data, stage)
     members = ct.load_membership(engine, pipeline)

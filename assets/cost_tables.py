@@ -14,8 +14,12 @@ Views (each an explicit table, never silently mixed):
 Categories of a node session's billed time (infra/db/accounting.py): ``useful``,
 ``checkpoint``, ``membership`` (the pauses of an elastic stage's shrinks / grows),
 ``redo``, ``restart``, ``idle``; the report splits ``restart`` into
-``launch`` (the stage's first node-group launch in a run: start-up paid even without
-preemptions) and ``restart`` (every relaunch after it). ``fallback`` is a PRICE split,
+``launch`` (the stage's first node-group launch: start-up paid even without
+preemptions) and ``restart`` (every relaunch after it). The first launch is counted
+once per stage across ALL attempts of a run group (a Dagster run, its step retries, and
+the re-execution / retry runs of its root): a later attempt's or re-execution's first
+session is a restart, and so is any session that resumed from a checkpoint
+(``first_step > 0``). ``fallback`` is a PRICE split,
 not a time split: the premium paid on on-demand nodes over the spot price for the
 same hours (it overlaps the time categories, so it is never added to them).
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 import pandas as pd
@@ -87,18 +91,46 @@ class CostData:
         return self.sessions.empty and self.lines.empty
 
 
-def load(engine, pipeline: str) -> CostData:
-    """Read and :func:`prepare` one pipeline's tables."""
+def load(engine, pipeline: str, root_of: Mapping[str, str] | None = None) -> CostData:
+    """Read and :func:`prepare` one pipeline's tables (``root_of``: see :func:`prepare`)."""
     from infra.db.models import CheckpointRecord, CostLine, NodeSessionRecord, StageAttempt
     from infra.db.recorder import read_table
 
     return prepare(read_table(engine, StageAttempt, pipeline), read_table(engine, NodeSessionRecord, pipeline),
-                   read_table(engine, CostLine, pipeline), read_table(engine, CheckpointRecord, pipeline))
+                   read_table(engine, CostLine, pipeline), read_table(engine, CheckpointRecord, pipeline),
+                   root_of=root_of)
+
+
+def _first_launches(s: pd.DataFrame, root_of: Mapping[str, str] | None) -> pd.Series:
+    """True for the sessions of each stage's FIRST node-group launch in its run group.
+
+    The run group of a session is its run's root (``root_of[run_id]``; a run missing from
+    it is its own root): a Dagster re-execution / retry run of a failed run and every step
+    retry continue the same stage, so only the earliest attempt's first launch counts (the
+    sessions of that attempt that launched within :data:`GROUP_LAUNCH_WINDOW_S` of its
+    first). A session that resumed from a checkpoint (``first_step > 0``) is a restart.
+    """
+    roots = root_of or {}
+    group = s["run_id"].map(lambda r: roots.get(r, r))
+    key = pd.DataFrame({"g": group, "stage": s["stage"], "t": s["launched_at"], "run": s["run_id"],
+                        "att": s["attempt"]}, index=s.index)
+    earliest = key.sort_values("t", kind="stable").groupby(["g", "stage"]).head(1).set_index(["g", "stage"])
+    pos = pd.MultiIndex.from_frame(key[["g", "stage"]])
+    t0 = pd.Series(earliest["t"].reindex(pos).to_numpy(), index=s.index)
+    run0 = pd.Series(earliest["run"].reindex(pos).to_numpy(), index=s.index)
+    att0 = pd.Series(earliest["att"].reindex(pos).to_numpy(), index=s.index)
+    fresh = s["first_step"].fillna(0).le(0)  # not resumed from a checkpoint
+    return ((s["run_id"] == run0) & (s["attempt"] == att0) & (s["launched_at"] <= t0 + GROUP_LAUNCH_WINDOW_S)
+            & fresh).astype(bool)
 
 
 def prepare(attempts: pd.DataFrame, sessions: pd.DataFrame, lines: pd.DataFrame,
-            checkpoints: pd.DataFrame) -> CostData:
-    """Derived columns: run of each session, billed hours and $, lost groups, first launches."""
+            checkpoints: pd.DataFrame, root_of: Mapping[str, str] | None = None) -> CostData:
+    """Derived columns: run of each session, billed hours and $, lost groups, first launches.
+
+    ``root_of`` maps a run id to its root run id (Dagster re-executions / run retries);
+    without it every run is its own root (see :func:`_first_launches`).
+    """
     s = sessions.copy()
     a = attempts.copy()
     ln = lines.copy()
@@ -118,11 +150,7 @@ def prepare(attempts: pd.DataFrame, sessions: pd.DataFrame, lines: pd.DataFrame,
         failed_attempt = s["attempt_id"].map(status_of_attempt).eq("failed")
         s["lost"] = s["end_reason"].isin(LOST_REASONS) & failed_attempt
         s["preempted_or_lost"] = s["end_reason"].eq("preempted") | s["lost"]
-        first_attempt = s.groupby(["run_id", "stage"])["attempt"].transform("min")
-        first_time = s[s["attempt"] == first_attempt].groupby(["run_id", "stage"])["launched_at"].min()
-        t0 = pd.Series([first_time.get((r, st), math.nan) for r, st in zip(s["run_id"], s["stage"], strict=True)],
-                       index=s.index)
-        s["first_launch"] = (s["attempt"] == first_attempt) & (s["launched_at"] <= t0 + GROUP_LAUNCH_WINDOW_S)
+        s["first_launch"] = _first_launches(s, root_of)
     if not ln.empty:
         ln["day"] = pd.to_datetime(ln["day"]).dt.date.astype(str)
         first_ids = set(s.loc[s["first_launch"].astype(bool), "id"]) if not s.empty else set()

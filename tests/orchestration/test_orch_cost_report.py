@@ -124,6 +124,42 @@ def test_first_launch_is_not_a_restart_and_lost_groups_are_preemptions(two_runs)
     assert list(att["status"]) == ["failed", "completed"] and list(att["sessions"]) == [2, 1]
 
 
+def test_a_retried_or_re_executed_stage_has_one_first_launch(tmp_path):
+    """Only the stage's very first session across all attempts of a run group is its first
+    launch: a step retry's first session, a re-execution run's first session (same root,
+    attempt numbers start at 1 again) and any session resumed from a checkpoint are restarts."""
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    # root run: attempt 1 fails before any checkpoint; attempt 2 (step retry) too, from step 0
+    r1 = _node("r-n0", "pretrain", 1, T0, 0, 15, 0, "failed")
+    _record(eng, "root", "pretrain", 1, [r1], "failed")
+    r2 = _node("r-n1", "pretrain", 2, r1[2] + 3, 0, 15, 0, "failed")
+    _record(eng, "root", "pretrain", 2, [r2], "failed")
+    # re-execution run of the failed root (attempt numbers start at 1 again): no checkpoint to
+    # resume, so its first node starts from step 0; preempted at 30, the next node resumes from 20
+    x1 = _node("x-n0", "pretrain", 1, r2[2] + 5, 0, 30, 20, "preempted")
+    x2 = _node("x-n1", "pretrain", 1, x1[2] + 3, 20, 100, 100, "completed", zone="us-west-2b")
+    _record(eng, "reexec", "pretrain", 1, [x1, x2], "completed")
+    data = ct.load(eng, "demo", root_of={"root": "root", "reexec": "root"})
+    first = data.sessions[data.sessions["first_launch"].astype(bool)]
+    assert list(first["node_id"]) == ["r-n0"]
+    launch_ids = set(data.lines[data.lines["category"] == "launch"]["node_session_id"])
+    assert launch_ids == set(first["id"])
+    restart = data.lines[data.lines["category"] == "restart"].groupby("node_session_id")["dollars"].sum()
+    by_node = dict(zip(data.sessions["id"], data.sessions["node_id"], strict=True))
+    assert {by_node[i] for i in restart.index if restart[i] > 0} == {"r-n1", "x-n0", "x-n1"}
+    # without the root mapping the re-execution is its own run: its fresh first node is its first
+    # launch, but the node that resumed from step 20 (first_step > 0) never is
+    alone = ct.load(eng, "demo")
+    assert list(alone.sessions[alone.sessions["first_launch"].astype(bool)]["node_id"]) == ["r-n0", "x-n0"]
+    # the report of the run group (root first) counts one first launch
+    rep = build_report(eng, "demo", tmp_path / "out", ReportSelection(run_ids=("root", "reexec")),
+                       stage_order=["pretrain"], write_focus=False)
+    assert rep.totals["launch_usd"] == pytest.approx(float(data.lines.loc[
+        data.lines["category"] == "launch", "dollars"].sum()), rel=1e-9)
+    assert rep.totals["restart_usd"] > 0
+
+
 def test_fallback_premium_and_observed_vs_modelled_cost(two_runs):
     data = ct.load(two_runs, "demo")
     run_b = ct.for_runs(data, ["run-b"])
