@@ -173,20 +173,24 @@ def stage_metadata(engine, pipeline: str, stage: str, run_ids: list[str]) -> dic
 
 
 def check_budget_before_launch(context: AssetExecutionContext, cfg, stage: str, engine,
-                               expected_cost_usd: float | None, run_ids: list[str]) -> None:
+                               expected_cost_usd: float | None, run_ids: list[str]) -> float | None:
     """Refuse to launch ``stage`` when the budget period's spend plus its expected cost exceeds
-    ``budget_usd`` and the config enforces the budget (``enforce_budget: true``); else warn."""
+    ``budget_usd`` and the config enforces the budget (``enforce_budget: true``); else warn.
+
+    Returns the $ left of the budget when it is enforced (the provider does not relaunch past
+    it, ``StageSpec.budget_left_usd``), else None."""
     period = getattr(cfg, "budget_period", "run")
     enforce = bool(getattr(cfg, "enforce_budget", False))
     status = ct.budget_status(ct.load(engine, cfg.name), cfg.budget_usd, period, run_ids)
     expected = float(expected_cost_usd or 0.0)
+    left = max(0.0, cfg.budget_usd - status.spend_usd) if enforce else None
     if status.spend_usd + expected <= cfg.budget_usd:
-        return
+        return left
     msg = (f"stage {stage} would exceed the budget of pipeline {cfg.name}: spend so far ${status.spend_usd:.2f} "
            f"in {status.period} + expected ${expected:.2f} for {stage} > budget_usd ${cfg.budget_usd:.2f}")
     if not enforce:
         context.log.warning(msg + " (enforce_budget is false: launching anyway)")
-        return
+        return None
     raise Failure(description=msg + ". The stage was NOT launched. Raise budget_usd in the pipeline YAML, "
                                     "shorten the stage, or set enforce_budget: false to only warn.",
                   allow_retries=False, metadata={"spend_usd": round(status.spend_usd, 4),

@@ -12,7 +12,7 @@ declarative automation reacts to.
 
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from assets.cost_assets import CostReportConfig
 from checkpointing.redact import redact
 from fleet.planning.planner import FleetPlan
 from fleet.policies.registry import get_policy
-from fleet.providers.base import StageSpec
+from fleet.providers.base import BUDGET_STOP, StageSpec
 from pipelines.config import PipelineConfig, StageConfig
 from pipelines.resources import FleetResource, StatsDB
 
@@ -331,8 +331,10 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     from assets.cost_assets import check_budget_before_launch, run_group, stage_metadata
 
     runs = run_group(context)
-    check_budget_before_launch(context, cfg, stage.name, eng,
-                               plan.expected_cost if plan is not None else None, runs)
+    budget_left = check_budget_before_launch(context, cfg, stage.name, eng,
+                                             plan.expected_cost if plan is not None else None, runs)
+    if budget_left is not None:  # enforce_budget: the provider does not relaunch past it
+        spec = replace(spec, budget_left_usd=budget_left)
     before = latest_checkpoint_step(eng, cfg.name, stage.name, run_id=context.run.run_id)
     context.log.info(f"{stage.name}: attempt {attempt} (run {context.run.run_id[:8]}, root {root_run[:8]}), "
                      f"zones {zones}, {'spot' if use_spot else 'on-demand'}, checkpoints {redact(ckpt_uri)}; "
@@ -374,6 +376,11 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     context.log_event(AssetMaterialization(
         asset_key=sessions_key, description=f"{stage.name} attempt {attempt} recorded",
         metadata={"stage": stage.name, "attempt": attempt, "sessions": len(sessions), "preemptions": preempted}))
+    if not completed and BUDGET_STOP in str(result.get("error") or ""):
+        raise Failure(description=f"stage {stage.name} attempt {attempt}: {redact(result.get('error'))}",
+                      allow_retries=False,
+                      metadata={"budget_usd": cfg.budget_usd, "budget_left_at_attempt_start_usd":
+                                round(float(spec.budget_left_usd or 0.0), 4), "sessions": len(sessions)})
     if not completed:
         raise Failure(
             description=f"stage {stage.name} attempt {attempt} lost: {redact(result.get('error'))}. "

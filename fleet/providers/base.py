@@ -46,6 +46,10 @@ class StageSpec:
     max_relaunches: int = 20
     policy: str = DEFAULT_POLICY
     priors: RunPriors = field(default_factory=RunPriors)
+    #: $ of the pipeline's budget left when this attempt starts (``enforce_budget: true``);
+    #: None: no budget enforced. A relaunch that would spend past it is not made
+    #: (:func:`relaunch_budget_error`).
+    budget_left_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,27 @@ class StageResult:
 
 class AttemptFailed(RuntimeError):
     """The whole attempt is lost; Dagster should retry it (it will resume from checkpoint)."""
+
+
+#: marker in an AttemptFailed message: the budget stopped the stage (the orchestrator does
+#: not retry it)
+BUDGET_STOP = "stopped by the budget"
+
+
+def relaunch_budget_error(stage: str, budget_left_usd: float | None, spent_usd: float,
+                          relaunch_usd: float) -> str | None:
+    """Why a relaunch must not happen, or None when it fits.
+
+    ``budget_left_usd``: the budget left at attempt start (None: not enforced);
+    ``spent_usd``: this attempt's spend so far; ``relaunch_usd``: the least the relaunch
+    costs (its node group's start-up: price x nodes x the restart time).
+    """
+    if budget_left_usd is None or spent_usd + relaunch_usd <= budget_left_usd:
+        return None
+    return (f"stage {stage!r} {BUDGET_STOP}: this attempt spent ${spent_usd:.4f} and a relaunch costs at "
+            f"least ${relaunch_usd:.4f} (its start-up), over the ${budget_left_usd:.4f} left of the budget "
+            "when the attempt started; the stage was NOT relaunched. Raise budget_usd in the pipeline "
+            "YAML, or set enforce_budget: false to allow it")
 
 
 class FleetProvider(abc.ABC):

@@ -314,3 +314,22 @@ def test_a_relaunched_process_gets_the_checkpoint_time_the_attempt_measured(tmp_
     assert float(starts[0].data["checkpoint_prior"]) == pytest.approx(1.0 / f, rel=1e-5)
     want = (CKPT_PRIOR_WEIGHT * 1.0 + n * 0.25 * f) / (CKPT_PRIOR_WEIGHT + n)  # market s
     assert float(starts[1].data["checkpoint_prior"]) == pytest.approx(want / f, rel=1e-5)
+
+
+def test_an_enforced_budget_stops_the_relaunch(tmp_path):
+    """budget_left_usd (enforce_budget): after the first preemption, relaunching would spend past
+    what was left of the budget at attempt start, so the stage stops with the figures and the fix."""
+    prov = LocalFleetProvider(_cfg(tmp_path))
+    with pytest.raises(AttemptFailed, match=r"(?s)stopped by the budget.*NOT relaunched.*Raise budget_usd"):
+        prov.run_stage(_spec(tmp_path, steps=100000, max_relaunches=5, budget_left_usd=1e-7))
+    assert [s.end_reason for s in prov.sessions()] == ["preempted"]  # no relaunch
+
+
+def test_relaunch_budget_decision():
+    from fleet.providers.base import relaunch_budget_error
+
+    assert relaunch_budget_error("st", None, 100.0, 100.0) is None  # not enforced
+    assert relaunch_budget_error("st", 2.0, 1.5, 0.5) is None  # exactly fits
+    msg = relaunch_budget_error("st", 2.0, 1.5, 0.6)
+    assert msg is not None and "$1.5000" in msg and "$0.6000" in msg and "$2.0000" in msg
+    assert "enforce_budget: false" in msg

@@ -125,3 +125,67 @@ def test_an_enforced_budget_keeps_the_stage_from_launching(tmp_path):
     from assets import cost_tables as ct
 
     assert ct.load(stats.engine(), "broke").sessions.empty  # nothing was launched, nothing billed
+
+
+def test_an_enforced_budget_with_room_passes_the_budget_left_and_relaunches(tmp_path):
+    """enforce_budget with enough budget: the attempt gets the $ left (StageSpec.budget_left_usd
+    through the node runner) and still relaunches after the injected preemption; the stop
+    itself is tested on the provider (tests/fleet_providers/test_fp_local_provider.py)."""
+    import yaml
+    from dagster import DagsterInstance
+
+    from pipelines.config import parse_pipelines
+    from pipelines.definitions import build_definitions, pipeline_job_name
+    from pipelines.resources import FleetResource, StatsDB
+
+    data = yaml.safe_load(PIPELINE)
+    data["pipelines"][0].update(name="roomy", budget_usd=40, enforce_budget=True)
+    [cfg] = parse_pipelines(data)
+    var = tmp_path / "var"
+    stats = StatsDB(url="", var_dir=str(var))
+    defs = build_definitions([cfg], include_gfs=False,
+                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(var))})
+    with DagsterInstance.ephemeral() as instance:
+        res = defs.resolve_job_def(pipeline_job_name("roomy")).execute_in_process(instance=instance,
+                                                                                 raise_on_error=False)
+    assert res.success
+    logs = " ".join(str(getattr(e, "message", "")) for e in res.all_events)
+    assert "stopped by the budget" not in logs
+    from assets import cost_tables as ct
+
+    sessions = ct.load(stats.engine(), "roomy").sessions
+    assert list(sessions["end_reason"]) == ["preempted", "completed"]
+
+
+def test_an_enforced_budget_stops_the_stage_instead_of_relaunching(tmp_path):
+    """The plan expects little (work_hours 0.01) so the stage launches under budget_usd $0.05;
+    the first node alone spends more before the injected preemption, so the relaunch is not
+    made: one STEP_FAILURE with the figures and the fix, no retry, one node session."""
+    import yaml
+    from dagster import DagsterInstance
+
+    from pipelines.config import parse_pipelines
+    from pipelines.definitions import build_definitions, pipeline_job_name
+    from pipelines.resources import FleetResource, StatsDB
+
+    data = yaml.safe_load(PIPELINE)
+    data["pipelines"][0].update(name="tight", budget_usd=0.05, enforce_budget=True)
+    data["pipelines"][0]["stages"][0]["work_hours"] = 0.01
+    [cfg] = parse_pipelines(data)
+    var = tmp_path / "var"
+    stats = StatsDB(url="", var_dir=str(var))
+    defs = build_definitions([cfg], include_gfs=False,
+                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(var))})
+    with DagsterInstance.ephemeral() as instance:
+        res = defs.resolve_job_def(pipeline_job_name("tight")).execute_in_process(instance=instance,
+                                                                                 raise_on_error=False)
+    assert not res.success
+    failures = [e for e in res.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert [e.step_key for e in failures] == ["tight__train_train"]
+    msg = failures[0].event_specific_data.error.message
+    assert "stopped by the budget" in msg and "NOT relaunched" in msg and "$0.0500 left" in msg
+    assert "Raise budget_usd" in msg and "enforce_budget: false" in msg
+    assert not [e for e in res.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    from assets import cost_tables as ct
+
+    assert list(ct.load(stats.engine(), "tight").sessions["end_reason"]) == ["preempted"]

@@ -55,7 +55,14 @@ from fleet.contract import (
 from fleet.emulation.injector import CapacitySchedule, PreemptionInjector, TimeScale
 from fleet.market.prices import PriceBook
 from fleet.providers.attempt import AttemptRecord
-from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
+from fleet.providers.base import (
+    AttemptFailed,
+    FleetProvider,
+    NodeSession,
+    StageResult,
+    StageSpec,
+    relaunch_budget_error,
+)
 from fleet.providers.decisions import (
     FALLBACK_PRICE_ACCELERATOR,
     Decision,
@@ -378,6 +385,8 @@ class _StageRun(AttemptRecord):
                     time.sleep(self.cfg.poll_seconds)
                     continue
                 waiting_since = None
+                if prev_zone is not None and self.spec.budget_left_usd is not None:
+                    self._check_budget(launch, schedule)
                 if prev_zone is not None:
                     self._emit(provider_event("relaunch", from_zone=prev_zone, to_zone=launch.zone,
                                               spot=launch.spot, reason=launch.reason,
@@ -409,6 +418,18 @@ class _StageRun(AttemptRecord):
         finally:
             self._kill_all()
             injector.stop()
+
+    def _check_budget(self, launch: Launch, schedule: CapacitySchedule) -> None:
+        """Raise AttemptFailed when relaunching would spend past ``spec.budget_left_usd``."""
+        region = schedule.region_of(launch.zone) if launch.zone in schedule.traces else launch.zone
+        itype = self.spec.instance_type or self.cfg.instance_type
+        price = (self.cfg.prices.spot_price(itype, launch.zone) if launch.spot
+                 else self.cfg.prices.on_demand_price(itype, region))
+        spent = sum(session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at) for s in self.sessions)
+        start_up = price * self.spec.num_nodes * self.spec.priors.restart_seconds / 3600.0
+        msg = relaunch_budget_error(self.spec.name, self.spec.budget_left_usd, spent, start_up)
+        if msg is not None:
+            raise AttemptFailed(msg)
 
     def _failure_message(self) -> str:
         node = next((n for n in reversed(self._nodes) if n.exit_code not in (0, None)), None)
