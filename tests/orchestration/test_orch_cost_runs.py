@@ -96,9 +96,10 @@ def test_two_main_runs_two_reports_and_the_period_is_their_sum(tmp_path):
     assert frame["BilledCost"].sum() == pytest.approx(spend[run1] + spend[run2], rel=1e-9)
 
 
-def test_an_enforced_budget_keeps_the_stage_from_launching(tmp_path):
-    """budget_usd below the plan's expected cost + enforce_budget: the stage fails once, before
-    any node is launched, with the budget message; no retry, no node session."""
+
+def _run_budgeted(tmp_path: Path, name: str, budget_usd: float, enforce_budget: bool,
+                  work_hours: float | None = None):
+    """Run the example pipeline in process under a budget; (result, StatsDB)."""
     import yaml
     from dagster import DagsterInstance
 
@@ -107,15 +108,23 @@ def test_an_enforced_budget_keeps_the_stage_from_launching(tmp_path):
     from pipelines.resources import FleetResource, StatsDB
 
     data = yaml.safe_load(PIPELINE)
-    data["pipelines"][0].update(name="broke", budget_usd=0.01, enforce_budget=True)
+    data["pipelines"][0].update(name=name, budget_usd=budget_usd, enforce_budget=enforce_budget)
+    if work_hours is not None:
+        data["pipelines"][0]["stages"][0]["work_hours"] = work_hours
     [cfg] = parse_pipelines(data)
     var = tmp_path / "var"
     stats = StatsDB(url="", var_dir=str(var))
     defs = build_definitions([cfg], include_gfs=False,
                              resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(var))})
     with DagsterInstance.ephemeral() as instance:
-        res = defs.resolve_job_def(pipeline_job_name("broke")).execute_in_process(instance=instance,
-                                                                                 raise_on_error=False)
+        res = defs.resolve_job_def(pipeline_job_name(name)).execute_in_process(instance=instance,
+                                                                             raise_on_error=False)
+    return res, stats
+
+def test_an_enforced_budget_keeps_the_stage_from_launching(tmp_path):
+    """budget_usd below the plan's expected cost + enforce_budget: the stage fails once, before
+    any node is launched, with the budget message; no retry, no node session."""
+    res, stats = _run_budgeted(tmp_path, "broke", budget_usd=0.01, enforce_budget=True)
     assert not res.success
     failures = [e for e in res.all_events if e.event_type_value == "STEP_FAILURE"]
     assert [e.step_key for e in failures] == ["broke__train_train"]
@@ -131,23 +140,7 @@ def test_an_enforced_budget_with_room_passes_the_budget_left_and_relaunches(tmp_
     """enforce_budget with enough budget: the attempt gets the $ left (StageSpec.budget_left_usd
     through the node runner) and still relaunches after the injected preemption; the stop
     itself is tested on the provider (tests/fleet_providers/test_fp_local_provider.py)."""
-    import yaml
-    from dagster import DagsterInstance
-
-    from pipelines.config import parse_pipelines
-    from pipelines.definitions import build_definitions, pipeline_job_name
-    from pipelines.resources import FleetResource, StatsDB
-
-    data = yaml.safe_load(PIPELINE)
-    data["pipelines"][0].update(name="roomy", budget_usd=40, enforce_budget=True)
-    [cfg] = parse_pipelines(data)
-    var = tmp_path / "var"
-    stats = StatsDB(url="", var_dir=str(var))
-    defs = build_definitions([cfg], include_gfs=False,
-                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(var))})
-    with DagsterInstance.ephemeral() as instance:
-        res = defs.resolve_job_def(pipeline_job_name("roomy")).execute_in_process(instance=instance,
-                                                                                 raise_on_error=False)
+    res, stats = _run_budgeted(tmp_path, "roomy", budget_usd=40, enforce_budget=True)
     assert res.success
     logs = " ".join(str(getattr(e, "message", "")) for e in res.all_events)
     assert "stopped by the budget" not in logs
@@ -161,24 +154,7 @@ def test_an_enforced_budget_stops_the_stage_instead_of_relaunching(tmp_path):
     """The plan expects little (work_hours 0.01) so the stage launches under budget_usd $0.05;
     the first node alone spends more before the injected preemption, so the relaunch is not
     made: one STEP_FAILURE with the figures and the fix, no retry, one node session."""
-    import yaml
-    from dagster import DagsterInstance
-
-    from pipelines.config import parse_pipelines
-    from pipelines.definitions import build_definitions, pipeline_job_name
-    from pipelines.resources import FleetResource, StatsDB
-
-    data = yaml.safe_load(PIPELINE)
-    data["pipelines"][0].update(name="tight", budget_usd=0.05, enforce_budget=True)
-    data["pipelines"][0]["stages"][0]["work_hours"] = 0.01
-    [cfg] = parse_pipelines(data)
-    var = tmp_path / "var"
-    stats = StatsDB(url="", var_dir=str(var))
-    defs = build_definitions([cfg], include_gfs=False,
-                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(var))})
-    with DagsterInstance.ephemeral() as instance:
-        res = defs.resolve_job_def(pipeline_job_name("tight")).execute_in_process(instance=instance,
-                                                                                 raise_on_error=False)
+    res, stats = _run_budgeted(tmp_path, "tight", budget_usd=0.05, enforce_budget=True, work_hours=0.01)
     assert not res.success
     failures = [e for e in res.all_events if e.event_type_value == "STEP_FAILURE"]
     assert [e.step_key for e in failures] == ["tight__train_train"]
