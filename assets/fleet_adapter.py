@@ -18,9 +18,11 @@ if TYPE_CHECKING:
     from fleet.stats.preemption import ZoneStats
     from pipelines.config import StageConfig
 
-def market_traces(market: MarketConfig | dict[str, Any], part: str = "history") -> list[Trace]:
-    """The pipeline's market traces (``MarketConfig.traces``): ``history`` or ``all``."""
-    return _market(market).traces(part)  # type: ignore[arg-type]
+def market_traces(market: MarketConfig | dict[str, Any], part: str = "history",
+                  cache_dir: Any = None) -> list[Trace]:
+    """The pipeline's market traces (``MarketConfig.traces``): ``history`` or ``all``
+    (``cache_dir``: where the generated synthetic market is kept for the node runners)."""
+    return _market(market).traces(part, cache_dir=cache_dir)  # type: ignore[arg-type]
 
 
 def on_demand_price(market: MarketConfig | dict[str, Any]) -> float:

@@ -9,6 +9,10 @@ converts time with them.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
+import pickle
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -64,20 +68,23 @@ class MarketConfig(BaseModel):
         """Market seconds of history before the fleet's replay starts."""
         return self.hours * 3600.0
 
-    def traces(self, part: Literal["history", "all"] = "history") -> list[Trace]:
+    def traces(self, part: Literal["history", "all"] = "history",
+               cache_dir: str | Path | None = None) -> list[Trace]:
         """``history``: the first ``hours`` hours (what statistics and forecasts see);
         ``all``: history followed by ``future_hours`` more (the local fleet replays the
         future from where the history ends: the world it lives through, never an input
-        to a decision)."""
+        to a decision).
+
+        ``cache_dir``: keep the generated synthetic market there (a pickle named by a hash
+        of the generator's source and of its inputs), so that every node runner of a run
+        loads it instead of generating it again (~0.1 s each); trace folders are not cached.
+        """
         if self.kind == "traces":
             from fleet.market.traces import load_trace_dir
 
             traces = load_trace_dir(self.trace_dir)
         else:
-            from fleet.market.synthetic import default_market_config, generate_market
-
-            traces = generate_market(default_market_config(n_zones=self.n_zones),
-                                     self.hours + self.future_hours, self.seed)
+            traces = self._synthetic(cache_dir)
         if part == "all":
             return traces
         out = []
@@ -86,6 +93,32 @@ class MarketConfig(BaseModel):
             sp = None if t.spot_prices is None else t.spot_prices[:n]
             out.append(dataclasses.replace(t, available=t.available[:n], spot_prices=sp))
         return out
+
+    def _synthetic(self, cache_dir: str | Path | None) -> list[Trace]:
+        from fleet.market import synthetic
+
+        hours = self.hours + self.future_hours
+        if cache_dir is None:
+            return synthetic.generate_market(synthetic.default_market_config(n_zones=self.n_zones),
+                                             hours, self.seed)
+        key = hashlib.sha256(Path(synthetic.__file__).read_bytes()
+                             + repr((self.n_zones, hours, self.seed)).encode()).hexdigest()[:24]
+        path = Path(cache_dir) / f"market-{key}.pkl"
+        try:
+            with path.open("rb") as f:
+                return pickle.load(f)  # written below by this code, in this state folder
+        except (OSError, EOFError, pickle.UnpicklingError):
+            pass
+        traces = synthetic.generate_market(synthetic.default_market_config(n_zones=self.n_zones),
+                                           hours, self.seed)
+        try:  # atomic: a concurrent reader sees the old state or the whole file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(pickle.dumps(traces, protocol=pickle.HIGHEST_PROTOCOL))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only state folder: generate each time
+        return traces
 
     def price_book(self) -> PriceBook:
         """The fleet's PriceBook with this market's spot / on-demand $/h."""

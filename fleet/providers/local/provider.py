@@ -119,7 +119,8 @@ class _Node(NodeProcess):
 def local_provider_from_options(options: dict[str, Any]) -> LocalFleetProvider:
     """The local provider from the JSON-able options the ``train_<stage>`` asset sends
     (``market``: a MarketConfig dict, ``workdir``, ``extra_env``,
-    ``market_clock_start_unix``; see fleet/providers/registry.py)."""
+    ``market_clock_start_unix``, ``market_cache_dir``: where the run's synthetic market is
+    kept, see ``MarketConfig.traces``; see fleet/providers/registry.py)."""
     from fleet.market.config import MarketConfig
 
     m = MarketConfig.model_validate(options.get("market") or {})
@@ -130,7 +131,8 @@ def local_provider_from_options(options: dict[str, Any]) -> LocalFleetProvider:
     scale = TimeScale(wall_seconds_per_trace_hour=m.wall_seconds_per_market_hour)
     offset = m.history_seconds + max(0.0, time.time() - start) * scale.factor
     cfg = LocalFleetConfig(
-        schedule=CapacitySchedule(m.traces("all"), offset_seconds=offset),
+        schedule=CapacitySchedule(m.traces("all", cache_dir=options.get("market_cache_dir")),
+                                  offset_seconds=offset),
         time_scale=scale, market_clock_start_unix=start,
         cloud=m.cloud, grace_seconds=m.grace_seconds, prices=m.price_book(),
         workdir=Path(options["workdir"]) if options.get("workdir") else None,
