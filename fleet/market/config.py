@@ -107,7 +107,7 @@ class MarketConfig(BaseModel):
         try:
             with path.open("rb") as f:
                 return pickle.load(f)  # written below by this code, in this state folder
-        except (OSError, EOFError, pickle.UnpicklingError):
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError, AttributeError, ImportError):
             pass
         traces = synthetic.generate_market(synthetic.default_market_config(n_zones=self.n_zones),
                                            hours, self.seed)

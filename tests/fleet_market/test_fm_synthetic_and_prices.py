@@ -148,3 +148,31 @@ def test_default_prices_without_skypilot():
     assert d["fallback"]["p3.2xlarge"] == {"on_demand": 3.06, "spot": 0.918}
     with pytest.raises(KeyError, match="prices.on_demand.g5.4xlarge"):
         book.on_demand_price("g5.4xlarge", "us-east-1")
+
+
+def test_market_cache_gives_the_generated_market_and_survives_a_broken_file(tmp_path):
+    """Node runners load the run's synthetic market from ``cache_dir``: the same traces as a
+    fresh generation; a truncated cache file is regenerated, not an error."""
+    import numpy as np
+
+    from fleet.market.config import MarketConfig
+
+    m = MarketConfig(seed=7, hours=48.0, future_hours=24.0)
+    fresh = m.traces("all")
+    first = m.traces("all", cache_dir=tmp_path)  # generates and writes
+    [cached_file] = list(tmp_path.glob("market-*.pkl"))
+    again = m.traces("all", cache_dir=tmp_path)  # loads
+    for got in (first, again):
+        assert [t.zone for t in got] == [t.zone for t in fresh]
+        for a, b in zip(got, fresh, strict=True):
+            assert np.array_equal(a.available, b.available)
+            assert (a.spot_prices is None) == (b.spot_prices is None)
+            if a.spot_prices is not None:
+                assert np.array_equal(a.spot_prices, b.spot_prices)
+    other = MarketConfig(seed=8, hours=48.0, future_hours=24.0).traces("all", cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("market-*.pkl"))) == 2  # the seed is part of the key
+    assert not all(np.array_equal(a.available, b.available) for a, b in zip(other, fresh, strict=True))
+    cached_file.write_bytes(cached_file.read_bytes()[:100])
+    history = m.traces("history", cache_dir=tmp_path)
+    assert [t.n_ticks for t in history] == [t.n_ticks for t in m.traces("history")]
+    assert np.array_equal(history[0].available, fresh[0].available[:history[0].n_ticks])
