@@ -27,7 +27,7 @@ from dagster import (
     multi_asset_check,
 )
 
-from pipelines.resources import StatsDB
+from pipelines.resources import FleetResource, StatsDB
 
 if TYPE_CHECKING:
     from assets.pipeline_assets import PipelineAssets
@@ -195,7 +195,7 @@ def build_checks(pa: "PipelineAssets") -> list:
     @check(pa.key("preemption_stats"), "enough_samples",
            description=f"Every zone of the market has at least {MIN_PREEMPTIONS_PER_ZONE} "
                        "observed preemptions, so rates and MTTP intervals are meaningful.")
-    def enough_samples(context: AssetCheckExecutionContext) -> AssetCheckResult | Skipped:
+    def enough_samples(context: AssetCheckExecutionContext, fleet: FleetResource) -> AssetCheckResult | Skipped:
         # recomputed from the market (deterministic from the config) instead of loading the
         # stored asset value: a run that failed before preemption_stats has no value to load,
         # and a check must then say "skipped", not fail to execute
@@ -203,7 +203,7 @@ def build_checks(pa: "PipelineAssets") -> list:
         from fleet.stats.preemption import zone_stats
 
         try:
-            trace = zone_stats(fleet_adapter.market_traces(market))
+            trace = zone_stats(fleet_adapter.market_traces(market, cache_dir=fleet.market_cache_dir()))
         except (OSError, ValueError) as exc:
             return skipped(f"the market of {p} could not be loaded ({exc})")
         if not trace:

@@ -134,7 +134,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         context.log.info(f"{p}: loading the {cfg.market.kind} spot market "
                          + (f"({cfg.market.n_zones} zones, {cfg.market.hours:g} h of history, seed {cfg.market.seed})"
                             if cfg.market.kind == "synthetic" else f"from {cfg.market.trace_dir}") + " ...")
-        traces = fleet_adapter.market_traces(market, cache_dir=fleet.work_path() / "market-cache")
+        traces = fleet_adapter.market_traces(market, cache_dir=fleet.market_cache_dir())
         summary = pd.DataFrame([{"zone": t.zone, "region": t.region, "accelerator": t.accelerator,
                                  "hours": round(t.duration_hours, 1),
                                  "availability": float(t.up().mean())} for t in traces])
@@ -342,7 +342,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     extras = {
         "spec": spec_to_dict(spec), "attempt": attempt, "provider": cfg.provider,
         "provider_options": {"market": cfg.market.model_dump(), "workdir": str(workdir),
-                             "market_cache_dir": str(fleet.work_path() / "market-cache"),
+                             "market_cache_dir": str(fleet.market_cache_dir()),
                              "on_demand_fallback": cfg.on_demand_fallback,
                              "market_clock_start_unix": _run_start(context, root_run)},
         "inject_preemptions_at_steps": cfg.market.inject_preemptions_at_steps.get(stage.name, []),

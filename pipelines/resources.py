@@ -63,6 +63,11 @@ class FleetResource(ConfigurableResource):
         p.mkdir(parents=True, exist_ok=True)
         return p
 
+    def market_cache_dir(self) -> Path:
+        """Where the pipeline's generated synthetic market is kept for the steps and node
+        runners of its runs (``MarketConfig.traces(cache_dir=...)``)."""
+        return self.work_path() / "market-cache"
+
     def python_exe(self) -> str:
         return self.python or sys.executable
 
