@@ -242,8 +242,14 @@ def _ready(v: float | None) -> float | None:
     return None if v is None or not math.isfinite(float(v)) else float(v)
 
 
+def billed_usd(price_per_hour: float, market_seconds: float) -> float:
+    """$ for ``market_seconds`` of one node at ``price_per_hour`` ($/h): the one place that
+    turns billed seconds into money (sessions, their cost split, elastic pauses)."""
+    return price_per_hour * max(0.0, market_seconds) / 3600.0
+
+
 def session_cost_usd(price_per_hour: float, launched_at: float, ended_at: float | None) -> float:
     """What one node session cost ($): price x held market hours (0 while it runs)."""
     if ended_at is None:
         return 0.0
-    return price_per_hour * max(0.0, ended_at - launched_at) / 3600.0
+    return billed_usd(price_per_hour, ended_at - launched_at)

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from checkpointing.events import Event
+from fleet.contract import billed_usd
 from fleet.providers.base import NodeSession
 
 KINDS = ("form", "shrink", "grow", "reform", "restore")
@@ -113,7 +114,7 @@ def _changes(events: Iterable[Event], price: dict[str, float]
                           world_size=size, state_from=source, nodes=nodes,
                           pause_seconds=max(paid.values(), default=0.0),
                           node_seconds=sum(paid.values()),
-                          dollars=sum(p * price.get(n, 0.0) for n, p in paid.items()) / 3600.0))
+                          dollars=sum(billed_usd(price.get(n, 0.0), p) for n, p in paid.items())))
         before = size
     return out, paused
 
