@@ -10,12 +10,12 @@ raises ``AttemptFailed`` so that Dagster's RetryPolicy retries the attempt.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from checkpointing.events import Event
-from fleet.contract import RunPriors
+from fleet.contract import RunPriors, billed_usd, session_cost_usd
 from fleet.policies.registry import DEFAULT_POLICY
 
 
@@ -102,19 +102,34 @@ BUDGET_STOP = "stopped by the budget"
 
 
 def relaunch_budget_error(stage: str, budget_left_usd: float | None, spent_usd: float,
-                          relaunch_usd: float) -> str | None:
-    """Why a relaunch must not happen, or None when it fits.
+                          relaunch_usd: float, *, first_launch: bool = False) -> str | None:
+    """Why a (re)launch must not happen, or None when it fits.
 
     ``budget_left_usd``: the budget left at attempt start (None: not enforced);
     ``spent_usd``: this attempt's spend so far; ``relaunch_usd``: the least the relaunch
-    costs (its node group's start-up: price x nodes x the restart time).
+    costs (its node group's start-up: price x nodes x the restart time);
+    ``first_launch``: the attempt's first node group (nothing spent yet), not a relaunch.
     """
     if budget_left_usd is None or spent_usd + relaunch_usd <= budget_left_usd:
         return None
-    return (f"stage {stage!r} {BUDGET_STOP}: this attempt spent ${spent_usd:.4f} and a relaunch costs at "
+    what, done = ("its first launch", "launched") if first_launch else ("a relaunch", "relaunched")
+    return (f"stage {stage!r} {BUDGET_STOP}: this attempt spent ${spent_usd:.4f} and {what} costs at "
             f"least ${relaunch_usd:.4f} (its start-up), over the ${budget_left_usd:.4f} left of the budget "
-            "when the attempt started; the stage was NOT relaunched. Raise budget_usd in the pipeline "
+            f"when the attempt started; the stage was NOT {done}. Raise budget_usd in the pipeline "
             "YAML, or set enforce_budget: false to allow it")
+
+
+def attempt_budget_error(spec: StageSpec, sessions: Iterable[NodeSession], price_per_hour: float,
+                         *, first_launch: bool = False) -> str | None:
+    """:func:`relaunch_budget_error` for one attempt of ``spec`` about to launch a node group
+    at ``price_per_hour`` ($/h per node): spent = its ``sessions`` billed so far
+    (``fleet.contract.session_cost_usd``), start-up = price x ``spec.num_nodes`` x the
+    plan's restart time (``spec.priors.restart_seconds``). Every provider uses this one rule."""
+    if spec.budget_left_usd is None:
+        return None
+    spent = sum(session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at) for s in sessions)
+    start_up = billed_usd(price_per_hour * spec.num_nodes, spec.priors.restart_seconds)
+    return relaunch_budget_error(spec.name, spec.budget_left_usd, spent, start_up, first_launch=first_launch)
 
 
 class FleetProvider(abc.ABC):

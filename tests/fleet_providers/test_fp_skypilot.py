@@ -413,3 +413,73 @@ def test_a_stage_planned_without_prices_is_priced_from_the_catalog_not_as_a_v100
     driver = PolicyDriver("spotfleet", ZONES, priors=catalog_priced(unknown), accelerator="H9000")
     with pytest.raises(ValueError, match="no spot price for accelerator H9000"):
         driver.job_spec(Progress())
+
+
+# ------------------------------------------------------------------ budget (enforce_budget)
+
+#: the plan's uniform prices (as in test_stage_survives_preemptions_with_zone_rotation): the
+#: policy relaunches at once after a preemption
+UNIFORM = dataclasses.replace(PRIORS, spot_price_per_hour={z: 0.918 for z in ZONES}, on_demand_price_per_hour=3.06)
+
+
+def _cheapest_spot(spec: StageSpec) -> float:
+    return min(hourly_price(resolve_instance_type(spec, zone=z, use_spot=True), True, zone=z) for z in ZONES)
+
+
+def test_an_enforced_budget_stops_the_first_launch_before_any_managed_job(api_server):
+    """budget_left_usd below the node group's start-up (cheapest candidate x nodes x R): no
+    managed job is launched; the message (BUDGET_STOP: the orchestrator's non-retriable
+    Failure) gives the figures and the fix."""
+    from fleet.providers.base import BUDGET_STOP
+
+    spec = _spec(budget_left_usd=0.01, num_nodes=2)
+    start_up = _cheapest_spot(spec) * 2 * PRIORS.restart_seconds / 3600.0  # 0.2756 x 2 x 300 s = $0.0459
+    assert start_up == pytest.approx(0.0459, abs=1e-4)
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=Controller(api_server, ["succeed"]))
+    with pytest.raises(AttemptFailed) as err:
+        prov.run_stage(spec)
+    msg = str(err.value)
+    assert BUDGET_STOP in msg and "NOT launched" in msg and "its first launch" in msg
+    assert f"${start_up:.4f} (its start-up)" in msg and "$0.0100 left" in msg and "Raise budget_usd" in msg
+    assert api_server.jobs == {} and ("POST", "/jobs/launch") not in api_server.calls
+    assert list(prov.sessions()) == []
+
+
+def test_an_enforced_budget_stops_the_relaunch_after_a_preemption(api_server):
+    """The first job fits (start-up $0.0230 <= $0.20 left) and runs one billed hour in
+    us-east-2a ($0.2756) before it is preempted: spent + the relaunch's start-up is over what
+    was left, so the provider does not launch a second managed job (the local provider's rule,
+    fleet.providers.base.attempt_budget_error)."""
+    from fleet.providers.base import BUDGET_STOP
+
+    ctl = Controller(api_server, ["preempt", "succeed"])
+
+    def sleep(s: float) -> None:
+        job = api_server.jobs.get(1)
+        if job is not None and job["status"].value == "PENDING":
+            job["submitted_at"] -= 3600.0  # when it runs, the node has been up one hour
+        ctl(s)
+
+    spec = _spec(budget_left_usd=0.20, priors=UNIFORM)
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=sleep)
+    events = []
+    with pytest.raises(AttemptFailed) as err:
+        prov.run_stage(spec, on_event=events.append)
+    msg = str(err.value)
+    [session] = prov.sessions()
+    assert session.end_reason == "preempted" and session.zone == "us-east-2a"
+    spent = session.price_per_hour * (session.ended_at - session.launched_at) / 3600.0
+    assert spent == pytest.approx(0.2756, abs=1e-3)
+    assert BUDGET_STOP in msg and "NOT relaunched" in msg and "a relaunch costs" in msg
+    assert f"spent ${spent:.4f}" in msg and "$0.2000 left" in msg
+    # the relaunch's floor: the cheapest zone the policy still offers (us-east-2a is down)
+    assert "a relaunch costs at least $0.0304 (its start-up)" in msg
+    assert sorted(api_server.jobs) == [1] and api_server.jobs[1]["status"].value == "CANCELLED"
+    assert [e.kind for e in events if e.kind in ("launch", "relaunch")] == ["launch"]
+
+
+def test_a_budget_that_fits_changes_nothing(api_server, tmp_path):
+    ctl = Controller(api_server, ["preempt", "succeed"])
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=ctl)
+    res = prov.run_stage(_spec(budget_left_usd=5.0, priors=UNIFORM, checkpoint_uri=str(tmp_path / "ckpt")))
+    assert res.completed and res.info["jobs"] == [1, 2]

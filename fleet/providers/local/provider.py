@@ -61,7 +61,7 @@ from fleet.providers.base import (
     NodeSession,
     StageResult,
     StageSpec,
-    relaunch_budget_error,
+    attempt_budget_error,
 )
 from fleet.providers.decisions import (
     FALLBACK_PRICE_ACCELERATOR,
@@ -427,9 +427,7 @@ class _StageRun(AttemptRecord):
         itype = self.spec.instance_type or self.cfg.instance_type
         price = (self.cfg.prices.spot_price(itype, launch.zone) if launch.spot
                  else self.cfg.prices.on_demand_price(itype, region))
-        spent = sum(session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at) for s in self.sessions)
-        start_up = price * self.spec.num_nodes * self.spec.priors.restart_seconds / 3600.0
-        msg = relaunch_budget_error(self.spec.name, self.spec.budget_left_usd, spent, start_up)
+        msg = attempt_budget_error(self.spec, self.sessions, price)
         if msg is not None:
             raise AttemptFailed(msg)
 

@@ -46,7 +46,14 @@ from fleet.contract import (
     training_env,
 )
 from fleet.providers.attempt import AttemptRecord
-from fleet.providers.base import AttemptFailed, FleetProvider, NodeSession, StageResult, StageSpec
+from fleet.providers.base import (
+    AttemptFailed,
+    FleetProvider,
+    NodeSession,
+    StageResult,
+    StageSpec,
+    attempt_budget_error,
+)
 from fleet.providers.decisions import PolicyDriver, Progress, progress_from_checkpoints
 from fleet.providers.events import provider_event
 from fleet.providers.skypilot.tasks import (
@@ -206,6 +213,11 @@ class _SkyRun(AttemptRecord):
                 self.p._sleep(self.cfg.poll_seconds)
                 continue
             waiting_since = None
+            if spec.budget_left_usd is not None:  # enforce_budget: launch only what the budget allows
+                msg = attempt_budget_error(spec, self.sessions, self._launch_price(candidates, spot),
+                                           first_launch=prev_zone is None)
+                if msg is not None:
+                    raise AttemptFailed(msg)
             env = self._training_env(candidates[0] if candidates else None, spot)
             task = build_task(replace(spec, env={**spec.env, **env}), candidates, use_spot=spot,
                               options=self.cfg.options)
@@ -258,6 +270,23 @@ class _SkyRun(AttemptRecord):
                     f"stage {spec.name!r}: {relaunches} preemptions exceed StageSpec."
                     f"max_relaunches={spec.max_relaunches}; the retry resumes from checkpoint")
             prev_zone = zone
+
+    def _launch_price(self, candidates: list[str], spot: bool) -> float:
+        """$/h per node of the next managed job at least: the catalog's cheapest candidate
+        (SkyPilot may take any of them); 0 when the catalog prices none (then only the spend
+        so far counts against the budget)."""
+        cloud = self.spec.clouds[0] if self.spec.clouds else "aws"
+        prices = []
+        for zone in candidates or [None]:
+            try:
+                itype = resolve_instance_type(self.spec, zone=zone, use_spot=spot)
+                prices.append(hourly_price(itype, spot, zone=zone, cloud=cloud))
+            except Exception:  # noqa: BLE001 - not in the catalog: this candidate has no floor
+                continue
+        if not prices:
+            log.warning("stage %s: the catalog prices none of %s (%s); the budget check counts only "
+                        "the spend so far", self.spec.name, candidates, "spot" if spot else "on-demand")
+        return min(prices, default=0.0)
 
     def _training_env(self, zone: str | None, spot: bool = True) -> dict[str, str]:
         """MTTP of ``zone`` / R / interval / checkpoint time for the training process (real
