@@ -12,7 +12,8 @@ no orchestration, no preemptions). Prints:
   waits): the Dagster-versus-training split, printed as ``Dagster share``;
 - where the time outside the nodes goes (process start-up to the run's start, the
   analysis steps before the first stage, node-runner starts, relaunch gaps, retry
-  waits, the cost report and checks after training, the summary after the run), from
+  waits, the cost report and checks after training (one Dagster run since the checks
+  are planned in ``<pipeline>__main``), the summary and exit after the run), from
   the run's Dagster event log and the node sessions in the statistics DB;
 - inside the nodes: start-up (launch -> training loop ready: interpreter, imports,
   restore) vs training (ready -> end).
@@ -64,13 +65,18 @@ def bare_training(python: str, work: Path) -> float:
     return time.perf_counter() - t0
 
 
+def _main_run(instance):
+    """The training run of `spotfleet main` (``<pipeline>__main``: graph + checks; before
+    the checks were folded into it, ``__train_all``), not a report run after a failure."""
+    return next(r for r in instance.get_runs() if r.job_name.endswith(("__main", "__train_all")))
+
+
 def _outside_breakdown(var: Path, sessions, attempts, t_start: float, t_end: float) -> dict[str, float]:
     """Where the wall time outside the node sessions went (seconds), from the Dagster event log."""
     from dagster import DagsterInstance
 
     with DagsterInstance.from_config(str(var / "dagster_home")) as instance:
-        runs = instance.get_runs()  # newest first; `spotfleet main` may run a checks job after training
-        run = next(r for r in runs if r.job_name.endswith("__train_all"))
+        run = _main_run(instance)
         recs = [r for r in instance.all_logs(run.run_id) if r.is_dagster_event]
     kinds = {r.dagster_event.event_type_value: r.timestamp for r in recs}
     run_start = kinds.get("RUN_START", recs[0].timestamp)
@@ -97,8 +103,8 @@ def _outside_breakdown(var: Path, sessions, attempts, t_start: float, t_end: flo
     out["relaunch gaps in attempts"] = relaunch
     out["retry waits (lost attempts)"] = retry
     out["stage hand-offs"] = handoff
-    out["after training (cost report)"] = run_end - float(s["ended_at"].max())
-    out["after the run (checks, summary)"] = t_end - run_end
+    out["after training (report, checks)"] = run_end - float(s["ended_at"].max())
+    out["after the run (summary, exit)"] = t_end - run_end
     return out
 
 
@@ -113,7 +119,7 @@ def _on_wall_clock(var: Path, sessions):
     [cfg] = load_pipelines(EXAMPLE_PIPELINES)
     f = 3600.0 / cfg.market.wall_seconds_per_market_hour
     with DagsterInstance.from_config(str(var / "dagster_home")) as instance:
-        run = next(r for r in instance.get_runs() if r.job_name.endswith("__train_all"))
+        run = _main_run(instance)
         anchor = instance.get_run_record_by_id(run.root_run_id or run.run_id).start_time
     out = sessions.copy()
     for col in ("launched_at", "ready_at", "ended_at", "notice_at"):

@@ -78,10 +78,10 @@ def run_main(args) -> int:
 
     from dagster import DagsterInstance
 
-    from pipelines.definitions import build_definitions, pipeline_job_name
+    from pipelines.code_location import build_definitions, main_job_name
     defs = build_definitions(configs, resources={"stats_db": stats_db,
                                                  "fleet": FleetResource(var_dir=str(var))})
-    job = defs.resolve_job_def(pipeline_job_name(cfg.name))
+    job = defs.resolve_job_def(main_job_name(cfg.name))  # the whole graph and its checks, one run
     print(f"[spotfleet main] pipeline {cfg.name}: stages {' -> '.join(s.name for s in cfg.stages)} on the "
           f"{cfg.provider} fleet; market {cfg.market.kind} (seed {cfg.market.seed}), one market hour = "
           f"{cfg.market.wall_seconds_per_market_hour:g} wall s", flush=True)
@@ -102,7 +102,7 @@ def run_main(args) -> int:
             run_checks,
         )
 
-        checks = run_checks(defs, cfg, instance, result, level)  # checks are not planned in the training job
+        checks = run_checks(defs, cfg, instance, result, level)  # this run's, or a report run's after a failure
     print("", flush=True)
     print_stage_summary(cfg, stats_db, result.run_id)
     failed_checks = [c for c in checks if c.passed is False]  # skipped: None

@@ -21,16 +21,21 @@ class SkippedCheck(NamedTuple):
     passed = None  # neither passed nor failed
 
 
-def run_checks(defs, cfg, instance, train_result, log_level: str = "INFO") -> list:
-    """After the training job: the checks job (run succeeded) or cost report + checks (failed).
+def run_checks(defs, cfg, instance, main_result, log_level: str = "INFO") -> list:
+    """The check outcomes of ``spotfleet main``'s run (``<pipeline>__main`` plans them all).
 
-    Returns the check outcomes of that second run: its ``AssetCheckEvaluation``s and a
+    Run succeeded: its own check evaluations (each on this run's data) and a
     ``SkippedCheck`` (with the reason the check logged) for each planned check without one.
+    Run failed: Dagster resolves the checks it planned as "execution failed" although they
+    never ran, so the ``<pipeline>__report_and_checks`` job runs next (cost report of what
+    was recorded + every check, evaluated or skipped) and its outcomes are returned; that
+    run becomes the checks' latest execution (the UI shows Skipped, not red).
     """
-    from pipelines.definitions import checks_job_name, report_job_name
+    from pipelines.code_location import report_job_name
 
-    name = checks_job_name(cfg.name) if train_result.success else report_job_name(cfg.name)
-    res = defs.resolve_job_def(name).execute_in_process(
+    if main_result.success:
+        return check_outcomes(instance, main_result)
+    res = defs.resolve_job_def(report_job_name(cfg.name)).execute_in_process(
         instance=instance, raise_on_error=False,
         run_config={"loggers": {"console": {"config": {"log_level": log_level}}}})
     return check_outcomes(instance, res)

@@ -251,11 +251,14 @@ def test_focus_validator_catches_each_rule(two_runs, mutate, message):
 
 def test_training_job_plans_no_check_and_the_checks_job_has_them_all():
     """A check planned in a run whose upstream step fails shows as "execution failed" (red) in
-    Dagster although it never ran: checks live in <pipeline>__checks, not in the training job."""
+    Dagster although it never ran: checks live in <pipeline>__checks, not in the training job.
+    spotfleet main's <pipeline>__main plans the graph AND every check (one run; after a failed
+    run spotfleet main runs <pipeline>__report_and_checks, whose outcome becomes the latest)."""
     from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
     from pipelines.definitions import (
         build_definitions,
         checks_job_name,
+        main_job_name,
         pipeline_job_name,
         report_job_name,
     )
@@ -264,11 +267,13 @@ def test_training_job_plans_no_check_and_the_checks_job_has_them_all():
     train = defs.resolve_job_def(pipeline_job_name("demo"))
     assert train.asset_layer.asset_graph.asset_check_keys == set()
     every = {(k.asset_key.path[-1], k.name) for cd in defs.asset_checks for k in cd.check_keys}
-    for name in (checks_job_name("demo"), report_job_name("demo")):
+    for name in (checks_job_name("demo"), report_job_name("demo"), main_job_name("demo")):
         keys = defs.resolve_job_def(name).asset_layer.asset_graph.asset_check_keys
         assert {(k.asset_key.path[-1], k.name) for k in keys} == every
     assert {("cost_report", "cost_reconciles_with_node_sessions"), ("cost_report", "within_budget"),
             ("train_pretrain", "latest_checkpoint_recent")} <= every
+    main_assets = {k.path[-1] for k in defs.resolve_job_def(main_job_name("demo")).asset_layer.executable_asset_keys}
+    assert main_assets == {k.path[-1] for k in train.asset_layer.executable_asset_keys}  # the same graph
 
 
 def test_a_check_with_missing_input_is_skipped_not_failed(tmp_path):
