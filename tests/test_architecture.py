@@ -95,7 +95,7 @@ COMPRESSED_TIME = ("fleet.providers.local", "fleet.emulation")
 #: the only modules outside them that may import them: the provider registry (it builds the
 #: local provider by name) and the commands that run the local fleet by hand
 COMPRESSED_TIME_IMPORTERS = {"fleet/providers/registry.py", "pipelines/commands/local_fleet.py",
-                             "pipelines/commands/main_job.py"}
+                             "pipelines/commands/main_job.py", "pipelines/commands/main_fleet.py"}
 
 
 def _compressed_time_leaks(root: Path = REPO) -> list[str]:

@@ -69,7 +69,7 @@ def run_main(args) -> int:
     if cfg is None:
         raise ValueError(f"--pipeline {args.pipeline!r} is not in the file; choose from {[c.name for c in configs]}")
     from pipelines.commands.db_errors import with_db
-    from pipelines.resources import FleetResource, StatsDB
+    from pipelines.resources import StatsDB
 
     stats_db = StatsDB(url=args.db_url or "", var_dir=str(var))
     with_db(stats_db.resolved_url(), "--db-url" if args.db_url else None, stats_db.engine)  # migrate first
@@ -79,8 +79,9 @@ def run_main(args) -> int:
     from dagster import DagsterInstance
 
     from pipelines.code_location import build_definitions, main_job_name
+    from pipelines.commands.main_fleet import MainFleetResource  # runners fork from the server
     defs = build_definitions(configs, resources={"stats_db": stats_db,
-                                                 "fleet": FleetResource(var_dir=str(var))})
+                                                 "fleet": MainFleetResource(var_dir=str(var))})
     job = defs.resolve_job_def(main_job_name(cfg.name))  # the whole graph and its checks, one run
     print(f"[spotfleet main] pipeline {cfg.name}: stages {' -> '.join(s.name for s in cfg.stages)} on the "
           f"{cfg.provider} fleet; market {cfg.market.kind} (seed {cfg.market.seed}), one market hour = "
@@ -130,6 +131,10 @@ def run_main(args) -> int:
 
 
 _FORK_SERVER = None
+#: what the fork server imports besides torch and numpy: the node runner's modules, so that
+#: each stage attempt's runner forks from it too (pipelines/commands/main_fleet.py)
+NODE_RUNNER_PRELOAD = ("pipelines.node_runner", "dagster_pipes", "fleet.providers.local.provider",
+                       "fleet.market.config", "fleet.market.synthetic")
 
 
 def _start_fork_server() -> None:
@@ -150,7 +155,8 @@ def _start_fork_server() -> None:
         return
     if _FORK_SERVER is not None:  # a previous `main` in this process (tests): one server at a time
         _FORK_SERVER.stop()
-    _FORK_SERVER = start_server(Path(tempfile.gettempdir()) / f"spotfleet-fork-{os.getpid()}.sock")
+    _FORK_SERVER = start_server(Path(tempfile.gettempdir()) / f"spotfleet-fork-{os.getpid()}.sock",
+                                preload=NODE_RUNNER_PRELOAD)
     os.environ[ENV_FORK_SERVER] = _FORK_SERVER.socket_path  # inherited by node runners -> providers
     atexit.register(_FORK_SERVER.stop)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.providers.local.forkserver import ENV_FORK_SERVER, ForkedProcess, spawn, start_server
+from fleet.providers.local.forkserver import ENV_FORK_SERVER, ForkedProcess, spawn, spawn_module, start_server
 
 pytestmark = pytest.mark.slow
 
@@ -96,3 +96,29 @@ def test_without_a_server_or_for_other_commands_it_is_popen(tmp_path):
     assert isinstance(p, subprocess.Popen) and p.wait(timeout=60) == 0
     q = spawn(_cmd(tmp_path, "y"), env, tmp_path / "y.log")
     assert isinstance(q, subprocess.Popen) and q.wait(timeout=300) == 0
+
+
+PROBE = """import os, sys
+print("out", sys.argv[1:], os.environ.get("PROBE"), os.getcwd(), os.getpgid(0), "torch" in sys.modules)
+print("err", file=sys.stderr)
+if __name__ == "__main__":
+    sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_spawn_module_is_python_dash_m_with_the_callers_stdio(server, tmp_path):
+    """What spotfleet main's node runners get: `python -m module args` with the launcher's env,
+    cwd, stdout/stderr (inherited fds) and process group; the exit status like Popen's."""
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    r, w = os.pipe()
+    env = dict(_env(tmp_path, "m", server), PROBE="yes")
+    proc = spawn_module("probe_mod", ["3"], env, cwd=str(tmp_path), stdio_fds=(w, w))
+    os.close(w)
+    assert isinstance(proc, ForkedProcess)
+    assert proc.wait(timeout=60) == 3
+    with os.fdopen(r) as f:
+        out = f.read()
+    # forked from the warm server (torch already imported), in the launcher's process group
+    assert f"out ['3'] yes {tmp_path} {os.getpgid(0)} True" in out and "err" in out, out
+    env.pop(ENV_FORK_SERVER)
+    assert spawn_module("probe_mod", ["0"], env, cwd=str(tmp_path)) is None  # no server: the caller Popens

@@ -21,6 +21,11 @@ Start a server with :func:`start_server` (``spotfleet main`` does, for its run).
 
 Only the import cost is shared: nothing of a training run happens in the server, so
 runs stay independent and bit-exact (the example's exact-resume checks hold).
+
+:func:`spawn_module` forks ``python -m <module>`` the same way for a launcher that
+needs a Popen-like child with the launcher's own stdout/stderr (passed over the socket,
+``SCM_RIGHTS``) and without a new session — ``spotfleet main``'s node runners, whose
+modules the server then preloads too (``start_server(..., preload=...)``).
 """
 
 from __future__ import annotations
@@ -151,6 +156,36 @@ def spawn(command: list[str], env: dict[str, str], log_path: Path | str,
                                 start_new_session=True, cwd=cwd)
 
 
+def spawn_module(module: str, args: list[str], env: dict[str, str], cwd: str | None = None,
+                 stdio_fds: tuple[int, int] = (1, 2)) -> ForkedProcess | None:
+    """``python -m module *args`` forked by the server named by ``env[SPOTFLEET_FORK_SERVER]``.
+
+    The child gets ``env`` and ``cwd``, the caller's ``stdio_fds`` as its stdout/stderr
+    (inherited, like a ``Popen`` without redirection), stdin from /dev/null, Python's
+    default SIGINT handling and stays in the launcher's process group (no new session:
+    Ctrl-C reaches it as it reaches a Popen child). ``None`` when no server answers (no
+    server, not listening yet, gone): the caller starts an ordinary process instead.
+    """
+    path = env.get(ENV_FORK_SERVER)
+    if not path:
+        return None
+    sock = None
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        _send(sock, {"module": module, "argv": [module, *args], "env": dict(env), "cwd": cwd or os.getcwd(),
+                     "stdio": "fds"})
+        socket.send_fds(sock, [b"F"], list(stdio_fds))
+        reply = _recv(sock, timeout=30.0)
+        if reply and reply.get("pid"):
+            return ForkedProcess(int(reply["pid"]), sock, [sys.executable, "-m", module, *args])
+    except (OSError, TimeoutError):
+        pass
+    if sock is not None:
+        sock.close()
+    return None
+
+
 # --------------------------------------------------------------------------- server
 
 
@@ -172,8 +207,10 @@ class ServerHandle:
             os.unlink(self.socket_path)
 
 
-def start_server(socket_path: str | Path, wait_ready: float = 0.0) -> ServerHandle:
-    """Start ``python -m fleet.providers.local.forkserver <socket>`` (imports in the background).
+def start_server(socket_path: str | Path, wait_ready: float = 0.0, preload: tuple[str, ...] = ()) -> ServerHandle:
+    """Start ``python -m fleet.providers.local.forkserver <socket> [module ...]`` (imports in
+    the background: :data:`PRELOAD`, then the ``preload`` modules; one that fails to import
+    is skipped).
 
     Returns at once unless ``wait_ready`` > 0 (then up to that many seconds until it
     listens). Launches before it listens fall back to ordinary processes.
@@ -181,7 +218,7 @@ def start_server(socket_path: str | Path, wait_ready: float = 0.0) -> ServerHand
     path = str(socket_path)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "fleet.providers.local.forkserver", path],
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "fleet.providers.local.forkserver", path, *preload],
                             stdin=subprocess.DEVNULL)
     end = time.time() + wait_ready
     while time.time() < end and not os.path.exists(path) and proc.poll() is None:
@@ -189,36 +226,50 @@ def start_server(socket_path: str | Path, wait_ready: float = 0.0) -> ServerHand
     return ServerHandle(path, proc)
 
 
-def _child(conn: socket.socket, req: dict) -> None:
-    """In the forked child: become the training process described by ``req``."""
-    os.setsid()
+def _child(conn: socket.socket, req: dict, fds: list[int] | None = None) -> None:
+    """In the forked child: become the process described by ``req`` (a training script with
+    its output to a log, or a module with the launcher's stdout/stderr ``fds``)."""
+    module = req.get("module")
+    if not module:
+        os.setsid()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR1,
                 signal.SIGUSR2):
         signal.signal(sig, signal.SIG_DFL)
+    if module:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
     # the launcher learns the pid only now, when the process group exists (os.killpg works at
     # once, as after Popen(start_new_session=True))
     with contextlib.suppress(OSError):
         _send(conn, {"pid": os.getpid()})
     conn.close()
-    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    if fds:
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        for fd in set(fds) - {1, 2}:
+            os.close(fd)
+    else:
+        fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
-    script = req["argv"][0]
     sys.argv = list(req["argv"])
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    # like `python -m` (the working directory first) or `python script.py` (the script's folder)
+    sys.path[0] = os.getcwd() if module else os.path.dirname(os.path.abspath(req["argv"][0]))
 
 
-def _serve(path: str) -> dict | None:
+def _serve(path: str, preload: tuple[str, ...] = ()) -> dict | None:
     """Accept launches until SIGTERM; returns the request in a forked child, None in the server."""
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
+            __import__(name)
+    for name in preload:  # the launcher's extra modules: a broken one only costs its import later
+        with contextlib.suppress(Exception):
             __import__(name)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}"
@@ -234,13 +285,36 @@ def _serve(path: str) -> dict | None:
         stop = True
 
     signal.signal(signal.SIGTERM, _term)
+    # a child's exit wakes the loop at once (its launcher waits for the status: a node
+    # runner's exit is on the stage's critical path), not at the next 50 ms tick
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     while not stop and os.getppid() == parent:
         with contextlib.suppress(InterruptedError):
-            ready, _, _ = select.select([listener], [], [], 0.05)
-            if ready:
+            ready, _, _ = select.select([listener, wake_r], [], [], 0.05)
+            if wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(wake_r, 512):
+                        pass
+            if listener in ready:
                 conn, _ = listener.accept()
-                req = _recv(conn, timeout=10.0)
+                fds: list[int] = []
+                try:
+                    req = _recv(conn, timeout=10.0)
+                    if req is not None and req.get("stdio") == "fds":
+                        conn.settimeout(10.0)
+                        _, fds, _, _ = socket.recv_fds(conn, 1, 2)
+                        conn.settimeout(None)
+                        if len(fds) != 2:
+                            req = None
+                except (OSError, TimeoutError, ValueError):
+                    req = None
                 if req is None:
+                    for fd in fds:
+                        os.close(fd)
                     conn.close()
                     continue
                 pid = os.fork()
@@ -248,8 +322,13 @@ def _serve(path: str) -> dict | None:
                     listener.close()
                     for c in children.values():
                         c.close()
-                    _child(conn, req)
+                    signal.set_wakeup_fd(-1)
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    _child(conn, req, fds)
                     return req
+                for fd in fds:  # the child has them now
+                    os.close(fd)
                 children[pid] = conn  # the child says its pid; we say its exit status
         while children:
             try:
@@ -264,6 +343,9 @@ def _serve(path: str) -> dict | None:
                     _send(conn, {"returncode": os.waitstatus_to_exitcode(status)})
                     conn.close()
     listener.close()
+    signal.set_wakeup_fd(-1)
+    os.close(wake_r)
+    os.close(wake_w)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     for conn in children.values():
@@ -273,18 +355,19 @@ def _serve(path: str) -> dict | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    req = _serve(args[0])
+    req = _serve(args[0], tuple(args[1:]))
     if req is None:
         # the server: nothing to flush or clean up beyond what _serve did; skip the
         # interpreter's teardown of torch (~1-2 s that `spotfleet main` would wait for at exit)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-    _run_child(req["argv"][0])
+    _run_child(req["argv"][0], req.get("module"))
 
 
-def _run_child(script: str) -> None:
-    """Run the training script as __main__ and exit like Python does, minus module teardown.
+def _run_child(script: str, module: str | None = None) -> None:
+    """Run the training script (or ``module``) as __main__ and exit like Python does, minus
+    module teardown.
 
     What a normal exit does that matters runs here, in Python's order: non-daemon threads
     are joined and ``threading._register_atexit`` hooks run (``threading._shutdown``), then
@@ -299,7 +382,10 @@ def _run_child(script: str) -> None:
 
     code = 0
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         if exc.code is None:
             code = 0
