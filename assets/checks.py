@@ -181,12 +181,17 @@ def build_checks(pa: "PipelineAssets") -> list:
         if data.empty:
             return skipped(f"no spend recorded for {p} yet")
         b = ct.budget_status(data, budget, period, runs)
+        unpriced = ct.unpriced_sessions(ct.for_runs(data, runs).sessions)  # $0/h: spend is a lower bound
+        why = [] if b.within else [f"spend ${b.spend_usd:.2f} in {b.period} exceeds the budget ${budget:.2f}; "
+                                   "raise budget_usd or reduce on-demand use / work"]
+        if not unpriced.empty:
+            why.append(f"{len(unpriced)} node session(s) have no price, so the spend is a lower bound: "
+                       f"{', '.join(unpriced['node_id'])}; {ct.UNPRICED_FIX}")
         return AssetCheckResult(
-            passed=b.within, severity=AssetCheckSeverity.WARN,
+            passed=not why, severity=AssetCheckSeverity.WARN,
             metadata={"period": b.period, "spend_usd": round(b.spend_usd, 4), "budget_usd": budget,
-                      "used_pct": round(100 * b.used_fraction, 1)},
-            description=None if b.within else f"spend ${b.spend_usd:.2f} in {b.period} exceeds the budget "
-                                              f"${budget:.2f}; raise budget_usd or reduce on-demand use / work")
+                      "used_pct": round(100 * b.used_fraction, 1), "unpriced_sessions": len(unpriced)},
+            description="; ".join(why) or None)
 
     checks.append(within_budget)
 

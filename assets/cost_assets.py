@@ -134,6 +134,12 @@ def materialize_cost_report(context: AssetExecutionContext, cfg, stats_db, fleet
         if be.eff_cost_per_useful_hour != float("inf"):
             meta["modelled_cost_per_useful_hour"] = _f(be.eff_cost_per_useful_hour, 3)
         meta["spot_wins"] = MetadataValue.bool(be.spot_wins)
+    meta["unpriced_sessions"] = MetadataValue.int(len(rep.unpriced))
+    if not rep.unpriced.empty:
+        ids = ", ".join(str(x) for x in rep.unpriced["node_id"])
+        meta["unpriced_session_ids"] = MetadataValue.text(ids)
+        context.log.warning(f"cost report of {rep.run_label}: {len(rep.unpriced)} node session(s) have no price "
+                            f"and are counted at $0 ({ids}); {ct.UNPRICED_FIX}")
     if rep.budget is not None:
         meta["budget_period"] = MetadataValue.text(rep.budget.period)
         meta["budget_used_pct"] = _f(100 * rep.budget.used_fraction, 1)

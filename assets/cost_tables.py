@@ -64,6 +64,31 @@ def _billed_hours(sessions: pd.DataFrame) -> pd.Series:
     return hours.where(ended, 0.0).astype(float)
 
 
+#: what to do about a node session billed at $0/h (no real VM is free: the provider could not price it)
+UNPRICED_FIX = ("the provider found no catalog price for these node types in these zones, so their cost "
+                "is NOT in this report (recorded at $0/h); look the hours up in the cloud's bill, and "
+                "before the next run refresh SkyPilot's catalog or set resources.instance_type to a type "
+                "the catalog prices in those zones (docs/cost-report.md, \"Unpriced sessions\")")
+UNPRICED_COLS = ["node_id", "run_id", "stage", "attempt", "provider", "zone", "instance_type", "spot",
+                 "billed_hours"]
+
+
+def unpriced_sessions(sessions: pd.DataFrame) -> pd.DataFrame:
+    """The ended node sessions recorded without a price (``price_per_hour`` <= 0 or missing):
+    their billed hours are real, their $ are unknown, so every total that includes them is
+    a lower bound. One row per session (:data:`UNPRICED_COLS`)."""
+    if sessions.empty:
+        return pd.DataFrame(columns=UNPRICED_COLS)
+    price = pd.to_numeric(sessions["price_per_hour"], errors="coerce")
+    bad = sessions[(price.isna() | (price <= 0)) & sessions["ended_at"].notna()].copy()
+    if "billed_hours" not in bad:
+        bad["billed_hours"] = _billed_hours(bad) if not bad.empty else pd.Series(dtype=float)
+    for col in UNPRICED_COLS:
+        if col not in bad:
+            bad[col] = None
+    return bad[UNPRICED_COLS].reset_index(drop=True)
+
+
 @dataclass(frozen=True)
 class CostData:
     """The statistics DB rows of one pipeline, prepared for the report.

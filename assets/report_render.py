@@ -169,13 +169,30 @@ def elastic_sections(membership: pd.DataFrame | None, nodes: pd.DataFrame | None
     return out
 
 
+def unpriced_lines(unpriced: pd.DataFrame | None) -> list[str]:
+    """A loud warning section when the run has node sessions without a price (else nothing)."""
+    from assets.cost_tables import UNPRICED_FIX
+
+    if unpriced is None or unpriced.empty:
+        return []
+    n = len(unpriced)
+    hours = float(unpriced["billed_hours"].sum())
+    return [f"> **WARNING: {n} node session{'s' if n != 1 else ''} ({hours:,.2f} billed h) could not be "
+            f"priced and {'are' if n != 1 else 'is'} counted at $0: spend, taxes and savings below are "
+            f"lower bounds.** Sessions: {', '.join(str(x) for x in unpriced['node_id'])}. Fix: {UNPRICED_FIX}.",
+            "", md_table(unpriced, ["node_id", "run_id", "stage", "attempt", "zone", "instance_type", "spot",
+                                    "billed_hours"]), ""]
+
+
 def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: dict[str, float],
                     by_stage: pd.DataFrame, by_zone: pd.DataFrame, stages: pd.DataFrame,
                     be: BreakEven | None, budget: BudgetStatus | None, budget_enforced: bool,
                     period_label: str, by_day: pd.DataFrame, all_time: pd.DataFrame,
                     image_uri: str | None = None, membership: pd.DataFrame | None = None,
-                    elastic_nodes: pd.DataFrame | None = None) -> str:
-    """The whole report as markdown: run, period and all-time sections, each its own table."""
+                    elastic_nodes: pd.DataFrame | None = None, unpriced: pd.DataFrame | None = None) -> str:
+    """The whole report as markdown: run, period and all-time sections, each its own table.
+    ``unpriced``: the run's node sessions recorded without a price (``cost_tables.unpriced_sessions``),
+    shown first: every $ figure below is then a lower bound."""
     money = ["spend_usd", "on_demand_usd", "savings_usd", "savings_pct"]
     taxes = [f"{c}_usd" for c in CATEGORIES if c != "useful"] + ["fallback_usd"]
     saved = tot["savings_usd"]
@@ -188,6 +205,7 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
     out = [f"## Cost report: {pipeline}, {run_label}", "",
            f"Spend **${tot['spend_usd']:,.2f}** vs **${tot['on_demand_usd']:,.2f}** on-demand for the same "
            f"useful work: {verdict}. Taxes ${tot['taxes_usd']:,.2f}.", ""]
+    out += unpriced_lines(unpriced)
     if budget is not None:
         out += [budget_line(budget, budget_enforced), ""]
     if image_uri:

@@ -84,6 +84,12 @@ def run_cost_report(args) -> int:
     if rep.period is not None and not rep.by_day.empty:
         print(f"period {rep.period[0]} .. {rep.period[1]}: {int(rep.by_day['runs'].max())} run(s) on the busiest "
               f"day, spend ${rep.by_day['spend_usd'].sum():.2f}")
+    if not rep.unpriced.empty:
+        import sys
+
+        print(f"WARNING: {len(rep.unpriced)} node session(s) of this run have no price and are counted at $0 "
+              f"(totals are lower bounds): {', '.join(str(x) for x in rep.unpriced['node_id'])}. "
+              f"Fix: {ct.UNPRICED_FIX}", file=sys.stderr)
     print(f"all time: {len(rep.all_time)} run(s), spend ${rep.all_time['spend_usd'].sum():.2f}")
     for key in ("html", "md", "csv", "png", "by_day_csv", "all_time_csv", "focus_csv", "focus_parquet"):
         if key in rep.files:

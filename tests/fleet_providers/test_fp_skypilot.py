@@ -483,3 +483,50 @@ def test_a_budget_that_fits_changes_nothing(api_server, tmp_path):
     prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=ctl)
     res = prov.run_stage(_spec(budget_left_usd=5.0, priors=UNIFORM, checkpoint_uri=str(tmp_path / "ckpt")))
     assert res.completed and res.info["jobs"] == [1, 2]
+
+
+# ------------------------------------------------------------------ unpriced sessions
+
+def test_a_session_the_catalog_cannot_price_is_recorded_unpriced_and_the_report_says_so(
+        api_server, tmp_path, caplog):
+    """SkyPilot reports the job in a zone the catalog has no g6.xlarge spot price for: the
+    session is recorded at $0/h (the "no price" mark), the provider warns with the node id,
+    and the cost report built from the statistics DB flags it first, with the fix, instead
+    of showing a silent $0."""
+    import logging
+
+    from assets import cost_tables as ct
+    from assets.cost_report import ReportSelection, build_report
+    from infra.db.recorder import record_attempt
+    from infra.db.session import make_engine, upgrade
+
+    def sleep(_s: float) -> None:
+        job = api_server.jobs[1]
+        if job["status"].value == "PENDING":
+            job["submitted_at"] -= 1800.0  # half a billed hour by the time it ends
+            api_server.run(1, "ap-south-9z")  # not in the catalog subset
+        elif job["status"].value == "RUNNING":
+            api_server.succeed(1)
+
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=sleep)
+    with caplog.at_level(logging.WARNING, logger="fleet.providers.skypilot"):
+        res = prov.run_stage(_spec(priors=UNIFORM))
+    [s] = res.sessions
+    assert res.completed and s.zone == "ap-south-9z" and s.price_per_hour == 0.0
+    assert res.info["unpriced_sessions"] == [s.node_id] == ["pretrain-a1-j1-r0-n0"]
+    assert any("UNPRICED" in r.message and s.node_id in r.message for r in caplog.records)
+
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    record_attempt(eng, run_id="run-sky", pipeline="demo", stage="pretrain", attempt=1, provider="skypilot",
+                   status="completed", sessions=res.sessions, events=[], started_at=s.launched_at,
+                   ended_at=s.ended_at, start_step=None, final_step=None, total_steps=None,
+                   on_demand_price=lambda _s: 0.8048)
+    rep = build_report(eng, "demo", tmp_path / "reports", ReportSelection(("run-sky",)), write_focus=False)
+    assert list(rep.unpriced["node_id"]) == [s.node_id]
+    assert rep.unpriced["billed_hours"].iloc[0] == pytest.approx(0.5, abs=0.01)
+    assert rep.totals["spend_usd"] == 0.0  # the $ are unknown, not zero: hence the warning
+    head = rep.markdown.split("### Stages")[0]
+    assert "WARNING: 1 node session (0.50 billed h) could not be priced" in head
+    assert s.node_id in head and ct.UNPRICED_FIX in head
+    assert "could not be priced" in rep.files["html"].read_text()

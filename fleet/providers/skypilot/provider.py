@@ -176,6 +176,7 @@ class _SkyRun(AttemptRecord):
         self._progress_store: Any = None
         self._progress_warned = False
         self._stalls: list[float] = []  # stalls (s) of the prefix's periodic / insurance saves
+        self.unpriced: list[str] = []  # node ids of sessions the catalog could not price
 
     def _cancelled(self) -> bool:
         with self.p._lock:
@@ -244,6 +245,7 @@ class _SkyRun(AttemptRecord):
                                    final_step=None,
                                    info={"provider": "skypilot", "jobs": list(self.jobs),
                                          "preemptions": relaunches,
+                                         "unpriced_sessions": list(self.unpriced),
                                          "zones": [s.zone for s in self.sessions]})
             if outcome == "cancelled":
                 self._emit(provider_event("cancelled", stage=spec.name, job_id=job_id))
@@ -360,13 +362,23 @@ class _SkyRun(AttemptRecord):
         itype = res.instance_type or ""
         try:
             price = hourly_price(itype, spot, zone=zone or None, region=region or None, cloud=cloud)
-        except Exception:  # catalog without this entry: record the session unpriced
-            price = 0.0
+            unpriced = None
+        except Exception as exc:  # noqa: BLE001 - catalog without this entry: recorded UNPRICED
+            price, unpriced = 0.0, exc
         launched = _get(record, "last_recovered_at") or _get(record, "submitted_at") or end or 0.0
-        for rank in range(self.spec.num_nodes):
+        ids = [f"{self.spec.name}-a{self.attempt}-j{_get(record, 'job_id')}"
+               f"-r{_get(record, 'recovery_count') or 0}-n{rank}" for rank in range(self.spec.num_nodes)]
+        if unpriced is not None:
+            # $0/h marks "no price" (cost_tables.unpriced_sessions): the cost report, the
+            # within_budget check and the CLI name these sessions; never a silent $0
+            self.unpriced.extend(ids)
+            log.warning("stage %s: SkyPilot's catalog has no %s price for %s in %s (%s); node session(s) %s "
+                        "are recorded UNPRICED ($0/h) and the cost report flags them", self.spec.name,
+                        "spot" if spot else "on-demand", itype or "?", zone or region or cloud, unpriced,
+                        ", ".join(ids))
+        for node_id in ids:
             self.sessions.append(NodeSession(
-                node_id=f"{self.spec.name}-a{self.attempt}-j{_get(record, 'job_id')}"
-                        f"-r{_get(record, 'recovery_count') or 0}-n{rank}",
+                node_id=node_id,
                 stage=self.spec.name, attempt=self.attempt, provider="skypilot", cloud=cloud,
                 region=region, zone=zone, instance_type=itype, spot=spot, price_per_hour=price,
                 launched_at=float(launched), ready_at=_get(record, "start_at"),
