@@ -49,13 +49,13 @@ def run_group(context: AssetExecutionContext) -> list[str]:
     return [root, *sorted(ids - {root})]  # the root first: it names the run's report folder
 
 
-def _group_of(context: AssetExecutionContext, run_id: str) -> list[str]:
+def _group_of(context: AssetExecutionContext, run_id: str, data: ct.CostData | None = None) -> list[str]:
     try:
         rec = context.instance.get_run_by_id(run_id)
     except Exception:  # noqa: BLE001
         rec = None
-    if rec is None:
-        return [run_id]
+    if rec is None:  # not in this Dagster instance: the group the statistics DB recorded
+        return ct.run_group(data, run_id) if data is not None else [run_id]
     root = rec.root_run_id or rec.run_id
     from dagster import RunsFilter
 
@@ -81,12 +81,12 @@ def select_runs(context: AssetExecutionContext, data: ct.CostData, config: CostR
         if not hits:
             raise Failure(description=f"cost_report config run_id: no recorded run {config.run_id!r}; "
                                       f"recorded runs: {[r[:8] for r in recorded[-10:]]}", allow_retries=False)
-        return _group_of(context, hits[-1])
+        return _group_of(context, hits[-1], data)
     mine = [r for r in run_group(context) if r in set(recorded)]
     if mine:
         return mine
     latest = ct.latest_run(data)
-    return _group_of(context, latest) if latest else []
+    return _group_of(context, latest, data) if latest else []
 
 
 def _f(v: float, nd: int = 2) -> MetadataValue:

@@ -88,7 +88,9 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
     """Read the statistics DB, build the run / period / all-time tables and write the files."""
     # the selected runs are one run group, its root first: one first launch per stage
     data = ct.load(engine, pipeline, root_of={r: selection.run_ids[0] for r in selection.run_ids})
-    run_ids = tuple(selection.run_ids) or ((ct.latest_run(data),) if ct.latest_run(data) else ())
+    # default: the latest recorded run with its run group (a re-execution: its root first)
+    run_ids = tuple(selection.run_ids) or (tuple(ct.run_group(data, ct.latest_run(data))) if ct.latest_run(data)
+                                           else ())
     run = ct.for_runs(data, run_ids)
     table = ct.cost_table(run.lines, run.sessions)
     tot = ct.totals(table)

@@ -153,11 +153,13 @@ def prepare(attempts: pd.DataFrame, sessions: pd.DataFrame, lines: pd.DataFrame,
             checkpoints: pd.DataFrame, root_of: Mapping[str, str] | None = None) -> CostData:
     """Derived columns: run of each session, billed hours and $, lost groups, first launches.
 
-    ``root_of`` maps a run id to its root run id (Dagster re-executions / run retries);
-    without it every run is its own root (see :func:`_first_launches`).
+    ``root_of`` maps a run id to its root run id (Dagster re-executions / run retries); it
+    overrides the roots the DB stored (``stage_attempts.root_run_id``, migration 0004); a
+    run in neither is its own root (see :func:`_first_launches`).
     """
     s = sessions.copy()
     a = attempts.copy()
+    root_of = {**stored_roots(a), **(root_of or {})}
     ln = lines.copy()
     if s.empty:
         for col in ("run_id", "billed_hours", "cost_usd", "lost", "preempted_or_lost", "first_launch"):
@@ -182,6 +184,25 @@ def prepare(attempts: pd.DataFrame, sessions: pd.DataFrame, lines: pd.DataFrame,
         is_launch = ln["category"].eq("restart") & ln["node_session_id"].isin(first_ids)
         ln.loc[is_launch, "category"] = "launch"
     return CostData(a, s, ln, checkpoints.copy())
+
+
+def stored_roots(attempts: pd.DataFrame) -> dict[str, str]:
+    """run id -> its root run id as recorded (``stage_attempts.root_run_id``; rows recorded
+    before migration 0004 were given their own run id)."""
+    if attempts.empty or "root_run_id" not in attempts:
+        return {}
+    known = attempts[attempts["root_run_id"].notna()]
+    return {str(r): str(root) for r, root in zip(known["run_id"], known["root_run_id"], strict=True)}
+
+
+def run_group(data: CostData, run_id: str) -> list[str]:
+    """The recorded run group of ``run_id``: its root first, then every run recorded with the
+    same root (re-executions / retry runs), oldest first. The root leads even when it
+    recorded nothing itself (it names the report's folder, as in the Dagster asset)."""
+    roots = stored_roots(data.attempts)
+    root = roots.get(run_id, run_id)
+    members = [r for r in data.run_ids if r != root and roots.get(r, r) == root]
+    return [root, *members]
 
 
 def for_runs(data: CostData, run_ids: Iterable[str]) -> CostData:

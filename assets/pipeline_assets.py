@@ -367,7 +367,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     completed = bool(result["completed"])
     first_steps = [s.first_step for s in sorted(sessions, key=lambda s: s.launched_at) if s.first_step is not None]
     record_attempt(
-        eng, run_id=context.run.run_id, pipeline=cfg.name, stage=stage.name, attempt=attempt,
+        eng, run_id=context.run.run_id, root_run_id=root_run, pipeline=cfg.name, stage=stage.name, attempt=attempt,
         provider=cfg.provider, status="completed" if completed else "failed", sessions=sessions,
         events=events, started_at=started, ended_at=time.time(),
         start_step=first_steps[0] if first_steps else None, final_step=result.get("final_step"),

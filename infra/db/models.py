@@ -47,6 +47,9 @@ class StageAttempt(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(String(64), index=True)
+    #: the Dagster run group: ``dagster/root_run_id`` of a re-execution / retry run, else
+    #: ``run_id`` (migration 0004; older rows were given their own run id)
+    root_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     pipeline: Mapped[str] = mapped_column(String(128), index=True)
     stage: Mapped[str] = mapped_column(String(128), index=True)
     attempt: Mapped[int] = mapped_column(Integer)

@@ -41,10 +41,13 @@ def record_attempt(
     total_steps: int | None = None,
     on_demand_price: Callable[[NodeSession], float] | None = None,
     error: str | None = None,
+    root_run_id: str | None = None,
 ) -> int:
     """Persist one attempt (sessions, preemptions, checkpoints, cost lines); return its id.
 
     Re-recording the same (run_id, pipeline, stage, attempt) replaces the earlier rows.
+    ``root_run_id``: the Dagster run group (``dagster/root_run_id`` of a re-execution or
+    retry run); None: the run is its own root.
     ``on_demand_price(session)`` gives the on-demand $/h for a session's node type.
     Every time and duration is in market seconds as the provider reported it (the local
     fleet converts its compressed clock before it reports); nothing here rescales.
@@ -57,8 +60,8 @@ def record_attempt(
         if old is not None:
             _delete_attempt(db, old)
         row = StageAttempt(
-            run_id=run_id, pipeline=pipeline, stage=stage, attempt=attempt, provider=provider,
-            started_at=started_at, ended_at=ended_at if ended_at is not None else time.time(),
+            run_id=run_id, root_run_id=root_run_id or run_id, pipeline=pipeline, stage=stage,
+            attempt=attempt, provider=provider, started_at=started_at, ended_at=ended_at if ended_at is not None else time.time(),
             status=status, start_step=start_step, final_step=final_step, total_steps=total_steps,
             used_on_demand=any(not s.spot for s in sessions), error=(error or None) and error[:2000],
         )

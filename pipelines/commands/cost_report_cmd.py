@@ -27,7 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "FOCUS 1.2 export, under <var>/reports/<pipeline>/ (docs/cost-report.md).")
     p.add_argument("--pipeline", default=None, help="pipeline name (default: the first one of the YAML file)")
     p.add_argument("--pipelines", default=None, help="pipelines YAML (default: $SPOTFLEET_PIPELINES or the example)")
-    p.add_argument("--run", default=None, help="run id or its first characters (default: the latest recorded run)")
+    p.add_argument("--run", default=None, help="run id or its first characters (default: the latest recorded run); "
+                                               "a re-execution / retry run is reported with its whole run group "
+                                               "(its root and the root's other re-executions)")
     p.add_argument("--from", dest="first_day", type=_day, default=None,
                    help="period start, UTC day YYYY-MM-DD (default: the run's first day)")
     p.add_argument("--to", dest="last_day", type=_day, default=None,
@@ -71,7 +73,7 @@ def run_cost_report(args) -> int:
         if not hits:
             raise ValueError(f"--run {args.run!r}: no recorded run of {cfg.name} starts with it; "
                              f"`spotfleet cost-report --list` shows them")
-        runs = (hits[-1],)
+        runs = tuple(ct.run_group(data, hits[-1]))  # a re-execution: with its root's group, root first
     rep = build_report(eng, cfg.name, var / "reports" / cfg.name,
                        ReportSelection(runs, args.first_day, args.last_day),
                        stage_order=[s.name for s in cfg.stages], budget_usd=cfg.budget_usd,

@@ -57,10 +57,10 @@ def _node(node, stage, attempt, t, first, last, ckpt, reason, zone="us-east-1f",
     return sess, ev, end
 
 
-def _record(eng, run, stage, attempt, nodes, status):
+def _record(eng, run, stage, attempt, nodes, status, root=None):
     sessions = [CLOCK.session(n[0]) for n in nodes]
     events = [CLOCK.event(e) for n in nodes for e in n[1]]
-    record_attempt(eng, run_id=run, pipeline="demo", stage=stage, attempt=attempt, provider="local",
+    record_attempt(eng, run_id=run, root_run_id=root, pipeline="demo", stage=stage, attempt=attempt, provider="local",
                    status=status, sessions=sessions, events=events, started_at=sessions[0].launched_at,
                    ended_at=CLOCK.at(nodes[-1][2]), start_step=sessions[0].first_step,
                    final_step=100 if status == "completed" else None, total_steps=100,
@@ -158,6 +158,41 @@ def test_a_retried_or_re_executed_stage_has_one_first_launch(tmp_path):
     assert rep.totals["launch_usd"] == pytest.approx(float(data.lines.loc[
         data.lines["category"] == "launch", "dollars"].sum()), rel=1e-9)
     assert rep.totals["restart_usd"] > 0
+
+
+def test_the_cli_report_of_a_re_execution_covers_its_root_group(tmp_path, capsys):
+    """The DB stores each attempt's root run (migration 0004): `spotfleet cost-report --run
+    <re-execution>` reports the whole run group, root first, with ONE first launch, the same
+    as the Dagster asset; an unrelated later run stays out of it."""
+    from pipelines.cli import main
+
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    r1 = _node("r-n0", "pretrain", 1, T0, 0, 15, 0, "failed")
+    _record(eng, "root-run", "pretrain", 1, [r1], "failed")
+    x1 = _node("x-n0", "pretrain", 1, r1[2] + 5, 0, 30, 20, "preempted")  # no checkpoint to resume: step 0
+    x2 = _node("x-n1", "pretrain", 1, x1[2] + 3, 20, 100, 100, "completed", zone="us-west-2b")
+    _record(eng, "reexec-run", "pretrain", 1, [x1, x2], "completed", root="root-run")
+    o1 = _node("o-n0", "pretrain", 1, x2[2] + 9, 0, 100, 100, "completed")
+    _record(eng, "other-run", "pretrain", 1, [o1], "completed")
+    data = ct.load(eng, "demo")  # no root_of given: the stored roots
+    assert ct.run_group(data, "reexec-run") == ct.run_group(data, "root-run") == ["root-run", "reexec-run"]
+    assert ct.run_group(data, "other-run") == ["other-run"]
+    first = data.sessions[data.sessions["first_launch"].astype(bool)]
+    assert list(first["node_id"]) == ["r-n0", "o-n0"]  # the re-execution's fresh node is a restart
+
+    var = tmp_path / "var"
+    assert main(["cost-report", "--db-url", str(eng.url), "--var-dir", str(var), "--pipeline", "demo",
+                 "--run", "reexec"]) == 0
+    out = capsys.readouterr().out
+    group = ct.for_runs(data, ["root-run", "reexec-run"])
+    assert f"demo, run root-run, reexec-r: spend ${group.sessions['cost_usd'].sum():.2f}" in out
+    report = var / "reports" / "demo" / "runs" / "root-run" / "cost_report.csv"  # the root names the folder
+    table = pd.read_csv(report)
+    assert table["spend_usd"].sum() == pytest.approx(group.sessions["cost_usd"].sum(), rel=1e-9)
+    launch = group.lines[group.lines["category"] == "launch"]
+    assert set(launch["node_session_id"]) == set(first[first["node_id"] == "r-n0"]["id"])
+    assert table["launch_usd"].sum() == pytest.approx(launch["dollars"].sum(), rel=1e-9)
 
 
 def test_fallback_premium_and_observed_vs_modelled_cost(two_runs):

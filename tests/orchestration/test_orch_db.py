@@ -236,7 +236,7 @@ def test_migration_0002_converts_wall_rows_to_market_seconds(db_url):
     k = 120.0
     s1 = _old_schema_rows(eng, k)
     billed_s = (s1.ended_at - s1.launched_at) * k
-    assert upgrade(eng, "0002") == "0002"  # this revision (later ones only add tables)
+    assert upgrade(eng, "0002") == "0002"  # this revision (later ones add tables / columns it does not read)
     ns = read_table(eng, NodeSessionRecord, "demo").iloc[0]
     assert "time_scale" not in ns.index
     assert ns["ended_at"] - ns["launched_at"] == pytest.approx(billed_s, rel=1e-12)
@@ -264,8 +264,41 @@ def test_migration_0002_converts_wall_rows_to_market_seconds(db_url):
     with eng.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0001")
-    back = read_table(eng, StageAttempt, "demo")
-    assert len(back) == 1
-    with eng.connect() as c:
+    with eng.connect() as c:  # raw SQL: the model has columns of later revisions (0004 root_run_id)
+        assert c.execute(text("SELECT count(*) FROM stage_attempts")).scalar_one() == 1
         scale, secs = c.execute(text("SELECT time_scale, ended_at - launched_at FROM node_sessions")).one()
     assert scale == 1.0 and secs == pytest.approx(billed_s, rel=1e-12)
+
+
+def test_migration_0004_stores_the_root_run_and_downgrades(db_url):
+    """0004 adds stage_attempts.root_run_id; rows recorded before it get their own run id
+    (each run its own root, what every reader assumed); the downgrade drops the column and
+    keeps the rows; record_attempt stores the root it is given."""
+    eng = make_engine(db_url)
+    assert upgrade(eng, "0003") == "0003"
+    with eng.begin() as c:
+        c.execute(text("INSERT INTO stage_attempts (run_id, pipeline, stage, attempt, provider, started_at, "
+                       "status, used_on_demand) VALUES ('run-old', 'demo', 'pretrain', 1, 'local', :t, "
+                       "'completed', false)"), {"t": T0})
+    assert upgrade(eng, "0004") == "0004"
+    assert "root_run_id" in {c["name"] for c in inspect(eng).get_columns("stage_attempts")}
+    old = read_table(eng, StageAttempt, "demo")
+    assert list(old["root_run_id"]) == ["run-old"]
+    sessions, events = _attempt()
+    record_attempt(eng, run_id="reexec", root_run_id="run-old", pipeline="demo", stage="pretrain", attempt=1,
+                   provider="local", status="completed", sessions=sessions, events=events, started_at=T0 + 10)
+    record_attempt(eng, run_id="plain", pipeline="demo", stage="finetune", attempt=1, provider="local",
+                   status="completed", sessions=[], events=[], started_at=T0 + 20)
+    roots = dict(zip(*read_table(eng, StageAttempt, "demo")[["run_id", "root_run_id"]].to_numpy().T, strict=True))
+    assert roots == {"run-old": "run-old", "reexec": "run-old", "plain": "plain"}
+    cfg = _alembic_config(eng)
+    with eng.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0003")
+    assert current_revision(eng) == "0003"
+    assert "root_run_id" not in {c["name"] for c in inspect(eng).get_columns("stage_attempts")}
+    with eng.connect() as c:  # nothing lost (a batch table copy would cascade into node_sessions)
+        assert c.execute(text("SELECT count(*) FROM stage_attempts")).scalar_one() == 3
+        assert c.execute(text("SELECT count(*) FROM node_sessions")).scalar_one() == len(sessions) == 2
+        assert c.execute(text("SELECT count(*) FROM cost_lines")).scalar_one() > 0
+    assert upgrade(eng) == head_revision()  # and up again
