@@ -255,9 +255,20 @@ def prewarm_plotting() -> None:
     t.start()
 
 
-def write_plot(by_stage_cat: pd.DataFrame, tot: dict[str, float], path: Path, title: str,
-               stage_order: list[str] | None = None, dpi: int = 110) -> Path:
-    """Stacked bar per stage (useful + taxes) next to the on-demand equivalent; PNG.
+def plotted_categories(by_stage: pd.DataFrame) -> list[str]:
+    """The categories the plot stacks and its legend lists: those with $ in the run (a
+    category that is zero for every stage, e.g. ``membership`` outside elastic stages or
+    ``redo`` without a preemption, is neither drawn nor listed)."""
+    if by_stage.empty:
+        return []
+    return [c for c in CATEGORIES if f"{c}_usd" in by_stage
+            and float(pd.to_numeric(by_stage[f"{c}_usd"], errors="coerce").fillna(0.0).abs().sum()) > 0.0]
+
+
+def plot_figure(by_stage_cat: pd.DataFrame, tot: dict[str, float], title: str,
+                stage_order: list[str] | None = None, dpi: int = 110):
+    """The report's figure (matplotlib ``Figure``): a stacked bar per stage of the run's
+    non-zero categories (:func:`plotted_categories`) next to the on-demand equivalent.
 
     ``by_stage_cat``: one row per stage with ``<category>_usd`` and ``on_demand_usd``.
     """
@@ -266,7 +277,6 @@ def write_plot(by_stage_cat: pd.DataFrame, tot: dict[str, float], path: Path, ti
     _import_pyplot()
     import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     cols = [f"{c}_usd" for c in CATEGORIES] + ["on_demand_usd"]
     by_stage = by_stage_cat.set_index("stage")[cols] if not by_stage_cat.empty else pd.DataFrame(columns=cols)
     if stage_order:
@@ -274,8 +284,8 @@ def write_plot(by_stage_cat: pd.DataFrame, tot: dict[str, float], path: Path, ti
     fig, ax = plt.subplots(figsize=(7, 4), dpi=dpi)
     x = list(range(len(by_stage)))
     bottom = [0.0] * len(by_stage)
-    for c in CATEGORIES:
-        vals = [float(v) for v in by_stage[f"{c}_usd"]] if len(by_stage) else []
+    for c in plotted_categories(by_stage):
+        vals = [float(v) for v in by_stage[f"{c}_usd"]]
         ax.bar([i - 0.2 for i in x], vals, width=0.4, bottom=bottom, label=f"spot: {c}", color=COLORS[c])
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     od = [float(v) for v in by_stage["on_demand_usd"]] if len(by_stage) else []
@@ -290,6 +300,15 @@ def write_plot(by_stage_cat: pd.DataFrame, tot: dict[str, float], path: Path, ti
     ax.set_ylim(0, top * 1.45 if top > 0 else 1.0)
     ax.legend(fontsize=7, loc="upper left", ncol=2)
     fig.tight_layout()
+    return fig
+
+
+def write_plot(by_stage_cat: pd.DataFrame, tot: dict[str, float], path: Path, title: str,
+               stage_order: list[str] | None = None, dpi: int = 110) -> Path:
+    """:func:`plot_figure` as a PNG at ``path``."""
+    fig = plot_figure(by_stage_cat, tot, title, stage_order, dpi)
+    import matplotlib.pyplot as plt  # after plot_figure: it selects the backend first
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -241,6 +241,29 @@ def test_rendered_report_files(two_runs, tmp_path):
     assert rep.totals["spend_usd"] == pytest.approx(all_time.loc[all_time["run_id"] == "run-a", "spend_usd"].iloc[0])
 
 
+def test_the_plot_legend_lists_only_the_run_s_non_zero_categories(two_runs):
+    """Run A (no elastic stage, no on-demand node) has no membership $: the plot neither
+    stacks nor lists it; every category with $ is listed, then the on-demand bar."""
+    import matplotlib.pyplot as plt
+
+    from assets import report_render as rr
+
+    run = ct.for_runs(ct.load(two_runs, "demo"), ["run-a"])
+    table = ct.cost_table(run.lines, run.sessions)
+    by_stage, tot = ct.subtotals(table, "stage"), ct.totals(table)
+    nonzero = [c for c in ct.CATEGORIES if tot[f"{c}_usd"] > 0]
+    assert "membership" not in nonzero and {"useful", "restart", "redo"} <= set(nonzero)
+    assert rr.plotted_categories(by_stage) == nonzero
+    fig = rr.plot_figure(by_stage, tot, "demo run-a", ["pretrain"])
+    try:
+        labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+    assert labels == [f"spot: {c}" for c in nonzero] + ["on-demand, same useful work"]
+    # any category that is zero for every stage of the run is dropped, whichever it is
+    assert rr.plotted_categories(by_stage.assign(useful_usd=0.0)) == [c for c in nonzero if c != "useful"]
+
+
 def test_focus_export_satisfies_the_column_rules(two_runs, tmp_path):
     data = ct.load(two_runs, "demo")
     frame = focus.focus_frame(data)
