@@ -164,4 +164,6 @@ def test_an_enforced_budget_stops_the_stage_instead_of_relaunching(tmp_path):
     assert not [e for e in res.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     from assets import cost_tables as ct
 
-    assert list(ct.load(stats.engine(), "tight").sessions["end_reason"]) == ["preempted"]
+    data = ct.load(stats.engine(), "tight")
+    assert list(data.sessions["end_reason"]) == ["preempted"]
+    assert list(data.attempts["root_run_id"]) == [res.run_id]  # not a re-execution: its own root (0004)
