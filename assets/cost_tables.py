@@ -369,13 +369,15 @@ def _summary_row(data: CostData) -> dict[str, object]:
 
 
 def run_summary(data: CostData) -> pd.DataFrame:
-    """ALL TIME: one row per recorded run (oldest first) with its totals."""
+    """ALL TIME: one row per recorded run (oldest first) with its root run (its run group) and totals."""
     rows = []
+    roots = stored_roots(data.attempts)
     for rid in data.run_ids:
         part = for_runs(data, [rid])
         start = float(part.attempts["started_at"].min())
-        rows.append({"run_id": rid, "started_utc": _utc(start), **_summary_row(part)})
-    return pd.DataFrame(rows, columns=["run_id", "started_utc", "stages", "attempts", "lost_attempts", "sessions",
+        rows.append({"run_id": rid, "root_run_id": roots.get(rid, rid), "started_utc": _utc(start),
+                     **_summary_row(part)})
+    return pd.DataFrame(rows, columns=["run_id", "root_run_id", "started_utc", "stages", "attempts", "lost_attempts", "sessions",
                                        "preemptions", "spend_usd", "on_demand_usd", "savings_usd", "savings_pct",
                                        "taxes_usd", "fallback_usd"])
 

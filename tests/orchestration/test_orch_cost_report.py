@@ -182,6 +182,9 @@ def test_the_cli_report_of_a_re_execution_covers_its_root_group(tmp_path, capsys
     assert list(first["node_id"]) == ["r-n0", "o-n0"]  # the re-execution's fresh node is a restart
 
     var = tmp_path / "var"
+    listed = ct.run_summary(data)
+    assert list(zip(listed["run_id"], listed["root_run_id"], strict=True)) == [
+        ("root-run", "root-run"), ("reexec-run", "root-run"), ("other-run", "other-run")]
     assert main(["cost-report", "--db-url", str(eng.url), "--var-dir", str(var), "--pipeline", "demo",
                  "--run", "reexec"]) == 0
     out = capsys.readouterr().out
