@@ -235,11 +235,12 @@ def _import_pyplot() -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    import markdown_it  # noqa: F401 - the HTML report's renderer, same reason
     import matplotlib.pyplot  # noqa: F401 - imported for its side effect (warm module cache)
 
 
 def prewarm_plotting() -> None:
-    """Import matplotlib (Agg) in a background thread, once per process.
+    """Import matplotlib (Agg) and markdown-it in a background thread, once per process.
 
     Called when a training stage launches: the step then mostly waits for its node
     processes, so the ~0.5-1 s import happens off the critical path instead of at the

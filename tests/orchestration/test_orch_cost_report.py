@@ -508,3 +508,35 @@ def test_after_a_failed_training_run_the_sensor_runs_report_and_checks(tmp_path)
         outcomes = {(c.asset_key.path[-1], c.check_name): c for c in check_outcomes(instance, res)}
     assert isinstance(outcomes[("train_pretrain", "latest_checkpoint_recent")], SkippedCheck)
     assert not [c for c in outcomes.values() if c.passed is False], outcomes
+
+
+def test_load_reuses_unchanged_tables_and_sees_every_change(two_runs, monkeypatch):
+    """ct.load keeps the last prepared tables while the DB is unchanged (a run reads them
+    before each attempt, after it, in the report and in every check); an added attempt, a
+    re-recorded one (same ids possible) or a changed root_of is read afresh; callers get copies."""
+    from infra.db.models import CheckpointRecord, CostLine, NodeSessionRecord, StageAttempt
+    from infra.db.recorder import read_table
+
+    prepared = []
+    real_prepare = ct.prepare
+    monkeypatch.setattr(ct, "prepare", lambda *a, **k: prepared.append(1) or real_prepare(*a, **k))
+    first = ct.load(two_runs, "demo")
+    first.sessions.drop(first.sessions.index, inplace=True)  # a caller mutating its copy
+    again = ct.load(two_runs, "demo")
+    assert len(again.sessions) == 5 and again.run_ids == ["run-a", "run-b"]
+    assert len(prepared) == 1  # read and prepared once
+    t = T0 + 2 * 3600 / SCALE
+    c1 = _node("c-n0", "pretrain", 1, t, 0, 100, 100, "completed")
+    _record(two_runs, "run-c", "pretrain", 1, [c1], "completed")
+    grown = ct.load(two_runs, "demo")
+    assert grown.run_ids == ["run-a", "run-b", "run-c"] and len(grown.sessions) == 6
+    # re-recording run-c's attempt (delete + insert: SQLite may reuse the ids) with another end
+    c2 = _node("c-n0", "pretrain", 1, t, 0, 60, 60, "completed")
+    _record(two_runs, "run-c", "pretrain", 1, [c2], "completed")
+    redone = ct.load(two_runs, "demo")
+    assert int(redone.sessions[redone.sessions["run_id"] == "run-c"]["last_step"].iloc[0]) == 60
+    fresh = ct.prepare(*(read_table(two_runs, m, "demo") for m in (StageAttempt, NodeSessionRecord,
+                                                                    CostLine, CheckpointRecord)))
+    pd.testing.assert_frame_equal(redone.sessions, fresh.sessions)
+    grouped = ct.load(two_runs, "demo", root_of={"run-b": "run-a"})
+    assert not grouped.sessions["first_launch"].equals(redone.sessions["first_launch"])
