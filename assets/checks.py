@@ -8,10 +8,11 @@ that did not run or made no progress in that run) yields NO result: its step log
 never-evaluated check of a successful run as SKIPPED (grey "Skipped" in the UI) — neither
 a green pass nor a red failure that would read "cost does not reconcile". That needs
 checks that may emit nothing: each is a one-spec ``multi_asset_check(can_subset=True)``
-(an ``@asset_check``'s output is required). Checks are left out of the training job: a
-check planned in a run that FAILED resolves as "execution failed"; after such a run the
-``<pipeline>__report_and_checks`` job (spotfleet main, or the run-failure sensor under
-``dagster dev``) evaluates or skips them. See docs/dagster.md, "Asset checks".
+(an ``@asset_check``'s output is required). Checks are left out of the training job
+``__train_all``: a check planned in a run that FAILED resolves as "execution failed".
+``spotfleet main``'s ``<pipeline>__main`` plans them with the graph (one run); after a
+failed run the ``<pipeline>__report_and_checks`` job (spotfleet main, or the run-failure
+sensor under ``dagster dev``) evaluates or skips them. See docs/dagster.md, "Asset checks".
 """
 
 import inspect
