@@ -19,8 +19,12 @@ node session, end reason, the split of ``BilledCost`` into useful work and the
 checkpoint / membership (elastic shrink / grow pauses) / redo / first-launch / restart /
 idle taxes (they sum to ``BilledCost``),
 the on-demand fallback premium (``x_FallbackTaxCost``: on-demand price minus spot
-price times hours; a PRICE split that overlaps the time split), and the on-demand
-equivalent of the useful work.
+price times hours; a PRICE split that overlaps the time split), the on-demand
+equivalent of the useful work, and ``x_Unpriced`` (boolean): true on the rows of a node
+session the provider could not price. FOCUS 1.2 has no column for "cost unknown"
+(``BilledCost`` is mandatory and not nullable), so such a row carries ``BilledCost`` 0 (the
+"no price" mark the DB stores, docs/cost-report.md "Unpriced sessions") and
+``x_Unpriced`` true: an analyst filters them out of (or into) any sum with that column.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from assets import cost_tables as ct
@@ -103,7 +108,7 @@ X_SPLIT = {"useful": "x_UsefulCost", "checkpoint": "x_CheckpointTaxCost", "membe
            "redo": "x_RedoTaxCost", "launch": "x_LaunchCost", "restart": "x_RestartTaxCost",
            "idle": "x_IdleTaxCost"}
 X_COLUMNS = ["x_Pipeline", "x_Stage", "x_RunId", "x_Attempt", "x_NodeSessionId", "x_EndReason",
-             *X_SPLIT.values(), "x_FallbackTaxCost", "x_OnDemandEquivalentCost"]
+             *X_SPLIT.values(), "x_FallbackTaxCost", "x_OnDemandEquivalentCost", "x_Unpriced"]
 DATETIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 PROVIDERS = {"aws": ("AWS", "Amazon Elastic Compute Cloud"), "gcp": ("Google Cloud", "Compute Engine"),
              "azure": ("Microsoft", "Virtual Machines"),
@@ -147,6 +152,8 @@ def focus_frame(data: ct.CostData) -> pd.DataFrame:
         by_cat = g.groupby("category")["dollars"].sum()
         provider, service = PROVIDERS.get(str(s["cloud"]), (str(s["cloud"]), f"{s['cloud']} compute"))
         spot = bool(s["spot"])
+        price = pd.to_numeric(s["price_per_hour"], errors="coerce")
+        unpriced = bool(pd.isna(price) or price <= 0)  # the rule of cost_tables.unpriced_sessions
         share = billed / float(s["cost_usd"]) if float(s["cost_usd"]) > 0 else 0.0
         bp_start, bp_end = _month(d)
         row = {
@@ -173,6 +180,7 @@ def focus_frame(data: ct.CostData) -> pd.DataFrame:
             "x_Attempt": int(s["attempt"]), "x_NodeSessionId": int(sid), "x_EndReason": str(s["end_reason"]),
             "x_FallbackTaxCost": float(prem.get(sid, 0.0)) * share,
             "x_OnDemandEquivalentCost": float(g["on_demand_dollars"].sum()),
+            "x_Unpriced": unpriced,
         }
         for cat, col in X_SPLIT.items():
             row[col] = float(by_cat.get(cat, 0.0))
@@ -287,9 +295,38 @@ def _row_rules(f: pd.DataFrame) -> list[str]:
         bad = ~_close(split, f["BilledCost"].astype(float))
         if bad.any():
             out.append(f"x_UsefulCost + x_*TaxCost + x_LaunchCost must equal BilledCost ({int(bad.sum())} rows differ)")
+    out += _unpriced_rules(f)
     neg = [c for c in ("BilledCost", "EffectiveCost", "ListCost", "ContractedCost", "PricingQuantity")
            if c in f.columns and (f[c].astype(float) < 0).any()]
     out += [f"{c}: negative on a Usage charge" for c in neg]
+    return out
+
+
+def _unpriced_rules(f: pd.DataFrame) -> list[str]:
+    """Project rules for ``x_Unpriced``: a boolean; true only on a row billed $0; and a Usage
+    row billed $0 for a positive quantity must carry it (no VM is free: a silent $0 would read
+    as a real price)."""
+    out: list[str] = []
+    if "x_Unpriced" in f.columns:
+        bad = [v for v in f["x_Unpriced"] if not isinstance(v, bool | np.bool_)]
+        if bad:
+            out.append(f"x_Unpriced: must be a boolean (got {bad[:3]})")
+            return out
+        marked = f["x_Unpriced"].astype(bool)
+    else:
+        marked = pd.Series(False, index=f.index)
+    if "BilledCost" not in f.columns:
+        return out
+    billed = pd.to_numeric(f["BilledCost"], errors="coerce")
+    bad = marked & billed.ne(0)
+    if bad.any():
+        out.append(f"x_Unpriced: true on {int(bad.sum())} row(s) whose BilledCost is not 0")
+    if {"PricingQuantity", "ChargeCategory"} <= set(f.columns):
+        qty = pd.to_numeric(f["PricingQuantity"], errors="coerce").fillna(0.0)
+        silent = f["ChargeCategory"].eq("Usage") & billed.eq(0) & qty.gt(0) & ~marked
+        if silent.any():
+            out.append(f"BilledCost: 0 for a positive PricingQuantity on {int(silent.sum())} Usage row(s) "
+                       f"without x_Unpriced true (an unpriced session must be marked, never a silent $0)")
     return out
 
 

@@ -275,6 +275,7 @@ def test_focus_export_satisfies_the_column_rules(two_runs, tmp_path):
     billed, sessions = focus.reconcile(frame, data)
     assert billed == pytest.approx(sessions, rel=1e-9)
     assert set(frame["PricingCategory"]) == {"Dynamic", "Standard"}
+    assert not frame["x_Unpriced"].any()  # every session here has a price
     assert (frame.loc[frame["PricingCategory"] == "Standard", "x_FallbackTaxCost"] > 0).all()
     assert frame["ListCost"].sum() > frame["BilledCost"].sum()  # spot below the on-demand list price
     assert json.loads(frame["Tags"].iloc[0])["pipeline"] == "demo"
@@ -303,6 +304,7 @@ def test_focus_export_satisfies_the_column_rules(two_runs, tmp_path):
     (lambda f: f.assign(MyColumn=1), "MyColumn: not a FOCUS 1.2 column"),
     (lambda f: f.assign(Tags="pipeline=demo"), "Tags: must be a JSON object"),
     (lambda f: f.assign(BillingPeriodEnd="2023-11-01T00:00:00Z"), "within BillingPeriodStart/End"),
+    (lambda f: f.assign(x_Unpriced=True), "x_Unpriced: true on"),
 ])
 def test_focus_validator_catches_each_rule(two_runs, mutate, message):
     frame = focus.focus_frame(ct.load(two_runs, "demo"))

@@ -71,3 +71,31 @@ def test_the_cli_report_warns_on_stderr(unpriced_db, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "WARNING: 1 node session(s) of this run have no price and are counted at $0" in err
     assert "pretrain-a1-j2-r0-n0" in err and ct.UNPRICED_FIX in err
+
+
+def test_the_focus_export_marks_the_unpriced_rows(unpriced_db, tmp_path):
+    """FOCUS 1.2 has no "cost unknown" column and BilledCost may not be null: the row keeps
+    BilledCost 0 and the project column x_Unpriced is true, so an analyst can filter it."""
+    from assets import focus
+
+    frame = focus.focus_frame(ct.load(unpriced_db, "demo"))
+    assert focus.validate(frame) == []
+    unpriced = frame[frame["x_Unpriced"]]  # the unpriced session spans midnight: two rows
+    assert set(unpriced["ResourceId"]) == {"pretrain-a1-j2-r0-n0"} and len(unpriced) == 2
+    assert (unpriced["BilledCost"] == 0.0).all() and unpriced["PricingQuantity"].sum() == pytest.approx(1.0)
+    assert frame.loc[~frame["x_Unpriced"], "BilledCost"].sum() == pytest.approx(0.2756 * 1.0)
+    flags = frame["x_Unpriced"].tolist()
+    # the CSV and Parquet files keep the column a boolean
+    files = focus.write_focus(frame, tmp_path / "focus" / "cost")
+    back = focus.read_focus_csv(files["focus_csv"])
+    assert focus.validate(back) == [] and back["x_Unpriced"].tolist() == flags
+    if "focus_parquet" in files:
+        import pandas as pd
+
+        assert pd.read_parquet(files["focus_parquet"])["x_Unpriced"].dtype == bool
+    # the validator: an unmarked $0 usage row, a non-boolean mark, the column dropped
+    problems = focus.validate(frame.assign(x_Unpriced=False))
+    assert any("BilledCost: 0 for a positive PricingQuantity on 2 Usage row(s) without x_Unpriced" in p
+               for p in problems), problems
+    assert any("x_Unpriced: must be a boolean" in p for p in focus.validate(frame.assign(x_Unpriced="yes")))
+    assert any("without x_Unpriced true" in p for p in focus.validate(frame.drop(columns=["x_Unpriced"])))
