@@ -102,7 +102,9 @@ def reconcile(stats_db_engine, pipeline: str, run_ids: list[str] | None = None) 
 
 
 def report_runs(context: AssetCheckExecutionContext, data) -> list[str]:
-    """The run the check evaluates: this run (and its retries) if it trained, else the latest."""
+    """The run the check evaluates: this run (and its retries) if it trained, else the latest
+    run with its run group (root + re-executions: the Dagster instance's, or the roots the DB
+    stored when the run is not in this instance), as the cost report does."""
     from assets import cost_tables as ct
     from assets.cost_assets import _group_of, run_group
 
@@ -112,7 +114,7 @@ def report_runs(context: AssetCheckExecutionContext, data) -> list[str]:
     if mine:
         return mine
     latest = ct.latest_run(data)
-    return _group_of(op_ctx, latest) if latest else []
+    return _group_of(op_ctx, latest, data) if latest else []
 
 
 _RUN_CACHE: dict = {}
