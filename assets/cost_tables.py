@@ -131,7 +131,7 @@ def _fingerprint(engine, pipeline: str) -> tuple:
     cols = ((StageAttempt, StageAttempt.ended_at), (NodeSessionRecord, NodeSessionRecord.ended_at),
             (CostLine, CostLine.dollars), (CheckpointRecord, CheckpointRecord.committed_at))
     with engine.connect() as conn:
-        return tuple(tuple(conn.execute(select(func.count(), func.max(m.id), func.total(c))
+        return tuple(tuple(conn.execute(select(func.count(), func.max(m.id), func.sum(c))  # SQL: any DB
                                         .where(m.pipeline == pipeline)).one()) for m, c in cols)
 
 
