@@ -443,23 +443,27 @@ def test_budget_enforced_before_launch_and_warned_otherwise(two_runs):
     from assets.cost_assets import check_budget_before_launch
 
     cfg = SimpleNamespace(name="demo", budget_usd=1.0, budget_period="run", enforce_budget=True)
-    ctx = build_asset_context()
-    # run-a spent ~$0.70: another $0.20 fits, $0.50 does not
-    check_budget_before_launch(ctx, cfg, "finetune", two_runs, 0.20, ["run-a"])
-    with pytest.raises(Failure) as exc:
-        check_budget_before_launch(ctx, cfg, "finetune", two_runs, 0.50, ["run-a"])
-    msg = exc.value.description
-    assert "stage finetune would exceed the budget of pipeline demo" in msg and "NOT launched" in msg
-    assert "budget_usd $1.00" in msg and "run run-a" in msg
-    assert exc.value.allow_retries is False
-    # per day: TODAY's spend of every run counts (the recorded runs are from 2023: none today)
-    day = SimpleNamespace(name="demo", budget_usd=1.5, budget_period="day", enforce_budget=True)
-    check_budget_before_launch(ctx, day, "finetune", two_runs, 1.0, ["run-a"])
-    with pytest.raises(Failure) as exc:
-        check_budget_before_launch(ctx, day, "finetune", two_runs, 2.0, ["run-a"])
-    assert "spend so far $0.00 in day " in exc.value.description
-    warn = SimpleNamespace(name="demo", budget_usd=1.0, budget_period="run", enforce_budget=False)
-    check_budget_before_launch(ctx, warn, "finetune", two_runs, 0.50, ["run-a"])  # warns only
+    # as a context manager: its ephemeral Dagster instance is disposed here; a bare context was
+    # disposed by its __del__ during the final garbage collection at interpreter exit, after its
+    # in-memory SQLite connection was closed ("sqlite3.ProgrammingError: Cannot operate on a
+    # closed database" printed twice after the test run)
+    with build_asset_context() as ctx:
+        # run-a spent ~$0.70: another $0.20 fits, $0.50 does not
+        check_budget_before_launch(ctx, cfg, "finetune", two_runs, 0.20, ["run-a"])
+        with pytest.raises(Failure) as exc:
+            check_budget_before_launch(ctx, cfg, "finetune", two_runs, 0.50, ["run-a"])
+        msg = exc.value.description
+        assert "stage finetune would exceed the budget of pipeline demo" in msg and "NOT launched" in msg
+        assert "budget_usd $1.00" in msg and "run run-a" in msg
+        assert exc.value.allow_retries is False
+        # per day: TODAY's spend of every run counts (the recorded runs are from 2023: none today)
+        day = SimpleNamespace(name="demo", budget_usd=1.5, budget_period="day", enforce_budget=True)
+        check_budget_before_launch(ctx, day, "finetune", two_runs, 1.0, ["run-a"])
+        with pytest.raises(Failure) as exc:
+            check_budget_before_launch(ctx, day, "finetune", two_runs, 2.0, ["run-a"])
+        assert "spend so far $0.00 in day " in exc.value.description
+        warn = SimpleNamespace(name="demo", budget_usd=1.0, budget_period="run", enforce_budget=False)
+        check_budget_before_launch(ctx, warn, "finetune", two_runs, 0.50, ["run-a"])  # warns only
 
 
 def test_cost_report_cli_any_run_and_period(two_runs, tmp_path, capsys):
