@@ -15,6 +15,8 @@ compares its expected waste with the notice's (``C`` plus the restart per preemp
 * :func:`zone_waste` — expected waste per minute of work, without and with a notice,
   for one zone's run-length distribution (dynamic programming, exact on a 1-minute grid;
   a memoryless zone gives Young/Daly's ``sqrt(2 C / M)`` to first order);
+* :func:`schedule` — that optimal schedule itself (compute before the next save per
+  work committed and run age);
 * :func:`zone_excess` — the no-notice excess per minute of work of every zone, for runs
   launched at the start of an up-run (``fresh``) or at a random up tick (``residual``).
 
@@ -48,12 +50,15 @@ def _no_notice(surv, m1, work, c, d):  # pragma: no cover - compiled
     of a run (after its restart). State (committed w, age a of the current run at its
     last save). Action: compute ``T`` then save (``c``), or compute to the end. A
     preemption inside the segment loses everything since ``a`` plus a restart ``d`` and
-    restarts from (w, 0), whose value ``v_w`` solves ``v = min_T A_T / p_T``."""
+    restarts from (w, 0), whose value ``v_w`` solves ``v = min_T A_T / p_T``. Returns the
+    value and the optimal compute before the next save per state (``rem``: run to the end)."""
     amax = 2 * work + 1
     val = np.zeros((work + 1, amax + 1))
+    arg = np.zeros((work + 1, amax + 1), np.int32)
     for w in range(work - 1, -1, -1):
         rem = work - w
         v = 1e300
+        bt = rem
         for t in range(1, rem + 1):
             b = min(rem if t == rem else t + c, amax)
             ps = surv[b]
@@ -64,13 +69,17 @@ def _no_notice(surv, m1, work, c, d):  # pragma: no cover - compiled
             x = (fail + ps * succ) / ps
             if x < v:
                 v = x
+                bt = t
         val[w, 0] = v
+        arg[w, 0] = bt
         for a in range(1, min(2 * w, amax) + 1):
             sa = surv[a]
             if sa <= 0.0:
                 val[w, a] = v
+                arg[w, a] = rem
                 continue
             best = 1e300
+            bt = rem
             for t in range(1, rem + 1):
                 b = min(a + (rem if t == rem else t + c), amax)
                 ps = surv[b] / sa
@@ -78,8 +87,10 @@ def _no_notice(surv, m1, work, c, d):  # pragma: no cover - compiled
                 x = lost + (1.0 - ps) * (d + v) + ps * (0.0 if t == rem else c + val[w + t, b])
                 if x < best:
                     best = x
+                    bt = t
             val[w, a] = best
-    return val[0, 0]
+            arg[w, a] = bt
+    return val[0, 0], arg
 
 
 @njit(cache=True)
@@ -104,13 +115,8 @@ def _with_notice(p, work, c, d):  # pragma: no cover - compiled
     return val[0]
 
 
-def zone_waste(run_minutes: np.ndarray, work_minutes: int, checkpoint_minutes: int = 1,
-               restart_minutes: int = 6) -> tuple[float, float]:
-    """(no-notice, notice) expected waste per minute of work for a job of
-    ``work_minutes`` in a zone whose runs give ``run_minutes`` of compute each (after the
-    restart; whole minutes; runs with less than one minute are dropped: they cost the
-    same with and without a notice). Runs longer than twice the work are capped there
-    (the job ends before). Raises ValueError without any usable run."""
+def _distribution(run_minutes: np.ndarray, work_minutes: int, checkpoint_minutes: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     xs = np.asarray(run_minutes, dtype=np.int64)
     xs = xs[xs >= 1]
     if xs.size == 0:
@@ -119,9 +125,27 @@ def zone_waste(run_minutes: np.ndarray, work_minutes: int, checkpoint_minutes: i
         raise ValueError("work and checkpoint need at least one minute")
     cap = 2 * work_minutes + 2
     p = np.bincount(np.minimum(xs, cap), minlength=cap + 1).astype(float) / xs.size
-    surv = np.maximum(1.0 - np.cumsum(p), 0.0)
-    m1 = np.cumsum(np.arange(p.size) * p)
-    nn = _no_notice(surv, m1, int(work_minutes), int(checkpoint_minutes), float(restart_minutes))
+    return p, np.maximum(1.0 - np.cumsum(p), 0.0), np.cumsum(np.arange(p.size) * p)
+
+
+def schedule(run_minutes: np.ndarray, work_minutes: int, checkpoint_minutes: int = 1,
+             restart_minutes: int = 6) -> np.ndarray:
+    """The Bayes-optimal no-notice schedule: ``out[w, a]`` = minutes of compute before the
+    next save with ``w`` minutes committed and the current run ``a`` minutes old (after its
+    restart) at the last save; ``work_minutes - w`` means run to the end without a save."""
+    _, surv, m1 = _distribution(run_minutes, work_minutes, checkpoint_minutes)
+    return _no_notice(surv, m1, int(work_minutes), int(checkpoint_minutes), float(restart_minutes))[1]
+
+
+def zone_waste(run_minutes: np.ndarray, work_minutes: int, checkpoint_minutes: int = 1,
+               restart_minutes: int = 6) -> tuple[float, float]:
+    """(no-notice, notice) expected waste per minute of work for a job of
+    ``work_minutes`` in a zone whose runs give ``run_minutes`` of compute each (after the
+    restart; whole minutes; runs with less than one minute are dropped: they cost the
+    same with and without a notice). Runs longer than twice the work are capped there
+    (the job ends before). Raises ValueError without any usable run."""
+    p, surv, m1 = _distribution(run_minutes, work_minutes, checkpoint_minutes)
+    nn = _no_notice(surv, m1, int(work_minutes), int(checkpoint_minutes), float(restart_minutes))[0]
     wn = _with_notice(p, int(work_minutes), int(checkpoint_minutes), float(restart_minutes))
     return nn / work_minutes, wn / work_minutes
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fleet.simulation.no_notice_floor import run_minutes, zone_excess, zone_waste
+from fleet.simulation.no_notice_floor import run_minutes, schedule, zone_excess, zone_waste
 
 
 def _geometric(mean_minutes: float, n: int = 200_000, seed: int = 0) -> np.ndarray:
@@ -49,3 +49,10 @@ def test_long_runs_need_no_saves():
     # every run outlives the job: nothing to lose, no save worth making
     nn, wn = zone_waste(np.full(100, 5000), 480, 1, 6)
     assert nn == 0.0 and wn == 0.0
+
+
+def test_schedule_of_a_memoryless_zone_is_young_interval():
+    # first save of a fresh job after about sqrt(2 C M) minutes (34.6 for M = 600, C = 1)
+    tab = schedule(_geometric(600.0), 480, 1, 6)
+    assert 30 <= tab[0, 0] <= 40
+    assert tab[479, 0] == 1  # one minute left: run to the end
