@@ -20,6 +20,7 @@ Figures (wall seconds, from the training events):
   group starts from.
 
     python benchmarks/bench_elastic.py [--steps 1500] [--step-sleep 0.03] [--json out.json]
+        [--rdzv-poll-interval 1]   # torch's own 1 s rendezvous poll, for comparison
 """
 
 from __future__ import annotations
@@ -65,14 +66,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-sleep", type=float, default=0.03, help="seconds per step (GPU stand-in)")
     p.add_argument("--json", default=None, help="also write the figures here")
     p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--last-call-timeout", type=int, default=None,
-                   help="rendezvous last call, whole seconds (default: ElasticConfig's)")
+    p.add_argument("--last-call-timeout", type=float, default=None,
+                   help="rendezvous last call, s (default: ElasticConfig's)")
+    p.add_argument("--rdzv-poll-interval", type=float, default=None,
+                   help="a waiting agent's rendezvous poll, s (default: ElasticConfig's; 1 = "
+                        "torch's own)")
     a = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="bench-elastic-"))
     w = EventWatch()
     elastic = ElasticConfig()
     if a.last_call_timeout is not None:
         elastic.last_call_timeout = a.last_call_timeout
+    if a.rdzv_poll_interval is not None:
+        elastic.rdzv_poll_interval = a.rdzv_poll_interval
     run = drill_run(tmp / "work", tmp / "ckpt", nodes=4, zones=(ZONE_A, ZONE_B), on_event=w,
                     args=train_args(a.steps, step_sleep=a.step_sleep), digests=False,
                     elastic=elastic)
@@ -81,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, no GPU, "
                             f"load {os.getloadavg()[0]:.1f} at start",
                  "steps": a.steps, "step_sleep": a.step_sleep,
-                 "last_call_timeout": elastic.last_call_timeout}
+                 "last_call_timeout": elastic.last_call_timeout,
+                 "rdzv_poll_interval": elastic.rdzv_poll_interval}
 
     def need(ok: bool, what: str) -> None:
         if not ok:

@@ -1,7 +1,7 @@
 """Per-node launcher of an elastic stage: PyTorch's elastic agent with c10d rendezvous.
 
 What ``torchrun --nnodes=MIN:MAX --nproc-per-node=1 --rdzv-backend=c10d
---rdzv-endpoint=HOST:PORT --max-restarts=N script.py ...`` does, with three changes
+--rdzv-endpoint=HOST:PORT --max-restarts=N script.py ...`` does, with four changes
 that make preemptions cheap (everything else is ``torch.distributed.elastic``:
 ``LocalElasticAgent``, ``DynamicRendezvousHandler`` on the c10d backend):
 
@@ -16,6 +16,10 @@ that make preemptions cheap (everything else is ``torch.distributed.elastic``:
    metadata-endpoint notice) removes itself from the rendezvous at once instead of
    waiting for its keep-alive to expire, so the survivors re-form without delay. It does
    NOT close the rendezvous (that would end the job for everyone).
+4. An agent waiting in a rendezvous round looks again every ``--rdzv-poll-interval``
+   (0.2 s) instead of torch's hard-coded 1 s (``install_rendezvous_poll``), and the last
+   call may be a fraction of a second (``--last-call-timeout``, 0.5 s): a re-formation
+   cost about two 1 s polls plus a 1 s last call.
 
 Exit codes: 0 the stage completed; 75 this node left after a preemption notice; 1 the
 worker group failed (more than ``--max-restarts`` failures).
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import runpy
 import signal
@@ -46,6 +51,16 @@ log = logging.getLogger("checkpointing.elastic_run")
 
 DEFAULT_PORT = 29400
 
+#: once the first node joined a round, wait this long for more (docs/elastic.md)
+DEFAULT_LAST_CALL_TIMEOUT = 0.5
+#: seconds between an agent's rendezvous polls while it waits for a round (torch: 1 s)
+DEFAULT_RDZV_POLL_INTERVAL = 0.2
+#: the torch releases (major.minor) whose dynamic rendezvous ``install_rendezvous_poll``
+#: was read against; on any other the patch is not installed (torch's 1 s poll stays)
+TESTED_TORCH = ("2.13",)
+#: the one delay torch's ``_DistributedRendezvousOpExecutor.run`` sleeps on ``_Action.SYNC``
+_TORCH_SYNC_POLL = 1
+
 
 @dataclass
 class ElasticRunConfig:
@@ -58,7 +73,9 @@ class ElasticRunConfig:
     max_restarts: int = 1000  # each re-form after a shrink counts as one (grow does not)
     local_addr: str | None = None
     host_store: bool = False
-    last_call_timeout: int = 1  # wait for more nodes once min_nodes have joined (docs/elastic.md)
+    # wait for more nodes once min_nodes have joined (docs/elastic.md); a fraction of a
+    # second builds the handler through from_backend (rdzv_configs take whole seconds)
+    last_call_timeout: float = DEFAULT_LAST_CALL_TIMEOUT
     join_timeout: int = 600
     keep_alive_interval: int = 5  # heartbeats are CAS writes: frequent ones starve joiners
     keep_alive_max_attempt: int = 3
@@ -69,6 +86,9 @@ class ElasticRunConfig:
     max_rejoins: int = 5  # rendezvous failures this node survives by joining again
     exit_barrier_timeout: int = 120
     start_method: str = "fork"
+    # how often an agent waiting in a rendezvous round re-reads its state (torch: 1 s,
+    # hard-coded); None or >= 1: torch's own. See install_rendezvous_poll / docs/elastic.md
+    rdzv_poll_interval: float | None = DEFAULT_RDZV_POLL_INTERVAL
     extra_rdzv: dict[str, str] = field(default_factory=dict)
 
 
@@ -169,6 +189,120 @@ def _leave_rendezvous(handler) -> None:  # noqa: ANN001
                     "drop this node when its keep-alive expires", type(exc).__name__, exc)
 
 
+def _poll_delay(original, interval: float):  # noqa: ANN001, ANN202
+    """torch's ``utils._delay`` with only its 1 s SYNC poll shortened to ``interval``.
+
+    Every other delay passes through unchanged; in torch 2.13 that is the random
+    ``(0, 0.3)`` skew before an agent's first re-join (``next_rendezvous``)."""
+
+    def _delay(seconds) -> None:  # noqa: ANN001 - float | tuple[float, float], as torch's
+        if not isinstance(seconds, tuple) and seconds == _TORCH_SYNC_POLL:
+            seconds = interval
+        original(seconds=seconds)
+
+    _delay.spotfleet_poll_interval = interval
+    _delay.__wrapped__ = original
+    return _delay
+
+
+def install_rendezvous_poll(interval: float | None) -> bool:
+    """Make an agent that waits in a rendezvous round look again every ``interval``
+    seconds instead of torch's hard-coded 1 s. Returns whether it is installed.
+
+    torch's dynamic rendezvous (``_DistributedRendezvousOpExecutor.run``) sleeps
+    ``_delay(seconds=1)`` each time the state handler answers SYNC ("nothing to do yet:
+    wait for the others"), and its state holder serves a cached state for 1 s
+    (``cache_duration``); a re-formation after a shrink costs about two such polls
+    (docs/elastic.md). This rebinds ``dynamic_rendezvous._delay`` (the module's own
+    reference, in this agent process only) to a wrapper that shortens ONLY that 1 s
+    poll; :func:`shorten_state_cache` lowers the handler's cache to match. Nothing of
+    torch's protocol changes: the same state, the same compare-and-set writes, read
+    more often. The price is store load: every agent in the SYNC loop reads the
+    rendezvous key once per ``interval``, and every training agent's
+    ``num_nodes_waiting`` check (each ``monitor_interval``) reads it at most once per
+    ``interval`` instead of once per second.
+
+    Not installed (torch's default kept, with a warning) when ``interval`` is None or
+    >= 1 (nothing to shorten, no warning), when torch's release is not one of
+    ``TESTED_TORCH``, or when its module no longer has the ``_delay`` / SYNC layout this
+    was read against."""
+    if interval is None or interval >= _TORCH_SYNC_POLL:
+        return False
+    if interval <= 0:
+        raise ValueError(f"rendezvous poll interval {interval!r}: use seconds > 0 (torch's "
+                         "default is 1)")
+    import torch
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    release = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    why = None
+    if release not in TESTED_TORCH:
+        why = f"torch {torch.__version__} is not a tested release ({', '.join(TESTED_TORCH)})"
+    elif not callable(getattr(dr, "_delay", None)):
+        why = "torch.distributed.elastic.rendezvous.dynamic_rendezvous has no _delay"
+    elif not _sync_poll_is_torchs(dr):
+        why = "dynamic_rendezvous no longer sleeps _delay(seconds=1) on SYNC"
+    if why is not None:
+        log.warning("rendezvous poll interval %.2f s not installed (%s); keeping torch's "
+                    "1 s poll", interval, why)
+        return False
+    original = getattr(dr._delay, "__wrapped__", dr._delay)
+    dr._delay = _poll_delay(original, interval)
+    log.info("rendezvous poll interval %.2f s (torch's SYNC poll: 1 s)", interval)
+    return True
+
+
+def _sync_poll_is_torchs(dr) -> bool:  # noqa: ANN001
+    """Whether the op executor's run loop is the one read: ``_delay(seconds=1)`` on SYNC."""
+    import inspect
+
+    try:
+        src = inspect.getsource(dr._DistributedRendezvousOpExecutor.run)
+    except (AttributeError, OSError, TypeError):
+        return False
+    return "_Action.SYNC" in src and f"_delay(seconds={_TORCH_SYNC_POLL})" in src
+
+
+def shorten_state_cache(handler, interval: float) -> bool:  # noqa: ANN001
+    """Serve the rendezvous state from the handler's cache for at most ``interval``
+    seconds (torch: 1 s, ``cache_duration`` fixed by ``from_backend``); without this a
+    shorter poll re-reads a cached state. Returns whether it was applied."""
+    holder = getattr(handler, "_state_holder", None)
+    if holder is None or not isinstance(getattr(holder, "_cache_duration", None), (int, float)):
+        log.warning("rendezvous state cache not shortened (the handler has no "
+                    "_state_holder._cache_duration); polls re-read it once per second")
+        return False
+    holder._cache_duration = min(holder._cache_duration, interval)
+    return True
+
+
+def _fractional_handler(params, cfg: ElasticRunConfig):  # noqa: ANN001, ANN202
+    """The c10d dynamic rendezvous handler that ``rdzv_registry`` builds, with a last call
+    of a fraction of a second: ``create_handler`` reads ``last_call_timeout`` as whole
+    seconds, ``DynamicRendezvousHandler.from_backend`` (what it calls) takes a timedelta.
+    ``close_timeout`` / ``heartbeat_timeout`` in ``extra_rdzv`` are honoured as well."""
+    from datetime import timedelta
+
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+        DynamicRendezvousHandler,
+        RendezvousTimeout,
+    )
+
+    def seconds(key: str) -> timedelta | None:
+        v = cfg.extra_rdzv.get(key)
+        return None if v is None else timedelta(seconds=float(v))
+
+    backend, store = create_backend(params)
+    return DynamicRendezvousHandler.from_backend(
+        params.run_id, store, backend, params.min_nodes, params.max_nodes, params.local_addr,
+        RendezvousTimeout(join=timedelta(seconds=cfg.join_timeout),
+                          last_call=timedelta(seconds=cfg.last_call_timeout),
+                          close=seconds("close_timeout"), heartbeat=seconds("heartbeat_timeout")),
+        keep_alive_interval=cfg.keep_alive_interval,
+        keep_alive_max_attempt=cfg.keep_alive_max_attempt)
+
+
 def run_node(cfg: ElasticRunConfig, script: str, argv: list[str]) -> int:
     """Run this node's agent until the stage completes, the node leaves, or it fails."""
     # a fresh worker bootstrap store per rendezvous round: with the agent-shared store, a
@@ -182,19 +316,24 @@ def run_node(cfg: ElasticRunConfig, script: str, argv: list[str]) -> int:
 
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(
         _ExitWithoutTraceback())
+    poll = install_rendezvous_poll(cfg.rdzv_poll_interval)
     store_server = None
     if cfg.host_store:
         store_server = host_rendezvous_store(cfg.rdzv_endpoint)
     params = RendezvousParameters(
         backend="c10d", endpoint=cfg.rdzv_endpoint, run_id=cfg.run_id,
         min_nodes=cfg.min_nodes, max_nodes=cfg.max_nodes, local_addr=cfg.local_addr,
-        is_host="false", last_call_timeout=cfg.last_call_timeout, join_timeout=cfg.join_timeout,
+        is_host="false", last_call_timeout=math.ceil(cfg.last_call_timeout),
+        join_timeout=cfg.join_timeout,
         keep_alive_interval=cfg.keep_alive_interval,
         keep_alive_max_attempt=cfg.keep_alive_max_attempt, read_timeout=cfg.read_timeout,
         **cfg.extra_rdzv)
     rejoins = 0
     while True:
-        handler = rdzv_registry.get_rendezvous_handler(params)
+        handler = (rdzv_registry.get_rendezvous_handler(params)
+                   if float(cfg.last_call_timeout).is_integer() else _fractional_handler(params, cfg))
+        if poll:
+            shorten_state_cache(handler, cfg.rdzv_poll_interval)
         spec = WorkerSpec(role="trainer", local_world_size=1, entrypoint=_run_script,
                           args=(script, *argv), rdzv_handler=handler,
                           max_restarts=cfg.max_restarts, monitor_interval=cfg.monitor_interval,
@@ -293,10 +432,14 @@ def parse_args(argv: list[str] | None = None) -> tuple[ElasticRunConfig, str, li
     p.add_argument("--max-restarts", type=int, default=1000)
     p.add_argument("--local-addr", default=None, help="address other nodes reach this node at")
     p.add_argument("--host-store", action="store_true", help="this process hosts the store")
-    p.add_argument("--last-call-timeout", type=int, default=1, metavar="SECONDS")
+    p.add_argument("--last-call-timeout", type=float, default=DEFAULT_LAST_CALL_TIMEOUT,
+                   metavar="SECONDS")
     p.add_argument("--keep-alive-interval", type=int, default=5, metavar="SECONDS")
     p.add_argument("--keep-alive-max-attempt", type=int, default=3)
     p.add_argument("--join-timeout", type=int, default=600, metavar="SECONDS")
+    p.add_argument("--rdzv-poll-interval", type=float, default=DEFAULT_RDZV_POLL_INTERVAL,
+                   metavar="SECONDS", help="how often a waiting agent re-reads the rendezvous "
+                   f"(default {DEFAULT_RDZV_POLL_INTERVAL}; 1 = torch's own poll)")
     p.add_argument("script", help="training script (run as __main__ in each worker)")
     p.add_argument("script_args", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
@@ -307,6 +450,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[ElasticRunConfig, str, li
         p.error(f"--nnodes={a.nnodes!r}: use MIN:MAX, e.g. 1:4")
     if not 1 <= min_nodes <= max_nodes:
         p.error(f"--nnodes={a.nnodes!r}: need 1 <= MIN <= MAX")
+    if not a.rdzv_poll_interval > 0:
+        p.error(f"--rdzv-poll-interval={a.rdzv_poll_interval!r}: use seconds > 0, e.g. "
+                f"{DEFAULT_RDZV_POLL_INTERVAL} (1 = torch's own poll)")
     if ":" not in a.rdzv_endpoint:
         p.error(f"--rdzv-endpoint={a.rdzv_endpoint!r}: use HOST:PORT, e.g. 10.0.0.1:{DEFAULT_PORT}")
     args = list(a.script_args)
@@ -317,7 +463,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ElasticRunConfig, str, li
                            host_store=a.host_store, last_call_timeout=a.last_call_timeout,
                            keep_alive_interval=a.keep_alive_interval,
                            keep_alive_max_attempt=a.keep_alive_max_attempt,
-                           join_timeout=a.join_timeout)
+                           join_timeout=a.join_timeout,
+                           rdzv_poll_interval=a.rdzv_poll_interval)
     return cfg, a.script, args
 
 

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpointing import runtime_env as rt
+from checkpointing.elastic_run import DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_RDZV_POLL_INTERVAL
 from checkpointing.elastic_state import DEFAULT_HANDOFF_ROOT
 from checkpointing.events import Event
 from fleet.contract import session_cost_usd
@@ -71,7 +72,9 @@ class ElasticConfig:
     min_nodes: int = 1  # the group trains while at least this many nodes are up
     max_per_zone: int | None = None  # default ceil(K / number of candidate zones)
     on_demand_nodes: int = 0  # of the K slots, how many run on-demand (the core)
-    last_call_timeout: int = 1  # rendezvous: wait this long for more nodes (whole s)
+    last_call_timeout: float = DEFAULT_LAST_CALL_TIMEOUT  # rendezvous: wait for more nodes (s)
+    # a waiting agent re-reads the rendezvous this often (torch: 1 s; docs/elastic.md)
+    rdzv_poll_interval: float = DEFAULT_RDZV_POLL_INTERVAL
     batch_wait_seconds: float = 60.0  # a launch batch waits this long for its slowest node
     completion_wait_seconds: float = 60.0  # after one node completes, wait for the others
     max_failures: int = 4  # node crashes (exit != 0 without a notice) tolerated
@@ -332,7 +335,8 @@ class ElasticStageRun(AttemptRecord):
         k = self.spec.num_nodes
         return [py, "-m", "checkpointing.elastic_run", "--nnodes", f"{self.elastic.min_nodes}:{k}",
                 "--rdzv-endpoint", endpoint, "--rdzv-id", self.run_id, "--local-addr", "127.0.0.1",
-                "--last-call-timeout", str(self.elastic.last_call_timeout), "--", script, *args]
+                "--last-call-timeout", f"{self.elastic.last_call_timeout:g}",
+                "--rdzv-poll-interval", f"{self.elastic.rdzv_poll_interval:g}", "--", script, *args]
 
     def _node_env(self, node: _ElasticNode, sources: str, batch: _Batch) -> dict[str, str]:
         env = dict(os.environ)

@@ -1,0 +1,124 @@
+"""The rendezvous poll interval (checkpointing.elastic_run.install_rendezvous_poll): only
+torch's 1 s SYNC poll is shortened, in torch's own op loop; an unknown torch falls back to
+torch's poll with a warning. No timing assertions: what is called with what."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+import torch
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+from torch.distributed.elastic.rendezvous import utils as rdzv_utils
+
+from checkpointing import elastic_run
+from checkpointing.elastic_run import (
+    ElasticRunConfig,
+    _poll_delay,
+    install_rendezvous_poll,
+    parse_args,
+    shorten_state_cache,
+)
+
+
+@pytest.fixture
+def torch_delay(monkeypatch):
+    """Restore dynamic_rendezvous._delay after the test (the patch rebinds it)."""
+    monkeypatch.setattr(dr, "_delay", dr._delay)
+    return dr._delay
+
+
+def test_the_wrapper_shortens_only_the_one_second_sync_poll():
+    calls = []
+    delay = _poll_delay(lambda seconds: calls.append(seconds), 0.2)
+    delay(seconds=1)  # torch's SYNC poll
+    delay(seconds=(0, 0.3))  # the random skew before an agent's first re-join
+    delay(seconds=5)
+    delay(1.0)
+    assert calls == [0.2, (0, 0.3), 5, 0.2]
+
+
+def test_installed_in_torchs_own_op_loop(torch_delay, monkeypatch):
+    calls = []
+    monkeypatch.setattr(dr, "_delay", lambda seconds: calls.append(seconds))
+    assert install_rendezvous_poll(0.25)
+    assert dr._delay.spotfleet_poll_interval == 0.25
+    # installing again wraps torch's function, not the wrapper
+    assert install_rendezvous_poll(0.2) and dr._delay.__wrapped__ is not None
+    assert not hasattr(dr._delay.__wrapped__, "spotfleet_poll_interval")
+
+    class Holder:  # a state holder with nothing to write (sync() -> None)
+        state = dr._RendezvousState()
+
+        def sync(self):
+            return None
+
+        def mark_dirty(self):
+            pass
+
+    settings = dr.RendezvousSettings("run", 1, 2, dr.RendezvousTimeout(),
+                                     keep_alive_interval=timedelta(seconds=5),
+                                     keep_alive_max_attempt=3)
+    executor = dr._DistributedRendezvousOpExecutor(dr._NodeDesc("h", 1, 0), Holder(), settings)
+    actions = iter([dr._Action.SYNC, dr._Action.SYNC, dr._Action.FINISH])
+    executor.run(lambda ctx, deadline: next(actions), deadline=float("inf"))
+    assert calls == [0.2, 0.2]
+
+
+def test_a_real_handler_reads_the_store_at_the_poll_interval(torch_delay):
+    store = elastic_run.host_rendezvous_store("127.0.0.1:0")
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, registry
+
+    params = RendezvousParameters(backend="c10d", endpoint=f"127.0.0.1:{store.port}", run_id="r",
+                                  min_nodes=1, max_nodes=2, is_host="false")
+    handler = registry.get_rendezvous_handler(params)
+    assert handler._state_holder._cache_duration == 1  # torch's
+    assert shorten_state_cache(handler, 0.2) and handler._state_holder._cache_duration == 0.2
+    cfg = ElasticRunConfig(1, 2, f"127.0.0.1:{store.port}", "r2", last_call_timeout=0.5)
+    frac = elastic_run._fractional_handler(params, cfg)  # sub-second last call
+    assert frac.settings.timeout.last_call.total_seconds() == 0.5
+    assert frac.settings.timeout.join.total_seconds() == cfg.join_timeout
+
+
+@pytest.mark.parametrize("break_it", ["version", "no_delay", "layout"])
+def test_an_unknown_torch_keeps_torchs_poll_with_a_warning(torch_delay, monkeypatch, caplog,
+                                                            break_it):
+    if break_it == "version":
+        monkeypatch.setattr(torch, "__version__", "9.1.0+cpu")
+    elif break_it == "no_delay":
+        monkeypatch.delattr(dr, "_delay")
+    else:
+        monkeypatch.setattr(dr._DistributedRendezvousOpExecutor, "run",
+                            lambda self, *a, **k: None)
+    with caplog.at_level(logging.WARNING, logger="checkpointing.elastic_run"):
+        assert not install_rendezvous_poll(0.2)
+    assert "keeping torch's 1 s poll" in caplog.text
+    assert getattr(dr, "_delay", torch_delay) is torch_delay
+
+
+def test_torchs_default_on_request_and_bad_values(torch_delay, caplog):
+    with caplog.at_level(logging.WARNING, logger="checkpointing.elastic_run"):
+        assert not install_rendezvous_poll(None) and not install_rendezvous_poll(1.0)
+    assert caplog.text == "" and dr._delay is torch_delay is rdzv_utils._delay
+    with pytest.raises(ValueError, match="seconds > 0"):
+        install_rendezvous_poll(0)
+
+
+def test_cli_and_the_local_fleet_pass_the_interval(tmp_path, capsys):
+    base = ["--nnodes", "1:4", "--rdzv-endpoint", "h:1", "--rdzv-id", "x"]
+    cfg, _, _ = parse_args([*base, "t.py"])
+    assert cfg.rdzv_poll_interval == elastic_run.DEFAULT_RDZV_POLL_INTERVAL
+    cfg, _, _ = parse_args([*base, "--rdzv-poll-interval", "1", "--last-call-timeout", "0.5",
+                            "t.py"])
+    assert (cfg.rdzv_poll_interval, cfg.last_call_timeout) == (1.0, 0.5)
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--rdzv-poll-interval", "0", "t.py"])
+    assert "seconds > 0" in capsys.readouterr().err
+
+    from fleet.providers.local.elastic_drill import drill_run
+    from fleet.providers.local.multinode import ElasticConfig
+
+    run = drill_run(tmp_path / "w", tmp_path / "c", elastic=ElasticConfig(rdzv_poll_interval=0.3))
+    cmd = run._node_command("127.0.0.1:9")
+    assert cmd[cmd.index("--rdzv-poll-interval") + 1] == "0.3"
