@@ -29,6 +29,7 @@ reports are in market time (``MarketClock``, as the single-node run); prices $/h
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import queue
@@ -48,10 +49,16 @@ from checkpointing import runtime_env as rt
 from checkpointing.elastic_run import DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_RDZV_POLL_INTERVAL
 from checkpointing.elastic_state import DEFAULT_HANDOFF_ROOT
 from checkpointing.events import Event
-from fleet.contract import session_cost_usd
+from fleet.contract import billed_usd, session_cost_usd
 from fleet.emulation.injector import PreemptionInjector
 from fleet.providers.attempt import AttemptRecord
-from fleet.providers.base import AttemptFailed, NodeSession, StageResult, StageSpec
+from fleet.providers.base import (
+    AttemptFailed,
+    NodeSession,
+    StageResult,
+    StageSpec,
+    relaunch_budget_error,
+)
 from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
 from fleet.providers.membership import membership_changes
@@ -60,6 +67,8 @@ try:  # fleet/providers/events.py (shared by local and SkyPilot); older trees: l
     from fleet.providers.events import EventTail, provider_event
 except ImportError:  # pragma: no cover - depends on the tree's layout
     from fleet.providers.local.provider_events import EventTail, provider_event
+
+log = logging.getLogger(__name__)
 
 #: env var: file whose appearance lets a launch batch's agents join the rendezvous
 ENV_GO_FILE = "SPOTFLEET_ELASTIC_GO_FILE"
@@ -122,6 +131,7 @@ class ElasticStageRun(AttemptRecord):
         self._notices: queue.SimpleQueue[tuple[str, float]] = queue.SimpleQueue()
         self.preemptions = 0
         self.failures = 0
+        self.budget_hold: str | None = None  # why replacements are not launched (the budget)
         self.clock = MarketClock.starting(getattr(self.cfg, "market_clock_start_unix", None),
                                           self.cfg.time_scale.factor)
 
@@ -292,6 +302,8 @@ class ElasticStageRun(AttemptRecord):
             plan = [(zones[0], False)] * missing
         if not plan:
             return 0
+        if not first and self._budget_refuses(plan, alive, now):
+            return 0
         self._serial += 1
         batch = _Batch(name=f"b{self._serial}", go_file=workdir / "go" / f"b{self._serial}")
         self._batches[batch.name] = batch
@@ -319,6 +331,39 @@ class ElasticStageRun(AttemptRecord):
                                       price_per_hour=price, reason=reason, rank=slot,
                                       relaunch=self.preemptions, elastic=True))
         return len(plan)
+
+    def _budget_refuses(self, plan: list[tuple[str, bool]], alive: list[_ElasticNode],
+                        now: float) -> bool:
+        """The budget rule of a relaunch (``StageSpec.budget_left_usd``, as the single-node
+        path: ``relaunch_budget_error``) for the nodes about to be launched after the first
+        placement. Every node lost: the stage stops (AttemptFailed, the budget's
+        non-retriable message). Survivors still training: the replacements are not
+        launched and the group keeps training at its size (a warning, once, and
+        ``info["budget_hold"]`` in the stage's result)."""
+        if self.spec.budget_left_usd is None:
+            return False
+        schedule = self.provider.schedule()
+        itype = self.spec.instance_type or self.cfg.instance_type
+        prices = [self.cfg.prices.spot_price(itype, z) if spot
+                  else self.cfg.prices.on_demand_price(itype, schedule.region_of(z))
+                  for z, spot in plan]
+        # market time, like the sessions: the ended nodes' sessions + what the alive ones
+        # have run up so far
+        spent = sum(session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at)
+                    for s in self.sessions)
+        spent += sum(session_cost_usd(n.price, self.clock.at(n.launched_at), self.clock.at(now))
+                     for n in alive)
+        start_up = sum(billed_usd(p, self.spec.priors.restart_seconds) for p in prices)
+        msg = relaunch_budget_error(self.spec.name, self.spec.budget_left_usd, spent, start_up)
+        if msg is None:
+            return False
+        if not alive:
+            raise AttemptFailed(msg)
+        if self.budget_hold is None:
+            self.budget_hold = msg
+            log.warning("%s (%d node(s) not launched; the %d up keep training)", msg, len(plan),
+                        len(alive))
+        return True
 
     def _caps(self, zones: list[str], max_zone: int) -> dict[str, int]:
         """Per-zone node caps: the plan's spread (``SPOTFLEET_PLACEMENT``) for the zones it
@@ -542,6 +587,7 @@ class ElasticStageRun(AttemptRecord):
             "node_hours": node_hours,
             "membership_tax_node_seconds": tax_node_s,
             "membership_tax_usd": sum(c.dollars for c in changes),
+            "budget_hold": self.budget_hold,  # replacements the budget did not launch
             "time_scale_factor": factor,
             "cost_usd": cost,  # market hours x price, like the statistics DB
             "workdir": str(self._nodes[0].log_path.parents[1]) if self._nodes else None,
