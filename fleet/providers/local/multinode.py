@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from checkpointing import runtime_env as rt
 from checkpointing.elastic_run import DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_RDZV_POLL_INTERVAL
 from checkpointing.elastic_state import DEFAULT_HANDOFF_ROOT
 from checkpointing.events import Event
-from fleet.contract import billed_usd, session_cost_usd
+from fleet.contract import session_cost_usd
 from fleet.emulation.injector import PreemptionInjector
 from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import (
@@ -57,7 +57,7 @@ from fleet.providers.base import (
     NodeSession,
     StageResult,
     StageSpec,
-    relaunch_budget_error,
+    attempt_budget_error,
 )
 from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
@@ -302,7 +302,7 @@ class ElasticStageRun(AttemptRecord):
             plan = [(zones[0], False)] * missing
         if not plan:
             return 0
-        if not first and self._budget_refuses(plan, alive, now):
+        if self._budget_refuses(plan, alive, now, first):
             return 0
         self._serial += 1
         batch = _Batch(name=f"b{self._serial}", go_file=workdir / "go" / f"b{self._serial}")
@@ -333,13 +333,14 @@ class ElasticStageRun(AttemptRecord):
         return len(plan)
 
     def _budget_refuses(self, plan: list[tuple[str, bool]], alive: list[_ElasticNode],
-                        now: float) -> bool:
-        """The budget rule of a relaunch (``StageSpec.budget_left_usd``, as the single-node
-        path: ``relaunch_budget_error``) for the nodes about to be launched after the first
-        placement. Every node lost: the stage stops (AttemptFailed, the budget's
-        non-retriable message). Survivors still training: the replacements are not
-        launched and the group keeps training at its size (a warning, once, and
-        ``info["budget_hold"]`` in the stage's result)."""
+                        now: float, first: bool) -> bool:
+        """The budget rule (``StageSpec.budget_left_usd``; ``attempt_budget_error``, the one
+        rule every provider uses) for the nodes about to be launched: spent = this
+        attempt's sessions, the alive nodes' billed so far included; start-up = the
+        planned nodes' prices x the restart time. The first launch or every node lost: the
+        stage stops (AttemptFailed, the budget's non-retriable message). Survivors still
+        training: the replacements are not launched and the group keeps training at its
+        size (a warning, once, and ``info["budget_hold"]`` in the stage's result)."""
         if self.spec.budget_left_usd is None:
             return False
         schedule = self.provider.schedule()
@@ -347,14 +348,10 @@ class ElasticStageRun(AttemptRecord):
         prices = [self.cfg.prices.spot_price(itype, z) if spot
                   else self.cfg.prices.on_demand_price(itype, schedule.region_of(z))
                   for z, spot in plan]
-        # market time, like the sessions: the ended nodes' sessions + what the alive ones
-        # have run up so far
-        spent = sum(session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at)
-                    for s in self.sessions)
-        spent += sum(session_cost_usd(n.price, self.clock.at(n.launched_at), self.clock.at(now))
-                     for n in alive)
-        start_up = sum(billed_usd(p, self.spec.priors.restart_seconds) for p in prices)
-        msg = relaunch_budget_error(self.spec.name, self.spec.budget_left_usd, spent, start_up)
+        # a node group of len(plan) nodes at their mean price: start-up = sum of their prices
+        group = replace(self.spec, num_nodes=len(plan))
+        sessions = [*self.sessions, *(self._session(n, ended_at=now) for n in alive)]
+        msg = attempt_budget_error(group, sessions, sum(prices) / len(prices), first_launch=first)
         if msg is None:
             return False
         if not alive:
@@ -513,14 +510,19 @@ class ElasticStageRun(AttemptRecord):
 
     def _record(self, node: _ElasticNode) -> None:
         """Keep the node's session, in market time (the node's own times are wall)."""
-        self.sessions.append(self.clock.session(NodeSession(
+        self.sessions.append(self._session(node))
+
+    def _session(self, node: _ElasticNode, ended_at: float | None = None) -> NodeSession:
+        """The node's session in market time; ``ended_at`` (wall): as if it ended then."""
+        return self.clock.session(NodeSession(
             node_id=node.node_id, stage=self.spec.name, attempt=self.attempt, provider="local",
             cloud=self.cfg.cloud if self.cfg.cloud != "signal" else "local", region=node.region,
             zone=node.zone, instance_type=self.spec.instance_type or self.cfg.instance_type,
             spot=node.spot, price_per_hour=node.price, launched_at=node.launched_at,
-            ready_at=node.ready_at, ended_at=node.ended_at, end_reason=node.end_reason or "failed",
-            notice_at=node.notice_at, first_step=node.first_step, last_step=node.last_step,
-            last_checkpoint_step=node.last_checkpoint_step)))
+            ready_at=node.ready_at, ended_at=node.ended_at if ended_at is None else ended_at,
+            end_reason=node.end_reason or "failed", notice_at=node.notice_at,
+            first_step=node.first_step, last_step=node.last_step,
+            last_checkpoint_step=node.last_checkpoint_step))
 
     def _kill_all(self) -> None:
         for node in self._nodes:
