@@ -315,6 +315,11 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     cwd = fleet.cwd()
     ckpt_uri = cfg.stage_checkpoint_uri(stage, fleet.var_path()).rstrip("/") + f"/{root_run}"
     workdir = fleet.work_path() / p_safe(cfg.name) / root_run
+    if context.run.run_id != root_run:
+        # a re-execution / run retry numbers its attempts from 1 again: under the root's folder
+        # its nodes' event files would be the root's, and the provider would replay them (the
+        # first node "preempted" at once, billed again) instead of the node it launched
+        workdir = workdir / f"reexecution-{context.run.run_id}"
     spec = StageSpec(
         name=stage.name, command=_resolve_command(stage, fleet.python_exe(), cwd, context), checkpoint_uri=ckpt_uri,
         accelerator=stage.resources.accelerator, accelerator_count=stage.resources.count,
