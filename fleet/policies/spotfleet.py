@@ -88,6 +88,12 @@ class SpotfleetParams:
     bridge_rule: str = "chance"  # "chance" (v4, see SpotfleetPolicy.bridge) or "mean" (v3)
     interval_rule: str = "budget"  # without notice: "budget" (v4, see budget_interval) or
     # "risk_fraction" (v3: min(optimum, risk_fraction x spare slack), at least 2 saves' time)
+    # v6 candidates, tried 2026-11-26 and not adopted (docs/fleet-policies.md, *Tuning
+    # discipline*); opt-in so that the figures there can be reproduced
+    leave_od_rule: str = "slack_run"  # "slack_run" (v4/v5) or "round_trip": leaving
+    # on-demand also pays the way back (SpotfleetPolicy._leaving_on_demand_pays)
+    move_survives_preemption: bool = False  # True: a voluntary move must leave slack for
+    # one preemption in the new zone (restart + work lost + a tick)
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -348,7 +354,11 @@ class SpotfleetPolicy(Policy):
         out = []
         for c in better:
             over = spec.restart_hours + (obs.migration_hours if obs.moves_region(c) else 0.0)
-            if spare - over - len(out) * probe_h > 0.0:
+            need = 0.0
+            if self.p.move_survives_preemption:
+                run = float(self.expected_runs(obs)[c])
+                need = spec.restart_hours + self._lost_per_preemption(spec, run) + obs.gap_hours
+            if spare - over - len(out) * probe_h > need:
                 out.append(c)
         return out
 
@@ -366,7 +376,22 @@ class SpotfleetPolicy(Policy):
         if useful <= 0:
             return False
         price = float(obs.spot_prices(spec)[z])
-        return price * (useful + over) + extra < od_price * useful
+        back = 0.0
+        if self.p.leave_od_rule == "round_trip":
+            # v6 candidate: the hop ends at the first preemption too (expected run less
+            # what it loses), and a hop that does not finish the job pays the way back: a
+            # restart on on-demand in z's region, and that region's on-demand price for
+            # the rest of the job
+            run = float(self.expected_runs(obs)[z])
+            useful = min(useful, run - over - self._lost_per_preemption(spec, run))
+            if useful <= 0:
+                return False
+            if useful < rem:
+                od = obs.on_demand_prices(spec)
+                od_new = float(min(od[c] for c in range(obs.n_zones)
+                                   if not obs.regions or obs.regions[c] == obs.regions[z]))
+                back = od_new * spec.restart_hours + (od_new - od_price) * (rem - useful)
+        return price * (useful + over) + extra + back < od_price * useful
 
     def bridge(self, state: JobState, spare: float, at_hours: float) -> bool:
         """While idle: True when the job should make progress on on-demand now rather

@@ -1,0 +1,162 @@
+"""Fleet policies on the tuning set only: spotfleet v5 against a candidate, and per-start diagnosis.
+
+The tuning set of docs/fleet-policies.md (*Tuning discipline*): the first half of each
+real window at start times interleaved with the report starts
+(``spread_starts(..., 80, offset=0.5)[:40]``) and synthetic seeds 0-4 (8 starts each).
+
+    # every cell: v5 vs a candidate (SpotfleetParams fields), and both vs the best baseline
+    nice -n 10 python benchmarks/fleet_tuning_set.py --params move_survives_preemption=true
+    # paired per-start diagnosis of cells against a baseline (what differs, the worst starts)
+    nice -n 10 python benchmarks/fleet_tuning_set.py --diagnose v100:1.5:120:failover_sky
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fleet.policies.baselines import builtin_policy_factories  # noqa: E402
+from fleet.policies.spotfleet import SpotfleetParams, SpotfleetPolicy  # noqa: E402
+from fleet.simulation.engine import simulate  # noqa: E402
+from fleet.simulation.families import (  # noqa: E402
+    FAMILIES,
+    NOTICES,
+    RATIOS,
+    bootstrap_ratio,
+    spread_starts,
+)
+from fleet.simulation.omniscient import omniscient_bound  # noqa: E402
+
+DATA = Path(os.environ.get("SPOTFLEET_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def tuning_plan(fname: str, ratio: float) -> list[tuple]:
+    """(market, start tick, seed) of the tuning set of one family and D/W."""
+    fam = FAMILIES[fname]
+    base = fam.spec(ratio, 0.0)
+    if fname == "volatile":
+        from fleet.market.regimes import regime_market, volatile_config
+
+        cfg = volatile_config(hours=24.0 * 12)
+        out = []
+        for seed in range(5):
+            m = regime_market(cfg, seed)
+            out += [(m, s, seed) for s in spread_starts(m, base, 8, fam.warmup_hours)]
+        return out
+    (m, _), = fam.load(DATA, 40)
+    return [(m, s, 0) for s in spread_starts(m, base, 80, fam.warmup_hours, offset=0.5)[:40]]
+
+
+def parse_params(items: list[str]) -> SpotfleetParams:
+    types = {f.name: f.type for f in dataclasses.fields(SpotfleetParams)}
+    kw = {}
+    for item in items:
+        k, v = item.split("=", 1)
+        t = types[k]
+        kw[k] = (v.lower() in ("1", "true", "yes")) if t in (bool, "bool") else \
+            float(v) if t in (float, "float") else v
+    return SpotfleetParams(**kw)
+
+
+def compare(params: SpotfleetParams) -> None:
+    pols = {k: v for k, v in builtin_policy_factories().items() if k != "on_demand"}
+    print("| family | D/W | notice s | v5 / omniscient | candidate / omniscient | candidate / v5 [95 % CI] "
+          "| best baseline | v5 / best [CI] | candidate / best [CI] | deadlines met |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for fname in ("v100", "h100", "volatile"):
+        for ratio in RATIOS:
+            plan = tuning_plan(fname, ratio)
+            base = FAMILIES[fname].spec(ratio, 0.0)
+            om = np.array([omniscient_bound(m, base, s).cost for m, s, _ in plan]).mean()
+            for notice in NOTICES:
+                spec = FAMILIES[fname].spec(ratio, notice)
+                costs = {n: np.array([simulate(f(), m, spec, s).cost for m, s, _ in plan])
+                         for n, f in pols.items()}
+                runs = [simulate(SpotfleetPolicy(params), m, spec, s) for m, s, _ in plan]
+                cand = np.array([r.cost for r in runs])
+                v5 = costs.pop("spotfleet")
+                best = min(costs, key=lambda n: costs[n].mean())
+                r = bootstrap_ratio(cand, v5)
+                b5, b6 = bootstrap_ratio(v5, costs[best]), bootstrap_ratio(cand, costs[best])
+                met = np.mean([x.deadline_met for x in runs]) * 100
+                print(f"| {fname} | {ratio:g} | {notice:g} | {v5.mean() / om:.3f} | {cand.mean() / om:.3f} | "
+                      f"{r[0]:.4f} [{r[1]:.3f}, {r[2]:.3f}] | {best} | {b5[0]:.3f} [{b5[1]:.3f}, {b5[2]:.3f}] | "
+                      f"{b6[0]:.3f} [{b6[1]:.3f}, {b6[2]:.3f}] | {met:.0f}% |", flush=True)
+
+
+def _rle(timeline, m) -> str:
+    out: list[list] = []
+    for t, loc in timeline:
+        name = {-1: "OD", -2: "idle"}.get(loc, m.zones[loc] if loc >= 0 else str(loc))
+        if out and out[-1][0] == name:
+            out[-1][2] = t
+        else:
+            out.append([name, t, t])
+    return " ".join(f"{n}[{b}-{e}]" for n, b, e in out)
+
+
+def diagnose(cell: str, worst: int = 5) -> None:
+    fname, ratio, notice, bname = cell.split(":")
+    ratio, notice = float(ratio), float(notice)
+    pols = builtin_policy_factories()
+    spec = FAMILIES[fname].spec(ratio, notice)
+    plan = tuning_plan(fname, ratio)
+    om = np.array([omniscient_bound(m, FAMILIES[fname].spec(ratio, 0.0), s).cost for m, s, _ in plan])
+    a = [simulate(pols["spotfleet"](), m, spec, s) for m, s, _ in plan]
+    b = [simulate(pols[bname](), m, spec, s) for m, s, _ in plan]
+    ca, cb = np.array([x.cost for x in a]), np.array([x.cost for x in b])
+    r = bootstrap_ratio(ca, cb)
+    print(f"\n{fname} D/W {ratio:g} notice {notice:g} s, tuning set ({len(plan)} starts): spotfleet / {bname} "
+          f"{r[0]:.3f} [{r[1]:.3f}, {r[2]:.3f}]; / omniscient {ca.mean() / om.mean():.3f} vs {cb.mean() / om.mean():.3f}")
+    fields = [("cost $", "cost"), ("spot $", "spot_cost"), ("on-demand $", "on_demand_cost"),
+              ("on-demand h", "on_demand_hours"), ("spot h", "spot_hours"), ("preemptions", "preemptions"),
+              ("lost work h", "lost_work_hours"), ("saves h", "checkpoint_hours"), ("restarts h", "restart_hours"),
+              ("migrations", "migrations"), ("failed probes", "failed_probes"), ("completion h", "completion_hours")]
+    for label, f in fields:
+        x, y = np.mean([getattr(v, f) for v in a]), np.mean([getattr(v, f) for v in b])
+        print(f"  {label:14s} spotfleet {x:9.3f}  {bname} {y:9.3f}  diff {x - y:+9.3f}")
+    d = ca - cb
+    print(f"  paired $: dearer in {int((d > 1e-9).sum())} starts (+{d[d > 0].sum():.2f} $), cheaper in "
+          f"{int((d < -1e-9).sum())} ({d[d < 0].sum():.2f} $)")
+    for i in np.argsort(-d)[:worst]:
+        m, s, seed = plan[i]
+        tla: list = []
+        tlb: list = []
+        simulate(pols["spotfleet"](), m, spec, s, timeline=tla)
+        simulate(pols[bname](), m, spec, s, timeline=tlb)
+        x, y = a[i], b[i]
+        print(f"  start {s} (seed {seed}): {d[i]:+.2f} $; spotfleet {x.cost:.2f} $ (on-demand {x.on_demand_hours:.2f} h, "
+              f"{x.preemptions} preemptions, lost {x.lost_work_hours:.2f} h, {x.migrations} moves) vs {y.cost:.2f} $ "
+              f"({y.on_demand_hours:.2f} h, {y.preemptions}, {y.lost_work_hours:.2f} h, {y.migrations})")
+        print(f"     spotfleet: {_rle(tla, m)}\n     {bname}: {_rle(tlb, m)}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", nargs="*", default=[], help="candidate SpotfleetParams: field=value ...")
+    ap.add_argument("--diagnose", nargs="*", default=[], help="cells family:D/W:notice:baseline")
+    args = ap.parse_args()
+    if not DATA.is_dir():
+        print(f"skip: {DATA} not found (set SPOTFLEET_SHARED_DATA)")
+        return 0
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    t0 = time.perf_counter()
+    for cell in args.diagnose:
+        diagnose(cell)
+    if args.params or not args.diagnose:
+        compare(parse_params(args.params))
+    print(f"\n{time.perf_counter() - t0:.1f} s wall; load average at end: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
