@@ -122,3 +122,33 @@ def test_cli_and_the_local_fleet_pass_the_interval(tmp_path, capsys):
     run = drill_run(tmp_path / "w", tmp_path / "c", elastic=ElasticConfig(rdzv_poll_interval=0.3))
     cmd = run._node_command("127.0.0.1:9")
     assert cmd[cmd.index("--rdzv-poll-interval") + 1] == "0.3"
+
+
+def test_a_rank_waits_for_the_group_store_to_listen_before_connecting():
+    """checkpointing.elastic.wait_until_listening: True once rank 0's store listens (it may
+    come up after the probe started), False when nothing listens or no address is set."""
+    import socket
+    import threading
+
+    from checkpointing.elastic import wait_until_listening
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    assert not wait_until_listening("127.0.0.1", port, timeout=0.05)
+    assert not wait_until_listening(None, None, timeout=1.0)
+    started = threading.Event()
+    box = {}
+
+    def serve() -> None:
+        started.wait()
+        box["store"] = elastic_run.host_rendezvous_store(f"127.0.0.1:{port}")
+
+    th = threading.Thread(target=serve)
+    th.start()
+    started.set()
+    assert wait_until_listening("127.0.0.1", str(port), timeout=30.0)
+    th.join()
+    box["store"].set("k", "v")  # the store took the probe's connect-and-close in its stride
+    assert box["store"].get("k") == b"v"
