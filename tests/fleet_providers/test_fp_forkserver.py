@@ -17,7 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet.providers.local.forkserver import ENV_FORK_SERVER, ForkedProcess, spawn, spawn_module, start_server
+from fleet.providers.local.forkserver import (
+    ENV_FORK_SERVER,
+    ForkedProcess,
+    spawn,
+    spawn_module,
+    start_server,
+)
 
 pytestmark = pytest.mark.slow
 
