@@ -60,6 +60,33 @@ def _recovery(w: EventWatch, leavers: list, group: dict) -> dict:
             "nodes_lost": len(leavers)}
 
 
+#: torch's debug line when a compare-and-set write of the rendezvous key lost (CAS retry)
+_CAS_LOST = "has a stale state and failed to sync its local changes"
+
+
+def _cas_retries(logs: Path, windows: dict[str, tuple[float, float]]) -> dict | None:
+    """Lost compare-and-set writes in the nodes' logs (only with SPOTFLEET_RDZV_DEBUG=1),
+    in all and within each (start, end) wall-time window."""
+    if not os.environ.get("SPOTFLEET_RDZV_DEBUG"):
+        return None
+    import re
+    from datetime import datetime
+
+    # torch's log prefix: "V1126 14:47:18.640000 <pid> <file>:<line>] <message>" (local time)
+    stamp = re.compile(r"^[A-Z](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{6}) ")
+    year = datetime.now().year
+    times = []
+    for f in sorted(logs.glob("**/*.log")):
+        for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
+            if _CAS_LOST in line:
+                m = stamp.match(line)
+                times.append(datetime(year, *map(int, m.groups())).timestamp() if m
+                             else float("nan"))
+    out = {"total": len(times)}
+    out.update({k: sum(1 for t in times if lo <= t <= hi) for k, (lo, hi) in windows.items()})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=1500)
@@ -71,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rdzv-poll-interval", type=float, default=None,
                    help="a waiting agent's rendezvous poll, s (default: ElasticConfig's; 1 = "
                         "torch's own)")
+    p.add_argument("--rdzv-join-skew", type=float, default=None,
+                   help="upper bound of torch's random pre-join skew, s (default: "
+                        "ElasticConfig's; 0.3 = torch's own)")
     a = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="bench-elastic-"))
     w = EventWatch()
@@ -79,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         elastic.last_call_timeout = a.last_call_timeout
     if a.rdzv_poll_interval is not None:
         elastic.rdzv_poll_interval = a.rdzv_poll_interval
+    if a.rdzv_join_skew is not None:
+        elastic.rdzv_join_skew = a.rdzv_join_skew
     run = drill_run(tmp / "work", tmp / "ckpt", nodes=4, zones=(ZONE_A, ZONE_B), on_event=w,
                     args=train_args(a.steps, step_sleep=a.step_sleep), digests=False,
                     elastic=elastic)
@@ -88,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"load {os.getloadavg()[0]:.1f} at start",
                  "steps": a.steps, "step_sleep": a.step_sleep,
                  "last_call_timeout": elastic.last_call_timeout,
-                 "rdzv_poll_interval": elastic.rdzv_poll_interval}
+                 "rdzv_poll_interval": elastic.rdzv_poll_interval,
+                 "rdzv_join_skew": elastic.rdzv_join_skew, "workdir": str(tmp)}
 
     def need(ok: bool, what: str) -> None:
         if not ok:
@@ -132,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     thread.join(a.timeout)
     if "error" in box:
         raise box["error"]
+    shrink_group = next(gr for gr in w.groups() if gr["world_size"] == 2)
+    lost_at = max(e.time for e in _leaves(w)[:2])
+    out["cas_retries"] = _cas_retries(tmp / "work", {
+        "launch": (0.0, w.groups()[0]["first_step_at"]),
+        "shrink": (lost_at - 1.0, shrink_group["first_step_at"]),
+        "relaunch": (max(e.time for e in _leaves(w)[before:]), w.groups()[-1]["first_step_at"])})
     out.update({
         "shrink": shrink, "grow": grow, "relaunch_and_load": relaunch,
         "ratio_shrink_to_relaunch": round(shrink["recovery_seconds"] /
@@ -162,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(goal <= 0.2)")
     print(f"(the relaunch pays {out['emulated_provisioning_seconds']:.1f} s of emulated VM allocation + "
           f"preparation; a real spot VM takes minutes, which the shrink never pays)")
+    if out["cas_retries"] is not None:
+        print(f"compare-and-set retries (rendezvous debug log): {out['cas_retries']}")
     print(json.dumps(out))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2), encoding="utf-8")

@@ -60,6 +60,12 @@ DEFAULT_RDZV_POLL_INTERVAL = 0.2
 TESTED_TORCH = ("2.13",)
 #: the one delay torch's ``_DistributedRendezvousOpExecutor.run`` sleeps on ``_Action.SYNC``
 _TORCH_SYNC_POLL = 1
+#: torch's random skew before an agent's first join of a handler's round 0
+#: (``DynamicRendezvousHandler.next_rendezvous``: ``_delay(seconds=(0, 0.3))``)
+_TORCH_JOIN_SKEW = (0, 0.3)
+#: upper bound of that skew here, s (None keeps torch's 0.3 s): 0.05 s, see
+#: install_rendezvous_poll and docs/elastic.md for the trade-off and the figures
+DEFAULT_RDZV_JOIN_SKEW: float | None = 0.05
 
 
 @dataclass
@@ -89,6 +95,9 @@ class ElasticRunConfig:
     # how often an agent waiting in a rendezvous round re-reads its state (torch: 1 s,
     # hard-coded); None or >= 1: torch's own. See install_rendezvous_poll / docs/elastic.md
     rdzv_poll_interval: float | None = DEFAULT_RDZV_POLL_INTERVAL
+    # torch's random 0-0.3 s skew before an agent's first re-join, scaled to 0-this s
+    # (None: torch's own); trade-off in install_rendezvous_poll / docs/elastic.md
+    rdzv_join_skew: float | None = DEFAULT_RDZV_JOIN_SKEW
     extra_rdzv: dict[str, str] = field(default_factory=dict)
 
 
@@ -189,23 +198,28 @@ def _leave_rendezvous(handler) -> None:  # noqa: ANN001
                     "drop this node when its keep-alive expires", type(exc).__name__, exc)
 
 
-def _poll_delay(original, interval: float):  # noqa: ANN001, ANN202
-    """torch's ``utils._delay`` with only its 1 s SYNC poll shortened to ``interval``.
+def _poll_delay(original, interval: float, join_skew: float | None = None):  # noqa: ANN001, ANN202
+    """torch's ``utils._delay`` with only its 1 s SYNC poll shortened to ``interval`` and,
+    when ``join_skew`` is given, its random ``(0, 0.3)`` skew before an agent's first
+    re-join (``next_rendezvous``) narrowed to ``(0, join_skew)``.
 
-    Every other delay passes through unchanged; in torch 2.13 that is the random
-    ``(0, 0.3)`` skew before an agent's first re-join (``next_rendezvous``)."""
+    Every other delay passes through unchanged (in torch 2.13 there is none)."""
 
     def _delay(seconds) -> None:  # noqa: ANN001 - float | tuple[float, float], as torch's
-        if not isinstance(seconds, tuple) and seconds == _TORCH_SYNC_POLL:
+        if isinstance(seconds, tuple):
+            if join_skew is not None and tuple(seconds) == _TORCH_JOIN_SKEW:
+                seconds = (0, join_skew)
+        elif seconds == _TORCH_SYNC_POLL:
             seconds = interval
         original(seconds=seconds)
 
     _delay.spotfleet_poll_interval = interval
+    _delay.spotfleet_join_skew = join_skew
     _delay.__wrapped__ = original
     return _delay
 
 
-def install_rendezvous_poll(interval: float | None) -> bool:
+def install_rendezvous_poll(interval: float | None, join_skew: float | None = None) -> bool:
     """Make an agent that waits in a rendezvous round look again every ``interval``
     seconds instead of torch's hard-coded 1 s. Returns whether it is installed.
 
@@ -222,15 +236,29 @@ def install_rendezvous_poll(interval: float | None) -> bool:
     ``num_nodes_waiting`` check (each ``monitor_interval``) reads it at most once per
     ``interval`` instead of once per second.
 
+    ``join_skew`` (seconds, optional) narrows, through the same wrapper, torch's random
+    0-0.3 s delay before a handler's first join (``next_rendezvous`` while its local
+    state is round 0: an agent's first launch, and each survivor of the stage's first
+    shrink) to 0-``join_skew``. torch's skew spreads agents that join at the same moment
+    so that fewer of their compare-and-set writes of the one rendezvous key collide (a
+    loser re-reads and writes again); a narrower skew makes the first joiner earlier
+    (the round's last call starts with it) at the price of possibly more CAS retries.
+
     Not installed (torch's default kept, with a warning) when ``interval`` is None or
-    >= 1 (nothing to shorten, no warning), when torch's release is not one of
-    ``TESTED_TORCH``, or when its module no longer has the ``_delay`` / SYNC layout this
-    was read against."""
-    if interval is None or interval >= _TORCH_SYNC_POLL:
+    >= 1 and no ``join_skew`` is given (nothing to change, no warning), when torch's
+    release is not one of ``TESTED_TORCH``, or when its module no longer has the
+    ``_delay`` / SYNC layout this was read against; ``join_skew`` alone is dropped (with
+    a warning) when ``next_rendezvous`` no longer sleeps ``_delay(seconds=(0, 0.3))``.
+    Returns whether the poll (not the skew) was shortened."""
+    poll = interval is not None and interval < _TORCH_SYNC_POLL
+    if not poll and join_skew is None:
         return False
-    if interval <= 0:
+    if interval is not None and interval <= 0:
         raise ValueError(f"rendezvous poll interval {interval!r}: use seconds > 0 (torch's "
                          "default is 1)")
+    if join_skew is not None and not 0 <= join_skew <= _TORCH_JOIN_SKEW[1]:
+        raise ValueError(f"rendezvous join skew {join_skew!r}: use 0-{_TORCH_JOIN_SKEW[1]} s "
+                         "(torch's is 0.3)")
     import torch
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
 
@@ -243,13 +271,31 @@ def install_rendezvous_poll(interval: float | None) -> bool:
     elif not _sync_poll_is_torchs(dr):
         why = "dynamic_rendezvous no longer sleeps _delay(seconds=1) on SYNC"
     if why is not None:
-        log.warning("rendezvous poll interval %.2f s not installed (%s); keeping torch's "
-                    "1 s poll", interval, why)
+        log.warning("rendezvous poll interval %s s / join skew %s s not installed (%s); "
+                    "keeping torch's 1 s poll and 0-0.3 s skew", interval, join_skew, why)
         return False
+    if join_skew is not None and not _join_skew_is_torchs(dr):
+        log.warning("rendezvous join skew %.2f s not installed (next_rendezvous no longer "
+                    "sleeps _delay(seconds=(0, 0.3))); keeping torch's", join_skew)
+        join_skew = None
+        if not poll:
+            return False
     original = getattr(dr._delay, "__wrapped__", dr._delay)
-    dr._delay = _poll_delay(original, interval)
-    log.info("rendezvous poll interval %.2f s (torch's SYNC poll: 1 s)", interval)
-    return True
+    dr._delay = _poll_delay(original, interval if poll else _TORCH_SYNC_POLL, join_skew)
+    log.info("rendezvous poll interval %s s (torch's SYNC poll: 1 s), join skew 0-%s s "
+             "(torch's: 0-0.3 s)", interval if poll else 1, 0.3 if join_skew is None else join_skew)
+    return poll
+
+
+def _join_skew_is_torchs(dr) -> bool:  # noqa: ANN001
+    """Whether ``next_rendezvous`` sleeps the skew read: ``_delay(seconds=(0, 0.3))``."""
+    import inspect
+
+    try:
+        src = inspect.getsource(dr.DynamicRendezvousHandler.next_rendezvous)
+    except (AttributeError, OSError, TypeError):
+        return False
+    return "_delay(seconds=(0, 0.3))" in src
 
 
 def _sync_poll_is_torchs(dr) -> bool:  # noqa: ANN001
@@ -316,7 +362,7 @@ def run_node(cfg: ElasticRunConfig, script: str, argv: list[str]) -> int:
 
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(
         _ExitWithoutTraceback())
-    poll = install_rendezvous_poll(cfg.rdzv_poll_interval)
+    poll = install_rendezvous_poll(cfg.rdzv_poll_interval, cfg.rdzv_join_skew)
     store_server = None
     if cfg.host_store:
         store_server = host_rendezvous_store(cfg.rdzv_endpoint)
@@ -440,6 +486,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[ElasticRunConfig, str, li
     p.add_argument("--rdzv-poll-interval", type=float, default=DEFAULT_RDZV_POLL_INTERVAL,
                    metavar="SECONDS", help="how often a waiting agent re-reads the rendezvous "
                    f"(default {DEFAULT_RDZV_POLL_INTERVAL}; 1 = torch's own poll)")
+    p.add_argument("--rdzv-join-skew", type=float, default=DEFAULT_RDZV_JOIN_SKEW,
+                   metavar="SECONDS", help="upper bound of torch's random skew before an "
+                   "agent's first re-join (torch: 0.3; default "
+                   f"{DEFAULT_RDZV_JOIN_SKEW})")
     p.add_argument("script", help="training script (run as __main__ in each worker)")
     p.add_argument("script_args", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
@@ -453,6 +503,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ElasticRunConfig, str, li
     if not a.rdzv_poll_interval > 0:
         p.error(f"--rdzv-poll-interval={a.rdzv_poll_interval!r}: use seconds > 0, e.g. "
                 f"{DEFAULT_RDZV_POLL_INTERVAL} (1 = torch's own poll)")
+    if a.rdzv_join_skew is not None and not 0 <= a.rdzv_join_skew <= _TORCH_JOIN_SKEW[1]:
+        p.error(f"--rdzv-join-skew={a.rdzv_join_skew!r}: use 0-{_TORCH_JOIN_SKEW[1]} seconds")
     if ":" not in a.rdzv_endpoint:
         p.error(f"--rdzv-endpoint={a.rdzv_endpoint!r}: use HOST:PORT, e.g. 10.0.0.1:{DEFAULT_PORT}")
     args = list(a.script_args)
@@ -464,7 +516,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ElasticRunConfig, str, li
                            keep_alive_interval=a.keep_alive_interval,
                            keep_alive_max_attempt=a.keep_alive_max_attempt,
                            join_timeout=a.join_timeout,
-                           rdzv_poll_interval=a.rdzv_poll_interval)
+                           rdzv_poll_interval=a.rdzv_poll_interval,
+                           rdzv_join_skew=a.rdzv_join_skew)
     return cfg, a.script, args
 
 

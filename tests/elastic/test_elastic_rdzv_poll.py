@@ -39,6 +39,57 @@ def test_the_wrapper_shortens_only_the_one_second_sync_poll():
     assert calls == [0.2, (0, 0.3), 5, 0.2]
 
 
+def test_the_join_skew_narrows_only_torchs_pre_join_skew():
+    calls = []
+    delay = _poll_delay(lambda seconds: calls.append(seconds), 0.2, join_skew=0.05)
+    delay(seconds=(0, 0.3))  # torch's skew before an agent's first re-join
+    delay(seconds=(0, 2))  # any other range: unchanged
+    delay(seconds=1)
+    assert calls == [(0, 0.05), (0, 2), 0.2]
+    calls.clear()
+    keep = _poll_delay(lambda seconds: calls.append(seconds), 0.2)  # no skew: torch's
+    keep(seconds=(0, 0.3))
+    assert calls == [(0, 0.3)]
+
+
+def test_the_join_skew_reaches_torchs_next_rendezvous(torch_delay, monkeypatch, caplog):
+    calls = []
+    monkeypatch.setattr(dr, "_delay", lambda seconds: calls.append(seconds))
+    # the skew alone installs the wrapper with torch's 1 s poll (the cache stays torch's)
+    assert not install_rendezvous_poll(None, join_skew=0.05)
+    assert dr._delay.spotfleet_join_skew == 0.05 and dr._delay.spotfleet_poll_interval == 1
+    dr._delay(seconds=1)
+    dr._delay(seconds=(0, 0.3))
+    assert calls == [1, (0, 0.05)]
+
+    class Stop(Exception):
+        pass
+
+    handler = dr.DynamicRendezvousHandler.__new__(dr.DynamicRendezvousHandler)
+    handler._this_node = "n"
+    handler._settings = dr.RendezvousSettings("r", 1, 2, dr.RendezvousTimeout(),
+                                              timedelta(seconds=5), 3)
+    handler._state_holder = type("H", (), {"state": dr._RendezvousState()})()
+    handler._record = lambda **_: None
+    handler._stop_heartbeats = lambda: None
+
+    def stop(_):
+        raise Stop
+
+    handler._get_deadline = stop
+    calls.clear()
+    with pytest.raises(Stop):  # torch's next_rendezvous up to its join: the skew was slept
+        handler.next_rendezvous()
+    assert calls == [(0, 0.05)]
+    with pytest.raises(ValueError, match="0-0.3"):
+        install_rendezvous_poll(0.2, join_skew=0.5)
+
+    monkeypatch.setattr(elastic_run, "_join_skew_is_torchs", lambda _dr: False)
+    with caplog.at_level(logging.WARNING, logger="checkpointing.elastic_run"):
+        assert install_rendezvous_poll(0.2, join_skew=0.05)
+    assert "join skew" in caplog.text and dr._delay.spotfleet_join_skew is None
+
+
 def test_installed_in_torchs_own_op_loop(torch_delay, monkeypatch):
     calls = []
     monkeypatch.setattr(dr, "_delay", lambda seconds: calls.append(seconds))
@@ -122,6 +173,18 @@ def test_cli_and_the_local_fleet_pass_the_interval(tmp_path, capsys):
     run = drill_run(tmp_path / "w", tmp_path / "c", elastic=ElasticConfig(rdzv_poll_interval=0.3))
     cmd = run._node_command("127.0.0.1:9")
     assert cmd[cmd.index("--rdzv-poll-interval") + 1] == "0.3"
+    assert cmd[cmd.index("--rdzv-join-skew") + 1] == f"{elastic_run.DEFAULT_RDZV_JOIN_SKEW:g}"
+    run = drill_run(tmp_path / "w2", tmp_path / "c2", elastic=ElasticConfig(rdzv_join_skew=0.1))
+    cmd = run._node_command("127.0.0.1:9")
+    assert cmd[cmd.index("--rdzv-join-skew") + 1] == "0.1"
+    cfg, _, _ = parse_args([*base, *cmd[cmd.index("--rdzv-join-skew"):cmd.index("--")], "t.py"])
+    assert cfg.rdzv_join_skew == 0.1
+    cfg, _, _ = parse_args([*base, "t.py"])
+    assert cfg.rdzv_join_skew == elastic_run.DEFAULT_RDZV_JOIN_SKEW
+    run = drill_run(tmp_path / "w3", tmp_path / "c3", elastic=ElasticConfig(rdzv_join_skew=None))
+    assert "--rdzv-join-skew" not in run._node_command("127.0.0.1:9")  # torch's own
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--rdzv-join-skew", "1", "t.py"])
 
 
 def test_a_rank_waits_for_the_group_store_to_listen_before_connecting():

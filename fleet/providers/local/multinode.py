@@ -46,7 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from checkpointing import runtime_env as rt
-from checkpointing.elastic_run import DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_RDZV_POLL_INTERVAL
+from checkpointing.elastic_run import (
+    DEFAULT_LAST_CALL_TIMEOUT,
+    DEFAULT_RDZV_JOIN_SKEW,
+    DEFAULT_RDZV_POLL_INTERVAL,
+)
 from checkpointing.elastic_state import DEFAULT_HANDOFF_ROOT
 from checkpointing.events import Event
 from fleet.contract import session_cost_usd
@@ -84,6 +88,9 @@ class ElasticConfig:
     last_call_timeout: float = DEFAULT_LAST_CALL_TIMEOUT  # rendezvous: wait for more nodes (s)
     # a waiting agent re-reads the rendezvous this often (torch: 1 s; docs/elastic.md)
     rdzv_poll_interval: float = DEFAULT_RDZV_POLL_INTERVAL
+    # upper bound of torch's random pre-join skew, s (torch: 0.3; None: torch's;
+    # docs/elastic.md)
+    rdzv_join_skew: float | None = DEFAULT_RDZV_JOIN_SKEW
     batch_wait_seconds: float = 60.0  # a launch batch waits this long for its slowest node
     completion_wait_seconds: float = 60.0  # after one node completes, wait for the others
     max_failures: int = 4  # node crashes (exit != 0 without a notice) tolerated
@@ -378,7 +385,10 @@ class ElasticStageRun(AttemptRecord):
         return [py, "-m", "checkpointing.elastic_run", "--nnodes", f"{self.elastic.min_nodes}:{k}",
                 "--rdzv-endpoint", endpoint, "--rdzv-id", self.run_id, "--local-addr", "127.0.0.1",
                 "--last-call-timeout", f"{self.elastic.last_call_timeout:g}",
-                "--rdzv-poll-interval", f"{self.elastic.rdzv_poll_interval:g}", "--", script, *args]
+                "--rdzv-poll-interval", f"{self.elastic.rdzv_poll_interval:g}",
+                *(() if self.elastic.rdzv_join_skew is None
+                  else ("--rdzv-join-skew", f"{self.elastic.rdzv_join_skew:g}")),
+                "--", script, *args]
 
     def _node_env(self, node: _ElasticNode, sources: str, batch: _Batch) -> dict[str, str]:
         env = dict(os.environ)
