@@ -117,30 +117,17 @@ def report_runs(context: AssetCheckExecutionContext, data) -> list[str]:
     return _group_of(op_ctx, latest, data) if latest else []
 
 
-_RUN_CACHE: dict = {}
-
-
 def run_data(context: AssetCheckExecutionContext, stats_db: StatsDB, pipeline: str):
-    """(the pipeline's cost data, the runs the checks evaluate), read once per Dagster run.
+    """(the pipeline's cost data, the runs the checks evaluate).
 
-    In the checks-only jobs (``<pipeline>__checks``, ``__report_and_checks``: nothing in
-    them writes the statistics DB) the tables and the run lookup are shared by the run's
-    check steps instead of each reading them again (~0.25 s of the main job); only the
-    latest run's entry is kept. In any other run (e.g. "Materialize all", where a stage
-    may record sessions between two checks) every check reads afresh.
+    Each check reads afresh: :func:`assets.cost_tables.load` returns its prepared tables
+    again while the DB's fingerprint is unchanged, so the checks of one run share one read
+    without a cache of their own, and a check after a stage recorded sessions sees them.
     """
     from assets import cost_tables as ct
 
-    op_ctx = context.op_execution_context
-    if not op_ctx.job_name.endswith(("__checks", "__report_and_checks")):
-        data = ct.load(stats_db.engine(), pipeline)
-        return data, (report_runs(context, data) if not data.empty else [])
-    key = (op_ctx.run_id, pipeline, stats_db.resolved_url())
-    if key not in _RUN_CACHE:
-        data = ct.load(stats_db.engine(), pipeline)
-        _RUN_CACHE.clear()
-        _RUN_CACHE[key] = (data, report_runs(context, data) if not data.empty else [])
-    return _RUN_CACHE[key]
+    data = ct.load(stats_db.engine(), pipeline)
+    return data, (report_runs(context, data) if not data.empty else [])
 
 
 def build_checks(pa: "PipelineAssets") -> list:
