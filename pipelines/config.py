@@ -257,11 +257,16 @@ def load_pipelines(path: str | Path) -> list[PipelineConfig]:
 EXAMPLE_PIPELINES = Path(__file__).parent / "examples" / "two_stage.yaml"
 
 
-def load_default_pipelines() -> list[PipelineConfig]:
-    """Pipelines from ``$SPOTFLEET_PIPELINES`` (file or ':'-separated files), else the example."""
+def load_default_pipelines(paths: str | None = None) -> list[PipelineConfig]:
+    """Pipelines from ``paths``, else ``$SPOTFLEET_PIPELINES``, else the example.
+
+    ``paths`` is one YAML file or several (':'-separated), e.g. a command's ``--pipelines``:
+    it overrides the environment for this call only, so a flag given to one in-process
+    command never changes what a later one (or the code location) loads.
+    """
     import os
 
-    raw = os.environ.get("SPOTFLEET_PIPELINES")
+    raw = paths or os.environ.get("SPOTFLEET_PIPELINES")
     paths = [Path(x) for x in raw.split(os.pathsep) if x] if raw else [EXAMPLE_PIPELINES]
     out: list[PipelineConfig] = []
     for p in paths:

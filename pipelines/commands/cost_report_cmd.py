@@ -41,8 +41,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_cost_report(args) -> int:
-    import os
-
     from assets import cost_tables as ct
     from assets.cost_report import ReportSelection, build_report
     from pipelines.commands.db_errors import with_db
@@ -51,9 +49,7 @@ def run_cost_report(args) -> int:
     from pipelines.resources import StatsDB
 
     var = var_dir(args.var_dir)
-    if args.pipelines:
-        os.environ["SPOTFLEET_PIPELINES"] = str(Path(args.pipelines).resolve())
-    configs = load_default_pipelines()
+    configs = load_default_pipelines(str(Path(args.pipelines).resolve()) if args.pipelines else None)
     cfg = next((c for c in configs if c.name == args.pipeline), None) if args.pipeline else configs[0]
     if cfg is None:
         raise ValueError(f"--pipeline {args.pipeline!r} is not in the file; choose from {[c.name for c in configs]}")

@@ -57,14 +57,14 @@ def run_main(args) -> int:
     home = prepare_dagster_home(var)
     os.environ["DAGSTER_HOME"] = str(home)
     os.environ.setdefault("SPOTFLEET_VAR_DIR", str(var))
-    if args.pipelines:
-        os.environ["SPOTFLEET_PIPELINES"] = str(Path(args.pipelines).resolve())
     print(f"[spotfleet main] state in {var} (DAGSTER_HOME={home})", flush=True)
 
-    # configuration first (no Dagster import yet): a wrong YAML is reported once, with no run
+    # configuration first (no Dagster import yet): a wrong YAML is reported once, with no run.
+    # --pipelines goes to the loader, not into os.environ: nothing in this run reads the
+    # variable again (the configs are passed on), and a later in-process call must not see it
     from pipelines.config import load_default_pipelines
 
-    configs = load_default_pipelines()
+    configs = load_default_pipelines(str(Path(args.pipelines).resolve()) if args.pipelines else None)
     cfg = next((c for c in configs if c.name == args.pipeline), None) if args.pipeline else configs[0]
     if cfg is None:
         raise ValueError(f"--pipeline {args.pipeline!r} is not in the file; choose from {[c.name for c in configs]}")

@@ -80,3 +80,66 @@ def test_checkpoint_locations_resolve_per_stage(tmp_path):
     assert cfg.stage_checkpoint_uri(cfg.stages[0]) == "s3://bucket/ck/pretrain"
     [cfg] = parse_pipelines({"pipelines": [_base()]})
     assert cfg.stage_checkpoint_uri(cfg.stages[1], tmp_path) == str(tmp_path / "checkpoints/p1/finetune")
+
+
+def _renamed_example(path, name: str):
+    raw = yaml.safe_load(EXAMPLE_PIPELINES.read_text(encoding="utf-8"))
+    raw["pipelines"][0]["name"] = name
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_a_pipelines_flag_is_scoped_to_its_call(tmp_path, monkeypatch, capsys):
+    """`--pipelines X` does not leak into a later in-process call (issue: it used to set
+    os.environ): without the flag the next call reads the caller's $SPOTFLEET_PIPELINES, or
+    the example when that is unset; the caller's variable is left as it was."""
+    import os
+
+    from pipelines.cli import main
+
+    alpha = _renamed_example(tmp_path / "alpha.yaml", "alpha")
+    beta = _renamed_example(tmp_path / "beta.yaml", "beta")
+    common = ["cost-report", "--var-dir", str(tmp_path / "var")]  # empty DB: "no run of pipeline <name>"
+
+    def pipeline_used(*flag: str) -> str:
+        assert main([*common, *flag]) == 1
+        out = capsys.readouterr().out
+        assert "no run of pipeline " in out, out
+        return out.split("no run of pipeline ", 1)[1].split()[0]
+
+    monkeypatch.delenv("SPOTFLEET_PIPELINES", raising=False)
+    assert pipeline_used("--pipelines", str(alpha)) == "alpha"
+    assert "SPOTFLEET_PIPELINES" not in os.environ
+    assert pipeline_used() == "demo"  # the example again
+    monkeypatch.setenv("SPOTFLEET_PIPELINES", str(beta))
+    assert pipeline_used("--pipelines", str(alpha)) == "alpha"
+    assert os.environ["SPOTFLEET_PIPELINES"] == str(beta)
+    assert pipeline_used() == "beta"  # the caller's environment again
+
+
+def test_spotfleet_main_pipelines_flag_leaves_the_environment_alone(tmp_path, monkeypatch, capsys):
+    """Same for `spotfleet main` (a config error stops it before Dagster: a cheap call)."""
+    import os
+
+    from pipelines.cli import main
+
+    for k in ("DAGSTER_HOME", "SPOTFLEET_VAR_DIR"):  # main still sets these two in-process
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pipelines: [\n")
+    other = tmp_path / "other.yaml"
+    other.write_text("pipelines: [\n")
+    var = str(tmp_path / "var")
+    monkeypatch.delenv("SPOTFLEET_PIPELINES", raising=False)
+    assert main(["main", "--pipelines", str(bad), "--var-dir", var]) == 2
+    assert f"{bad}: not valid YAML" in capsys.readouterr().err
+    assert "SPOTFLEET_PIPELINES" not in os.environ
+    assert [c.name for c in load_default_pipelines()] == ["demo"]
+    monkeypatch.setenv("SPOTFLEET_PIPELINES", str(other))
+    assert main(["main", "--pipelines", str(bad), "--var-dir", var]) == 2
+    assert os.environ["SPOTFLEET_PIPELINES"] == str(other)
+    capsys.readouterr()
+    assert main(["main", "--var-dir", var]) == 2  # no flag: the caller's file
+    err = capsys.readouterr().err
+    assert f"{other}: not valid YAML" in err and str(bad) not in err

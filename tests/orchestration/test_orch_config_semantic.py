@@ -147,8 +147,10 @@ def _mutated(mutate) -> dict:
 
 
 def _isolate_env(monkeypatch) -> None:
-    """`spotfleet main` sets these in os.environ; record them so the test restores them."""
-    for k in ("DAGSTER_HOME", "SPOTFLEET_VAR_DIR", "SPOTFLEET_PIPELINES"):
+    """`spotfleet main` sets these in os.environ; record them so the test restores them.
+
+    (Not SPOTFLEET_PIPELINES: ``--pipelines`` no longer touches the environment.)"""
+    for k in ("DAGSTER_HOME", "SPOTFLEET_VAR_DIR"):
         monkeypatch.setenv(k, "")  # records the original value (or its absence) for teardown
         monkeypatch.delenv(k)
 
