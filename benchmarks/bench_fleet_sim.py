@@ -49,7 +49,7 @@ def main() -> int:
                     help="also the goal table per half of the starts (v100/h100: per half window)")
     args = ap.parse_args()
     names = [f for f in args.families.split(",") if f]
-    if any(f in ("v100", "h100") for f in names) and not DATA.is_dir():
+    if any(f in ("v100", "h100", "v100_apr") for f in names) and not DATA.is_dir():
         print(f"skip: {DATA} not found (set SPOTFLEET_SHARED_DATA)")
         return 0
     pols = builtin_policy_factories()
@@ -81,12 +81,15 @@ def main() -> int:
         for second in (False, True):
             md += [f"#### spotfleet against the best baseline, {'second' if second else 'first'} "
                    "half of the starts", "", goal_table(half_cells(all_cells, second)), ""]
+    coarse = sum(c.coarsened for c in all_cells if c.notice == NOTICES[0])
+    bounds = sum(c.omniscient.size for c in all_cells if c.notice == NOTICES[0])
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0
     print()
     print("\n".join(md))
     print(f"\nsimulated job-hours: {sim_hours:,.0f} in {cpu:.1f} s CPU = {sim_hours / cpu:,.0f} "
           f"job-hours/s (wall {wall:.1f} s)")
+    print(f"omniscient bounds: {bounds}, coarsened (not exact): {coarse}")
     if args.markdown:
         Path(args.markdown).write_text("\n".join(md) + "\n", encoding="utf-8")
         print(f"tables written to {args.markdown}")

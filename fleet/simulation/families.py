@@ -15,6 +15,20 @@ Families (``FAMILIES``):
   droughts, price spikes, cheap-flaky vs expensive-reliable zones; W = 12 h; checkpoint
   25 GB on AWS rates; report seeds 10-14 (20 starts each), 168 h of history each.
 
+Held-out families (never tuned on; each run once after the policy version it checks was
+committed): ``volatile_holdout`` / ``available_holdout`` (seeds 40-44),
+``volatile_holdout50`` / ``available_holdout50`` (seeds 50-54), and, first looked at in
+session 5 with spotfleet v5:
+
+* ``v100_apr`` — the 4-zone AWS p3.2xlarge preemption traces (aws-04-22-2023:
+  us-east-1c, us-east-1f, us-west-2b, us-west-2c; 2 regions; 32 s ticks; 19,961 ticks =
+  7.4 days). The data has no per-tick prices for this window: flat spot 0.918 $/h and
+  on-demand 3.06 $/h (the data README's figures); W = 12 h; checkpoint 25 GB on AWS
+  rates (0.50 $ and 60 s per cross-region move); 48 h of history before the first start
+  (168 h would leave no room for a 36 h deadline in 177 h; with 48 h, 100 starts fit
+  at every D/W, overlapping in time).
+* ``volatile_holdout60`` / ``available_holdout60`` — synthetic, seeds 60-64.
+
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
 with a paired bootstrap interval over starts, deadline-met share, and the ratio of the
@@ -83,6 +97,15 @@ def _v100(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
     return [(m.with_on_demand_prices(DEFAULT_ON_DEMAND_PRICE), None)]
 
 
+V100_APR_DIR = "spot-traces/preemption/1-node/aws-04-22-2023"
+"""The held-out real trace folder (relative to the shared data folder)."""
+
+
+def _v100_apr(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
+    m = Market.from_dir(data / V100_APR_DIR)
+    return [(m.with_on_demand_prices(DEFAULT_ON_DEMAND_PRICE), None)]
+
+
 def _h100(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
     return [(Market.from_dir(data / "gcp-h100-2025"), None)]
 
@@ -140,6 +163,16 @@ FAMILIES: dict[str, Family] = {
                                   "(seeds 50-54)", 12.0, 25.0, 168.0,
                                   _holdout("available_config", range(50, 55)),
                                   spot_price=1.0, on_demand_price=3.4),
+    # session 5 (spotfleet v5): a real trace and seeds nobody had looked at
+    "v100_apr": Family("v100_apr", "held-out 4-zone AWS V100, Apr 2023 (2 regions, 32 s ticks, "
+                       "flat prices)", 12.0, 25.0, 48.0, _v100_apr),
+    "volatile_holdout60": Family("volatile_holdout60", "held-out synthetic volatile (seeds 60-64)",
+                                 12.0, 25.0, 168.0, _holdout("volatile_config", range(60, 65)),
+                                 spot_price=1.0, on_demand_price=3.4),
+    "available_holdout60": Family("available_holdout60", "held-out synthetic mostly-available "
+                                  "(seeds 60-64)", 12.0, 25.0, 168.0,
+                                  _holdout("available_config", range(60, 65)),
+                                  spot_price=1.0, on_demand_price=3.4),
 }
 
 
@@ -155,6 +188,7 @@ class Cell:
     met: dict[str, np.ndarray] = field(default_factory=dict)
     sim_hours: float = 0.0
     migrations: dict[str, float] = field(default_factory=dict)
+    coarsened: int = 0  # omniscient bounds of the cell on a coarser grid (not exact)
 
 
 def bootstrap_ratio(num: np.ndarray, den: np.ndarray, n_boot: int = 2000, seed: int = 0,
@@ -179,13 +213,16 @@ def run_family(family: Family, data: Path, policies: dict[str, Callable], starts
         base = family.spec(ratio, 0.0)
         plan = [(m, spread_starts(m, base, per_market, family.warmup_hours)) for m, _ in markets]
         t0 = time.perf_counter()
-        omni = np.array([omniscient_bound(m, base, s).cost for m, ss in plan for s in ss])
+        bounds = [omniscient_bound(m, base, s) for m, ss in plan for s in ss]
+        omni = np.array([b.cost for b in bounds])
+        coarse = sum(not b.exact for b in bounds)
         if progress:
-            progress(f"{family.name} D/W={ratio:g}: omniscient x{omni.size} "
-                     f"({time.perf_counter() - t0:.1f} s)")
+            grid = "all exact" if not coarse else f"{coarse} coarsened, not exact"
+            progress(f"{family.name} D/W={ratio:g}: omniscient x{omni.size} ({grid}; "
+                     f"{time.perf_counter() - t0:.1f} s)")
         for notice in notices:
             spec = family.spec(ratio, notice)
-            cell = Cell(family.name, ratio, notice, omni)
+            cell = Cell(family.name, ratio, notice, omni, coarsened=coarse)
             t1 = time.perf_counter()
             for name, factory in policies.items():
                 runs: list[RunResult] = [simulate(factory(), m, spec, s) for m, ss in plan for s in ss]
@@ -216,6 +253,7 @@ def half_cells(cells: Sequence[Cell], second: bool) -> list[Cell]:
         h.costs = {n: v[sl] for n, v in c.costs.items()}
         h.met = {n: v[sl] for n, v in c.met.items()}
         h.migrations = dict(c.migrations)
+        h.coarsened = c.coarsened
         out.append(h)
     return out
 

@@ -40,7 +40,12 @@ except ImportError:  # pragma: no cover - numba is a declared dependency of spot
         return lambda f: f
 
 _INF = 1e300
-_MAX_CELLS = 400_000_000  # ticks x locations x progress band: refuse larger DPs
+# ticks x locations x progress band (see _cells) above which a coarser grid is used.
+# The cost-only DP keeps one progress row per location, so its limit is time alone
+# (about 1.5 ns per cell on the shared VM: 1.5e9 is about 2 s); with want_plan every
+# tick keeps its parent pointers (bytes), so the limit stays where it was.
+_MAX_CELLS = 1_500_000_000
+_MAX_PLAN_CELLS = 400_000_000
 
 
 @dataclass(frozen=True)
@@ -377,19 +382,23 @@ def _cells(market: Market, spec: JobSpec, q: int, g_u: int, r_u: int, c_u: int, 
 
 
 def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
-                     want_plan: bool = False, max_cells: int = _MAX_CELLS) -> OmniscientResult:
+                     want_plan: bool = False, max_cells: int | None = None) -> OmniscientResult:
     """Cheapest offline schedule for ``spec`` starting at ``start_tick`` ($, hours).
 
     Per-tick spot prices, per-region on-demand prices and cross-region migration (egress
     $ and transfer time, :mod:`fleet.market.regions`) are those the simulator charges.
     The time quantum is gcd(gap, restart, checkpoint, transfer) in whole seconds (exact).
-    When that DP would exceed ``max_cells`` (tiny ticks or odd durations), a coarser
-    quantum dividing the gap is used with restart, checkpoint and transfer times and the
-    work rounded DOWN and the deadline UP: still a lower bound, marked ``exact=False``.
+    When that DP would exceed ``max_cells`` (tiny ticks or odd durations; default 1.5e9
+    ticks x locations x progress cells for the cost, about 2 s, and 4e8 with
+    ``want_plan``, whose parent pointers take a byte per cell), a coarser quantum dividing
+    the gap is used with restart, checkpoint and transfer times and the work rounded DOWN
+    and the deadline UP: still a lower bound, marked ``exact=False``.
 
     ``want_plan`` also returns the location of every tick up to completion (single-region
     markets only; memory grows with ticks x zones x work; meant for checks and plots).
     """
+    if max_cells is None:
+        max_cells = _MAX_PLAN_CELLS if want_plan else _MAX_CELLS
     mig = spec_migration(spec, market.clouds[0] if market.clouds else "aws")
     n_r = len(market.region_names)
     mig_usd, mig_s = (mig.usd, mig.seconds) if n_r > 1 else (0.0, 0.0)
