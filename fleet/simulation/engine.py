@@ -27,7 +27,9 @@ Model (all times in hours; one tick = the trace's gap):
 * Regions: the checkpoint lives in the region of the job's last launch. Launching spot
   in another region first moves it: egress $ (``checkpoint_gb x $/GB``) and the
   transfer time, added to that launch's overhead (billed). On-demand runs in the
-  checkpoint's region (the cheapest on-demand region before the first launch).
+  checkpoint's region (the cheapest on-demand region before the first launch, the first
+  one on a tie), so leaving it for spot in another region is a move too. The region is
+  set at launch, before anything is saved (docs/fleet-policies.md).
 * Observation (``observe="probe"``, default): the policy knows a zone's availability
   only where it holds an instance or tries a launch. A launch in a zone without
   capacity fails: ``probe_seconds`` of wall time pass (no money), the next entry of
@@ -72,7 +74,7 @@ class RunResult:
     lost_work_hours: float  # compute redone (or spent on notice-window saves)
     checkpoint_hours: float  # time spent saving (periodic + voluntary + emergency)
     restart_hours: float  # restart overhead paid
-    migrations: int = 0  # cross-region checkpoint moves
+    migrations: int = 0  # cross-region checkpoint moves, from spot or on-demand (each billed below)
     migration_cost: float = 0.0  # egress $ of those moves (included in ``cost``)
     failed_probes: int = 0  # launch attempts in zones without capacity
     start_offset_hours: float = 0.0  # the run started this far into ``start_tick``

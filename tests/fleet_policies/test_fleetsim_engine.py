@@ -139,3 +139,30 @@ def test_start_offset_outside_one_tick_is_a_clear_error(offset):
     spec = JobSpec(work_hours=1.0, deadline_hours=2.0)
     with pytest.raises(ValueError, match="start_offset_hours.*put whole ticks into start_tick"):
         simulate(OnDemandOnly(), market([[0] * 10]), spec, 0, start_offset_hours=offset)
+
+
+@pytest.mark.parametrize(("od_prices", "spot_zone", "moves", "od_price"), [
+    ((3.06, 3.06), 1, 1, 3.06),  # on-demand ran in us-east-1 (first of the equally cheap)
+    ((3.06, 3.06), 0, 0, 3.06),
+    ((3.06, 2.50), 1, 0, 2.50),  # on-demand ran in us-west-2, the cheaper region
+    ((3.06, 2.50), 0, 1, 2.50),
+])
+def test_leaving_on_demand_for_spot_in_another_region_is_a_billed_migration(od_prices, spot_zone, moves,
+                                                                            od_price):
+    """On-demand has a region (the checkpoint's; before the first launch the cheapest
+    on-demand region): a later spot launch in another region moves the checkpoint, and
+    ``migrations`` counts exactly the moves ``migration_cost`` bills (docs/fleet-policies.md)."""
+    a = np.ones((2, 100), dtype=bool)
+    m = Market(zones=("us-east-1a", "us-west-2a"), gap_seconds=GAP, available=a,
+               on_demand_price=np.array(od_prices))
+    spec = JobSpec(work_hours=1.0, deadline_hours=5.0, restart_hours=0.1, checkpoint_hours=0.05,
+                   checkpoint_gb=100.0, egress_usd_per_gb=0.02, transfer_seconds=360.0)
+    r = simulate(ScriptedPolicy([ON_DEMAND] * 4 + [spot_zone] * 40, 0), m, spec, 0)
+    assert r.launches == 2 and r.migrations == moves
+    assert r.migration_cost == pytest.approx(2.0 * moves)  # 100 GB x 0.02 $/GB per move
+    # 0.4 h on-demand (0.1 restart + 0.3 work) + the 0.05 h save before leaving, then the
+    # spot launch: 0.1 restart (+ 0.1 transfer when it moves) + 0.7 work
+    assert r.on_demand_hours == pytest.approx(0.45)
+    assert r.spot_hours == pytest.approx(0.1 * (1 + moves) + 0.7)
+    assert r.completion_hours == pytest.approx(0.4 + 0.1 * (1 + moves) + 0.7)
+    assert r.cost == pytest.approx(od_price * 0.45 + 0.918 * r.spot_hours + r.migration_cost)
