@@ -565,9 +565,11 @@ def test_load_reuses_unchanged_tables_and_sees_every_change(two_runs, monkeypatc
     real_prepare = ct.prepare
     monkeypatch.setattr(ct, "prepare", lambda *a, **k: prepared.append(1) or real_prepare(*a, **k))
     first = ct.load(two_runs, "demo")
-    first.sessions.drop(first.sessions.index, inplace=True)  # a caller mutating its copy
+    first.sessions["run_id"] = "mutated"  # a caller mutating its copy in place
+    del first.sessions["last_step"]
     again = ct.load(two_runs, "demo")
     assert len(again.sessions) == 5 and again.run_ids == ["run-a", "run-b"]
+    assert set(again.sessions["run_id"]) == {"run-a", "run-b"} and "last_step" in again.sessions
     assert len(prepared) == 1  # read and prepared once
     t = T0 + 2 * 3600 / SCALE
     c1 = _node("c-n0", "pretrain", 1, t, 0, 100, 100, "completed")
