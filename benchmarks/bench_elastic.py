@@ -21,6 +21,11 @@ Figures (wall seconds, from the training events):
 
     python benchmarks/bench_elastic.py [--steps 1500] [--step-sleep 0.03] [--json out.json]
         [--rdzv-poll-interval 1]   # torch's own 1 s rendezvous poll, for comparison
+        [--keep]                   # keep the work folder (node logs, checkpoints)
+
+The work folder (``$TMPDIR/bench-elastic-*``) is removed after a completed run; it is
+kept, and its path printed, with ``--keep`` or when the run failed or was stopped (SIGTERM,
+e.g. from ``timeout``, or Ctrl-C).
 """
 
 from __future__ import annotations
@@ -29,9 +34,12 @@ import argparse
 import json
 import os
 import platform
+import shutil
+import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -87,6 +95,26 @@ def _cas_retries(logs: Path, windows: dict[str, tuple[float, float]]) -> dict | 
     return out
 
 
+def in_workdir(body: Callable[[Path], int], keep: bool = False) -> int:
+    """Run ``body`` in a fresh ``bench-elastic-*`` temporary folder and return its exit code.
+
+    The folder is removed when ``body`` returned 0 and ``keep`` is false; otherwise (``keep``,
+    a non-zero code, an exception, ``SystemExit``: a timeout of the run, SIGTERM, Ctrl-C)
+    it stays and its path goes to stderr.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix="bench-elastic-"))
+    code: int | None = None
+    try:
+        code = body(tmp)
+        return code
+    finally:
+        if code == 0 and not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            why = "--keep" if code == 0 else "the run failed or was stopped"
+            print(f"bench_elastic: work folder kept ({why}): {tmp}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=1500)
@@ -101,8 +129,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rdzv-join-skew", type=float, default=None,
                    help="upper bound of torch's random pre-join skew, s (default: "
                         "ElasticConfig's; 0.3 = torch's own)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the work folder (node logs, checkpoints) after a completed run")
     a = p.parse_args(argv)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-elastic-"))
+    before = signal.signal(signal.SIGTERM, _terminated)  # e.g. `timeout`: unwind, name the folder
+    try:
+        return in_workdir(lambda tmp: measure(a, tmp), keep=a.keep)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def measure(a: argparse.Namespace, tmp: Path) -> int:
+    """The benchmark itself, with its work and checkpoint folders under ``tmp``."""
     w = EventWatch()
     elastic = ElasticConfig()
     if a.last_call_timeout is not None:
