@@ -16,7 +16,10 @@ Formats read (see ../shared/data/README.md):
   ``metadata.price_info`` (spot and on-demand $/h, machine type, region) and a top-level
   ``prices`` list (spot $/h per tick). Its ``data`` is **inverted**: 1 = preempted /
   unavailable, 0 = available. Recognised by ``metadata.price_info`` (some spot-traces
-  files also carry a ``prices`` list; they are NOT inverted).
+  files also carry a ``prices`` list; they are NOT inverted). ``metadata.inverted``
+  (true/false) states the convention explicitly; a file with SkyNomad metadata
+  (``zone`` / ``start_time``) but neither ``price_info`` nor ``inverted`` is refused,
+  because its 0/1 could mean either.
 
 A market is keyed by (cloud, region, zone, instance type, nodes needed): a zone is up in
 a tick when the count is >= the nodes the job needs (``nodes``: argument, else
@@ -28,6 +31,7 @@ a zone that never has the nodes needed is reported with a warning, never silentl
 from __future__ import annotations
 
 import json
+import math
 import re
 import warnings
 from dataclasses import dataclass
@@ -43,6 +47,33 @@ _NODES_DIR = re.compile(r"^(\d+)-node$")
 
 class TraceFormatError(ValueError):
     """A trace file is malformed; the message names the file, the field and the fix."""
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def price_series(values: object, n_ticks: int, where: str) -> np.ndarray:
+    """Validate a list of spot prices ($/h), one per tick, and return it as floats.
+
+    ``where`` names the file and series for the message. Refuses (``TraceFormatError``)
+    anything but a list of exactly ``n_ticks`` finite positive numbers: strings, null,
+    NaN, infinity, zero or negative prices, and a list of another length (a price file
+    made for another folder, another tick length or another window).
+    """
+    if not isinstance(values, list):
+        raise TraceFormatError(f"{where}: must be a list of spot $/h, one per tick "
+                               f"({n_ticks} ticks), got {type(values).__name__}")
+    if len(values) != n_ticks:
+        raise TraceFormatError(
+            f"{where}: {len(values)} prices for {n_ticks} ticks; a price series must be "
+            "aligned tick for tick with its trace (same window, same gap_seconds): use the "
+            "price file made for this folder")
+    for i, x in enumerate(values):
+        if not _is_number(x) or not math.isfinite(x) or x <= 0:
+            raise TraceFormatError(f"{where}: price [{i}] = {x!r}; every tick needs a finite "
+                                   "positive number of $/h (no strings, null, NaN, 0 or < 0)")
+    return np.asarray(values, dtype=float)
 
 
 def zone_cloud(zone: str) -> str | None:
@@ -153,7 +184,7 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     if not isinstance(meta, dict) or "gap_seconds" not in meta:
         raise TraceFormatError(f"{p}: missing metadata.gap_seconds; add e.g. {{\"metadata\": {{\"gap_seconds\": 195}}}}")
     gap = meta["gap_seconds"]
-    if not isinstance(gap, (int, float)) or isinstance(gap, bool) or gap <= 0:
+    if not _is_number(gap) or not math.isfinite(gap) or gap <= 0:
         raise TraceFormatError(f"{p}: metadata.gap_seconds must be a positive number of seconds, got {gap!r}")
     data = raw.get("data")
     if not isinstance(data, list) or not data:
@@ -165,9 +196,23 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     if "zone" in meta and meta["zone"] != zone:
         raise TraceFormatError(f"{p}: metadata.zone {meta['zone']!r} does not match the file name's "
                                f"zone {zone!r}; rename the file or fix the metadata")
+    if len(data) < 2:
+        raise TraceFormatError(f"{p}: 'data' has {len(data)} tick; a trace needs at least 2 "
+                               "ticks (the file may be truncated)")
     price_info = meta.get("price_info")
     nomad = isinstance(price_info, dict)  # SkyNomad files carry price_info (and invert)
-    inv = nomad if inverted is None else inverted
+    declared = meta.get("inverted")
+    if declared is not None and not isinstance(declared, bool):
+        raise TraceFormatError(f"{p}: metadata.inverted must be true (1 = unavailable) or false "
+                               f"(counts, 1 = available), got {declared!r}")
+    if inverted is None and declared is None and not nomad and (
+            "start_time" in meta or "zone" in meta):
+        raise TraceFormatError(
+            f"{p}: metadata has SkyNomad fields ({', '.join(k for k in ('zone', 'start_time') if k in meta)}) "
+            "but no price_info, so its 0/1 could be inverted (SkyNomad: 1 = unavailable) or "
+            "counts (spot-traces: 1 = available); add \"inverted\": true or false to metadata "
+            "(or restore metadata.price_info)")
+    inv = inverted if inverted is not None else declared if declared is not None else nomad
     counts = np.asarray(data, dtype=np.int32)
     if inv:
         if counts.max() > 1:
@@ -188,19 +233,24 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     if nomad or "prices" in raw:
         prices = raw.get("prices")
         if prices is not None:
-            if not isinstance(prices, list) or len(prices) != len(data) or not all(
-                    isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in prices):
+            if not isinstance(prices, list) or len(prices) != len(data):
                 raise TraceFormatError(
                     f"{p}: 'prices' must list one positive spot $/h per tick ({len(data)} ticks)")
-            spot_prices = np.asarray(prices, dtype=float)
+            spot_prices = price_series(prices, len(data), f"{p}: 'prices'")
         if isinstance(price_info, dict):
             try:
-                sp = float(price_info["price"])
-                od_price = float(price_info["on_demand_price"])
-            except (KeyError, TypeError, ValueError) as exc:
+                sp = price_info["price"]
+                od_price = price_info["on_demand_price"]
+            except KeyError as exc:
                 raise TraceFormatError(
                     f"{p}: metadata.price_info needs numeric 'price' and 'on_demand_price' "
-                    f"($/h): {exc}") from exc
+                    f"($/h): {exc} is missing") from exc
+            for name, v in (("price", sp), ("on_demand_price", od_price)):
+                if not _is_number(v) or not math.isfinite(v) or v <= 0:
+                    raise TraceFormatError(
+                        f"{p}: metadata.price_info.{name} = {v!r}; 'price' and "
+                        "'on_demand_price' must be finite positive numbers ($/h)")
+            sp, od_price = float(sp), float(od_price)
             if spot_prices is None:
                 spot_prices = np.full(len(data), sp)
             instance_type = str(price_info.get("machine_type") or label)
@@ -212,7 +262,7 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     if not tr.up().any():
         warnings.warn(f"{p}: zone {zone} never has {need} instance(s) available in "
                       f"{tr.n_ticks} ticks (max count {int(counts.max())}); it will be "
-                      "treated as never available. Lower nodes= if the job needs fewer.",
+                      "treated as never available. Lower nodes (--nodes) if the job needs fewer.",
                       stacklevel=2)
     return tr
 
@@ -226,7 +276,15 @@ def load_trace_dir(directory: str | Path, cloud: str | None = None, nodes: int |
     traces = [load_trace(f, cloud=cloud, nodes=nodes, inverted=inverted)
               for f in sorted(d.glob("*.json"))]
     if not traces:
-        raise TraceFormatError(f"{d}: no *.json trace files found")
+        below = sorted({str(f.parent.relative_to(d)) for f in d.rglob("*.json")})
+        hint = (f"; its subfolders hold traces: pass one of {below[:8]}" if below
+                else "; pass a folder of <zone>_<instance>.json files")
+        raise TraceFormatError(f"{d}: no *.json trace files found{hint}")
+    other = sorted(f.name for f in d.iterdir() if f.is_file() and f.suffix != ".json"
+                   and not f.name.startswith(".") and not f.name.lower().startswith("readme"))
+    if other:
+        warnings.warn(f"{d}: ignored {len(other)} file(s) that are not *.json: {other[:5]}; "
+                      "only <zone>_<instance>.json files are read", stacklevel=2)
     return traces
 
 

@@ -8,13 +8,20 @@ instance type, nodes needed); several instance types may share a zone.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from fleet.market.traces import Trace, TraceFormatError, load_trace_dir, zone_region
+from fleet.market.traces import (
+    Trace,
+    TraceFormatError,
+    load_trace_dir,
+    price_series,
+    zone_region,
+)
 
 MarketKey = tuple[str, str, str, str, int]
 """(cloud, region, zone, instance type, nodes needed)."""
@@ -143,33 +150,43 @@ class Market:
             spot_price=None if self.spot_price is None else self.spot_price[:, first:last],
             on_demand_price=self.on_demand_price)
 
-    def with_spot_prices(self, path: str | Path) -> Market:
+    def with_spot_prices(self, path: str | Path,
+                         series_ticks: Sequence[int] | None = None) -> Market:
         """Attach per-tick spot prices from a ``spot-prices/*.json`` file
-        (``{"<zone>_<instance>": [$/h per tick, ...]}``, aligned with the traces)."""
+        (``{"<zone>_<instance>": [$/h per tick, ...]}``, aligned with the traces).
+
+        Each series must hold exactly one finite positive price per tick of its zone's
+        trace: ``series_ticks[z]`` ticks (default: the market's ``n_ticks``; ``from_dir``
+        passes each file's own length, as a folder's files may differ in length). A
+        longer or shorter series is refused, not cut: it was made for another window or
+        tick length."""
         p = Path(path)
         try:
             raw = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise TraceFormatError(f"{p}: cannot read the price file ({exc})") from exc
         if not isinstance(raw, dict):
             raise TraceFormatError(f"{p}: must map '<zone>_<instance>' to a list of $/h per tick")
+        lengths = list(series_ticks) if series_ticks is not None else [self.n_ticks] * self.n_zones
+        if len(lengths) != self.n_zones or min(lengths) < self.n_ticks:
+            raise ValueError(f"series_ticks needs one length >= {self.n_ticks} per zone "
+                             f"({self.n_zones}), got {lengths}")
+        if not any(k.split("_", 1)[0] == z.split("/")[0] for k in raw for z in self.zones):
+            raise TraceFormatError(
+                f"{p}: the price file covers none of the market's zones {list(self.zones)[:6]} "
+                f"(its series: {sorted(raw)[:6]}); it was made for another folder: pass the "
+                "price file of this folder, or none (data prices or the flat --spot-price)")
         rows = []
-        for z, it in zip(self.zones, self.instance_types, strict=True):
+        for z, it, n in zip(self.zones, self.instance_types, lengths, strict=True):
             zone = z.split("/")[0]
-            cands = [k for k in raw if k == f"{zone}_{it}" or k.split("_", 1)[0] == zone]
+            cands = [k for k in raw if k == f"{zone}_{it}"] or [
+                k for k in raw if k.split("_", 1)[0] == zone]
             if len(cands) != 1:
                 raise TraceFormatError(
                     f"{p}: no unique price series for zone {zone} (instance {it!r}); keys "
-                    f"found: {sorted(raw)[:12]}; name each series <zone>_<instance>")
-            vals = raw[cands[0]]
-            if not isinstance(vals, list) or len(vals) < self.n_ticks:
-                raise TraceFormatError(
-                    f"{p}: series {cands[0]} has {len(vals) if isinstance(vals, list) else '?'} "
-                    f"prices, the market has {self.n_ticks} ticks; align the files tick for tick")
-            arr = np.asarray(vals[: self.n_ticks], dtype=float)
-            if not np.all(arr > 0):
-                raise TraceFormatError(f"{p}: series {cands[0]} has non-positive prices")
-            rows.append(arr)
+                    f"found: {sorted(raw)[:12]}; add one series per zone, named <zone>_<instance>")
+            arr = price_series(raw[cands[0]], n, f"{p}: series {cands[0]}")
+            rows.append(arr[: self.n_ticks])
         return Market(zones=self.zones, gap_seconds=self.gap_seconds, available=self.available,
                       regions=self.regions, clouds=self.clouds,
                       instance_types=self.instance_types, nodes=self.nodes,
@@ -207,6 +224,7 @@ class Market:
         if len(nodes) != 1:
             raise ValueError(f"traces need different node counts {sorted(nodes)}; one job "
                              "needs one node count")
+        _warn_partial(traces)
         zone_count: dict[str, int] = {}
         for t in traces:
             zone_count[t.zone] = zone_count.get(t.zone, 0) + 1
@@ -228,19 +246,69 @@ class Market:
     @classmethod
     def from_dir(cls, directory: str | Path, zones: Sequence[str] | None = None,
                  nodes: int | None = None, prices: str | Path | None = None,
-                 instance_types: Sequence[str] | None = None) -> Market:
+                 instance_types: Sequence[str] | None = None,
+                 inverted: bool | None = None) -> Market:
         """Load every trace in ``directory`` (optionally only ``zones``, in that order;
         only ``instance_types``), needing ``nodes`` instances (default: the folder's
-        ``N-node``, else 1); ``prices``: a per-tick spot price file to attach."""
-        traces = load_trace_dir(directory, nodes=nodes)
+        ``N-node``, else 1); ``prices``: a per-tick spot price file to attach;
+        ``inverted``: force the 0/1 convention (default: per file, see ``load_trace``).
+
+        Refuses (``TraceFormatError``) a folder where no zone ever has the nodes needed:
+        the job could only run on-demand, which is a wrong ``nodes`` far more often than
+        a market worth simulating."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            traces = load_trace_dir(directory, nodes=nodes, inverted=inverted)
+        never = [t for t in traces if not t.up().any()]
+        if traces and len(never) == len(traces):
+            most = max(int(t.available.max()) for t in traces)
+            raise TraceFormatError(
+                f"{directory}: no zone ever has {traces[0].nodes} instance(s) available (the "
+                f"largest count in any file is {most}); the job could only run on-demand. "
+                f"Lower nodes (--nodes) to at most {most}" if most >= 1 else
+                f"{directory}: no zone is ever available (every count is 0; in inverted "
+                "SkyNomad files every value is 1); check the folder")
+        for w in caught:  # pass the per-file warnings on, now that they are not all zones
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         if instance_types:
+            have = sorted({t.instance_type or t.accelerator for t in traces})
             traces = [t for t in traces if (t.instance_type or t.accelerator) in instance_types
                       or t.accelerator in instance_types]
             if not traces:
-                raise ValueError(f"no trace in {directory} has instance type {list(instance_types)}")
-        m = cls.from_traces(traces)
+                raise ValueError(f"no trace in {directory} has instance type "
+                                 f"{list(instance_types)}; it has {have}")
+        with warnings.catch_warnings():
+            if prices is not None:  # the price file replaces whatever prices the files carry
+                warnings.filterwarnings("ignore", message=r"only \d+ of \d+ traces carry per-tick")
+            m = cls.from_traces(traces)
+        lengths = dict(zip(m.zones, (t.n_ticks for t in traces), strict=True))
         if zones:
             m = m.subset(list(zones))
         if prices is not None:
-            m = m.with_spot_prices(prices)
+            m = m.with_spot_prices(prices, series_ticks=[lengths[z] for z in m.zones])
         return m
+
+
+def _warn_partial(traces: Sequence[Trace]) -> None:
+    """Warn (naming the files) when traces differ in length (the market is cut to the
+    shortest) or only some carry prices (the flat job prices then apply everywhere)."""
+    lens = [t.n_ticks for t in traces]
+    if len(set(lens)) > 1:
+        short = min(traces, key=lambda t: t.n_ticks)
+        warnings.warn(
+            f"traces differ in length ({min(lens)}..{max(lens)} ticks of "
+            f"{traces[0].gap_seconds:g} s): every zone is cut to the shortest, "
+            f"{short.source or short.zone} ({short.duration_hours:.1f} h); "
+            f"{sum(n > min(lens) for n in lens)} zone(s) lose their later ticks",
+            stacklevel=3)
+    for what, has in (("per-tick spot prices", [t.spot_prices is not None for t in traces]),
+                      ("an on-demand price", [t.on_demand_price is not None for t in traces])):
+        if any(has) and not all(has):
+            with_ = [t.source or t.zone for t, h in zip(traces, has, strict=True) if h]
+            without = [t.source or t.zone for t, h in zip(traces, has, strict=True) if not h]
+            warnings.warn(
+                f"only {len(with_)} of {len(traces)} traces carry {what} (e.g. {with_[0]}; "
+                f"missing in {without[:3]}): they are ignored and the job's flat price "
+                "(--spot-price / --on-demand-price) applies to every zone; give every file "
+                "its prices (or pass --prices with a series per zone) to use them",
+                stacklevel=3)
