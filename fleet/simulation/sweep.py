@@ -50,9 +50,14 @@ def start_ticks(market: Market, spec: JobSpec, n: int, warmup_hours: float = 168
     if n <= 0:
         raise ValueError(f"starts must be >= 1, got {n}")
     if last <= first:
+        need = horizon_ticks(spec, g) * g
+        fits = math.floor((market.n_ticks - horizon_ticks(spec, g) - 2) * g)
+        fix = (f"at most {fits:g} h of history fits (--warmup-hours {fits:g} or less)" if fits > 0
+               else "shorten the deadline or the work")
         raise ValueError(
             f"traces too short: {market.duration_hours:.0f} h cannot hold {warmup_hours:.0f} h "
-            f"of history plus a {spec.deadline_hours:.0f} h job; lower the warm-up or deadline")
+            f"of history plus a {spec.deadline_hours:.0f} h job (each start needs {need:.0f} h "
+            f"of trace: deadline + work + 1 h); {fix}")
     span = last - first
     step = span / n
     return [int(first + (k + offset) * step) for k in range(n)]
@@ -98,13 +103,15 @@ def run_sweep(market: Market, spec: JobSpec, policies: Sequence[Policy], starts:
             spec.work_hours + spec.restart_hours)
     if with_omniscient:
         tp = time.perf_counter()
-        res.omniscient = [omniscient_bound(market, spec, s).cost for s in starts]
+        res.omniscient = _each(lambda s: omniscient_bound(market, spec, s).cost, starts,
+                               OMNISCIENT, progress)
         if progress:
             progress(f"  {OMNISCIENT:<24} {len(starts)} starts  mean ${np.mean(res.omniscient):8.2f}"
                      f"  ({time.perf_counter() - tp:.1f} s)")
     for pol in policies:
         tp = time.perf_counter()
-        runs = [simulate(pol, market, spec, s, observe=observe) for s in starts]
+        runs = _each(lambda s, pol=pol: simulate(pol, market, spec, s, observe=observe), starts,
+                     pol.name, progress)
         res.runs[pol.name] = runs
         if progress:
             met = np.mean([r.deadline_met for r in runs])
@@ -112,6 +119,21 @@ def run_sweep(market: Market, spec: JobSpec, policies: Sequence[Policy], starts:
                      f"  deadlines met {met:6.1%}  ({time.perf_counter() - tp:.1f} s)")
     res.wall_seconds = time.perf_counter() - t0
     return res
+
+
+def _each(fn: Callable[[int], object], starts: Sequence[int], name: str,
+          progress: Callable[[str], None] | None, every_s: float = 10.0) -> list:
+    """``[fn(s) for s in starts]``, telling ``progress`` how far it got every ``every_s``
+    seconds of wall time (long phases: the omniscient DP on 100 starts takes minutes)."""
+    out = []
+    t0 = last = time.perf_counter()
+    for k, s in enumerate(starts, 1):
+        out.append(fn(s))
+        now = time.perf_counter()
+        if progress and now - last >= every_s and k < len(starts):
+            progress(f"  {name:<24} {k}/{len(starts)} starts ...  ({now - t0:.0f} s)")
+            last = now
+    return out
 
 
 def summarize(res: SweepResult) -> list[PolicySummary]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from fleet.contract import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_RESTART_SECONDS
 from fleet.market.config import DEFAULT_ON_DEMAND_PRICE, DEFAULT_SPOT_PRICE
@@ -33,6 +34,10 @@ def register(subparsers) -> None:
                         "(default: the folder's N-node, else 1)")
     p.add_argument("--instance-types", default="",
                    help="comma-separated instance types to keep when a folder has several")
+    p.add_argument("--inverted", choices=("auto", "yes", "no"), default="auto",
+                   help="0/1 convention of the files: yes = 1 means unavailable (SkyNomad), "
+                        "no = counts (spot-traces); auto (default): per file, from "
+                        "metadata.inverted or metadata.price_info")
     p.add_argument("--prices", default="",
                    help="per-tick spot price file to attach, e.g. ../shared/data/spot-prices/"
                         "aws-v100-02-15-2023.json (GCP H100 files carry their own prices)")
@@ -71,7 +76,18 @@ def register(subparsers) -> None:
     p.set_defaults(handler=_run)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Print a warning as one ``spotfleet fleet-sim: warning: ...`` line (no source line)."""
+    print(f"spotfleet fleet-sim: warning: {message}", file=sys.stderr, flush=True)
+
+
 def _run(args: argparse.Namespace) -> int:
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _simulate(args)
+
+
+def _simulate(args: argparse.Namespace) -> int:
     from fleet.policies.base import JobSpec
     from fleet.simulation.market import Market
     from fleet.simulation.sweep import (
@@ -90,7 +106,15 @@ def _run(args: argparse.Namespace) -> int:
                    egress_usd_per_gb=args.egress_usd_per_gb)
     itypes = [x.strip() for x in args.instance_types.split(",") if x.strip()] or None
     market = Market.from_dir(args.traces, nodes=args.nodes, prices=args.prices or None,
-                             instance_types=itypes)
+                             instance_types=itypes,
+                             inverted={"auto": None, "yes": True, "no": False}[args.inverted])
+    slack = spec.deadline_hours - spec.work_hours
+    if market.gap_hours >= min(spec.work_hours, slack):
+        warnings.warn(
+            f"a tick ({market.gap_hours:g} h) is as long as the job's work ({spec.work_hours:g} h) "
+            f"or slack ({slack:g} h): the policies see the market once per tick, so they can "
+            "hardly use spot and the comparison says little; use traces with shorter ticks or "
+            "a longer job", stacklevel=1)
     names = [n.strip() for n in args.policies.split(",") if n.strip()] or None
     policies = make_policies(names)
     starts = start_ticks(market, spec, args.starts, warmup_hours=args.warmup_hours)

@@ -1,0 +1,100 @@
+"""``spotfleet fleet-sim`` on malformed folders: exit 2 with one ``error:`` line naming the
+file and the fix (never a traceback), warnings as one ``warning:`` line each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fleet.policies.base import JobSpec
+from fleet.simulation.sweep import _each, start_ticks
+from pipelines.cli import main
+
+ARGS = ["--starts", "2", "--policies", "failover", "--warmup-hours", "24",
+        "--work-hours", "12", "--deadline-hours", "18", "--no-omniscient"]
+
+
+def _folder(d, n=2000, gap=195, zones=("us-east-1a", "us-east-2a"), **first):
+    d.mkdir(parents=True, exist_ok=True)
+    for i, z in enumerate(zones):
+        obj = {"metadata": {"gap_seconds": gap}, "data": [1, 1, 0, 1] * (n // 4)}
+        if i == 0:
+            obj.update(first)
+        (d / f"{z}_v100_1.json").write_text(json.dumps(obj))
+    return d
+
+
+@pytest.mark.parametrize(("case", "first", "needle"), [
+    ("truncated", None, "not valid JSON"),
+    ("gap string", {"metadata": {"gap_seconds": "195"}}, "metadata.gap_seconds"),
+    ("value null", {"data": [1, None, 0]}, "data[1] = None"),
+    ("empty data", {"data": []}, "non-empty list"),
+    ("no metadata", {"metadata": None}, "missing metadata.gap_seconds"),
+])
+def test_malformed_file_exit_2_naming_the_file(tmp_path, capsys, case, first, needle):
+    d = _folder(tmp_path / "t", **({} if first is None else first))
+    bad = d / "us-east-1a_v100_1.json"
+    if first is None:
+        bad.write_text(bad.read_text()[:300])
+    rc = main(["fleet-sim", "--traces", str(d), *ARGS])
+    err = capsys.readouterr().err
+    assert rc == 2, case
+    assert err.startswith("spotfleet fleet-sim: error: ") and str(bad) in err and needle in err
+    assert "Traceback" not in err
+
+
+def test_price_file_of_another_folder_is_refused(tmp_path, capsys):
+    d = _folder(tmp_path / "t")
+    p = tmp_path / "prices.json"
+    p.write_text(json.dumps({f"{z}_v100_1": [1.0] * 2500 for z in ("us-east-1a", "us-east-2a")}))
+    rc = main(["fleet-sim", "--traces", str(d), "--prices", str(p), *ARGS])
+    err = capsys.readouterr().err
+    assert rc == 2 and "2500 prices for 2000 ticks" in err and str(p) in err
+
+
+def test_nodes_above_every_count_is_refused(tmp_path, capsys):
+    d = _folder(tmp_path / "t")
+    rc = main(["fleet-sim", "--traces", str(d), "--nodes", "2", *ARGS])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no zone ever has 2 instance(s)" in err and "--nodes" in err
+
+
+def test_warnings_are_one_line_each_and_the_run_goes_on(tmp_path, capsys):
+    d = _folder(tmp_path / "t", prices=[0.9] * 2000)  # only one file carries prices
+    (d / "notes.txt").write_text("collected by hand")
+    rc = main(["fleet-sim", "--traces", str(d), *ARGS])
+    cap = capsys.readouterr()
+    assert rc == 0 and "flat spot 0.918" in cap.out
+    lines = cap.err.strip().splitlines()
+    warned = [ln for ln in lines if ln.startswith("spotfleet fleet-sim: warning: ")]
+    assert any("only 1 of 2 traces carry per-tick spot prices" in ln for ln in warned)
+    assert any("notes.txt" in ln for ln in warned)
+    assert "UserWarning" not in cap.err and "warnings.warn" not in cap.err
+
+
+def test_tick_longer_than_the_job_warns(tmp_path, capsys):
+    d = _folder(tmp_path / "t", n=400, gap=86400)
+    rc = main(["fleet-sim", "--traces", str(d), *ARGS])
+    err = capsys.readouterr().err
+    assert rc == 0 and "a tick (24 h) is as long as the job's work" in err
+
+
+def test_too_short_traces_say_how_much_history_fits(tmp_path, capsys):
+    d = _folder(tmp_path / "t", n=696, gap=600)  # like the GCP H100 folder: 116 h
+    rc = main(["fleet-sim", "--traces", str(d), "--starts", "2", "--no-omniscient"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "at most 54 h of history fits (--warmup-hours 54 or less)" in err
+    from fleet.simulation.market import Market
+
+    m = Market.from_dir(d)
+    spec = JobSpec(work_hours=24, deadline_hours=36)
+    assert len(start_ticks(m, spec, 3, warmup_hours=54)) == 3  # the suggestion works
+
+
+def test_long_phases_report_progress():
+    lines: list[str] = []
+    out = _each(lambda s: s * 2, [1, 2, 3], "omniscient", lines.append, every_s=0.0)
+    assert out == [2, 4, 6]
+    assert lines == ["  omniscient               1/3 starts ...  (0 s)",
+                     "  omniscient               2/3 starts ...  (0 s)"]
