@@ -8,6 +8,9 @@ real window at start times interleaved with the report starts
     nice -n 10 python benchmarks/fleet_tuning_set.py --params move_survives_preemption=true
     # paired per-start diagnosis of cells against a baseline (what differs, the worst starts)
     nice -n 10 python benchmarks/fleet_tuning_set.py --diagnose v100:1.5:120:failover_sky
+    # the candidate (--params) start by start against v5 (baseline name "v5"), no sweep
+    nice -n 10 python benchmarks/fleet_tuning_set.py --params recovery_window_hours=1 \
+        --diagnose v100:1.5:120:v5 --no-compare
 """
 
 from __future__ import annotations
@@ -104,10 +107,16 @@ def _rle(timeline, m) -> str:
     return " ".join(f"{n}[{b}-{e}]" for n, b, e in out)
 
 
-def diagnose(cell: str, worst: int = 5) -> None:
+def diagnose(cell: str, worst: int = 5, params: SpotfleetParams | None = None) -> None:
+    """Paired per-start comparison of one cell ``family:D/W:notice:baseline``: spotfleet
+    (the candidate ``params`` when given, else v5) against the baseline, or against v5
+    when the baseline is named ``v5``."""
     fname, ratio, notice, bname = cell.split(":")
     ratio, notice = float(ratio), float(notice)
-    pols = builtin_policy_factories()
+    pols = dict(builtin_policy_factories())
+    pols["v5"] = SpotfleetPolicy
+    if params is not None:
+        pols["spotfleet"] = lambda: SpotfleetPolicy(params)
     spec = FAMILIES[fname].spec(ratio, notice)
     plan = tuning_plan(fname, ratio)
     om = np.array([omniscient_bound(m, FAMILIES[fname].spec(ratio, 0.0), s).cost for m, s, _ in plan])
@@ -143,16 +152,19 @@ def diagnose(cell: str, worst: int = 5) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", nargs="*", default=[], help="candidate SpotfleetParams: field=value ...")
-    ap.add_argument("--diagnose", nargs="*", default=[], help="cells family:D/W:notice:baseline")
+    ap.add_argument("--diagnose", nargs="*", default=[],
+                    help="cells family:D/W:notice:baseline (baseline v5: the candidate against v5)")
+    ap.add_argument("--no-compare", action="store_true", help="only the --diagnose cells")
     args = ap.parse_args()
     if not DATA.is_dir():
         print(f"skip: {DATA} not found (set SPOTFLEET_SHARED_DATA)")
         return 0
     print(f"load average at start: {os.getloadavg()}", flush=True)
     t0 = time.perf_counter()
+    params = parse_params(args.params) if args.params else None
     for cell in args.diagnose:
-        diagnose(cell)
-    if args.params or not args.diagnose:
+        diagnose(cell, params=params)
+    if (args.params or not args.diagnose) and not args.no_compare:
         compare(parse_params(args.params))
     print(f"\n{time.perf_counter() - t0:.1f} s wall; load average at end: {os.getloadavg()}")
     return 0

@@ -28,17 +28,26 @@ class PriorStats:
     mean_down_hours: np.ndarray  # down hours / (regains + 1)
     all_down: float  # share of ticks with no zone up
     up_after_neighbour_hours: np.ndarray | None = None  # see ``from_history``
+    runs_after_recovery_hours: tuple[np.ndarray, ...] | None = None  # see ``from_history``
+    runs_after_outage_hours: tuple[np.ndarray, ...] | None = None  # see ``from_history``
 
     @classmethod
     def from_history(cls, history: np.ndarray, gap_hours: float,
                      lookback_hours: float = 24.0 * 30,
-                     regions: tuple[str, ...] = ()) -> PriorStats:
+                     regions: tuple[str, ...] = (),
+                     recovery_window_hours: float = 0.0) -> PriorStats:
         """Statistics of ``history`` (zones x ticks) over the last ``lookback_hours``.
 
         With ``regions``: ``up_after_neighbour_hours[z]`` = mean time (h) until zone ``z``
         next loses capacity, measured from the moments another zone of its region was
         preempted while ``z`` was up (region-correlated reclaims make that shorter than
         the mean up-run); the mean up-run where fewer than 3 such moments exist.
+
+        With ``recovery_window_hours > 0``: ``runs_after_recovery_hours[z]`` = the lengths
+        (h) of ``z``'s up-runs that began at most that long after ``z`` itself lost
+        capacity (:func:`runs_after_recovery`), and ``runs_after_outage_hours[z]`` those
+        after an outage of any length (the same with an unbounded window); ``None``
+        otherwise.
         """
         n = max(2, int(lookback_hours / gap_hours))
         h = np.asarray(history[:, -n:], dtype=bool)
@@ -63,10 +72,43 @@ class PriorStats:
                 if len(ts) >= 3:
                     ts = np.asarray(ts)
                     after[z] = max(float(np.mean(nxt[z, ts] - ts)) * gap_hours, gap_hours)
+        rec = out = None
+        if recovery_window_hours > 0:
+            rec = tuple(runs_after_recovery(h[z], gap_hours, recovery_window_hours)
+                        for z in range(h.shape[0]))
+            out = tuple(runs_after_recovery(h[z], gap_hours, np.inf) for z in range(h.shape[0]))
         return cls(availability=up_ticks / h.shape[1], mean_up_hours=mean_up,
                    mean_down_hours=np.maximum((h.shape[1] - up_ticks) * gap_hours / (reg + 1),
                                               gap_hours),
-                   all_down=float(np.mean(~h.any(axis=0))), up_after_neighbour_hours=after)
+                   all_down=float(np.mean(~h.any(axis=0))), up_after_neighbour_hours=after,
+                   runs_after_recovery_hours=rec, runs_after_outage_hours=out)
+
+
+def runs_after_recovery(up: np.ndarray, gap_hours: float, window_hours: float) -> np.ndarray:
+    """Lengths (h) of the up-runs of one zone's history ``up`` (bool per tick) that began
+    at most ``window_hours`` after the zone lost capacity: the down-run before the run
+    started inside the history and lasted at most ``window_hours``.
+
+    These are the runs a job meets when it relaunches in a zone that preempted it less
+    than ``window_hours`` ago and is up again. The history's first run is never one
+    (nothing before it, or a down-run whose start is not in the history); the last run
+    counts up to the history's end (censored, so conservative)."""
+    x = np.asarray(up, dtype=np.int8)
+    d = np.diff(np.concatenate([[0], x, [0]]))
+    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    if starts.size < 2:
+        return np.zeros(0)
+    down = (starts[1:] - ends[:-1]) * gap_hours
+    keep = down <= window_hours + 1e-9
+    return ((ends[1:] - starts[1:]) * gap_hours)[keep].astype(float)
+
+
+def hold_hours(runs: np.ndarray, cap_hours: float) -> float:
+    """Expected hours a job holds a zone whose up-runs from launch are ``runs`` (h), when
+    it needs at most ``cap_hours``: ``E[min(L, cap)]``. With the heavy-tailed runs of
+    spot markets (many short runs, a few very long ones) this is well below
+    ``min(E[L], cap)``, the cap of the mean that v5's cost per useful hour uses."""
+    return float(np.mean(np.minimum(runs, cap_hours))) if runs.size else float(cap_hours)
 
 
 def belief_up(obs: Observation, prior: PriorStats) -> np.ndarray:

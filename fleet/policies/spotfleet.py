@@ -60,7 +60,7 @@ import numpy as np
 
 from checkpointing.costmodel import optimal_interval_hours
 from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
-from fleet.policies.market_view import PriorStats, belief_up, launch_action
+from fleet.policies.market_view import PriorStats, belief_up, hold_hours, launch_action
 from fleet.policies.safety import (
     affordable_probes,
     must_go_on_demand,
@@ -94,6 +94,17 @@ class SpotfleetParams:
     # on-demand also pays the way back (SpotfleetPolicy._leaving_on_demand_pays)
     move_survives_preemption: bool = False  # True: a voluntary move must leave slack for
     # one preemption in the new zone (restart + work lost + a tick)
+    recovery_window_hours: float = 0.0  # > 0 (v6 candidate, issue 10): for this long after
+    # this job was preempted in a zone, the zone's expected run is what the job would hold
+    # of the up-runs that, in its history, began that soon after it lost capacity
+    # (SpotfleetPolicy.expected_runs); 0: off (v5)
+    recovery_scope: str = "own"  # which zones recovery_window_hours judges: "own" (the
+    # zones that preempted this job) or "observed" (any zone whose last up -> down change
+    # in the job's observed history, before its start included, is that recent)
+    recovery_rule: str = "hold"  # "hold": the zone's expected run is E[min(L, need)] of
+    # its runs after a recovery that soon; "relative": v5's expected run scaled by that
+    # hold over the same hold of its runs after any outage (only a zone whose runs after a
+    # quick recovery are shorter than its runs in general is marked down)
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -142,27 +153,58 @@ class SpotfleetPolicy(Policy):
     def reset(self, spec: JobSpec, obs: Observation) -> None:
         hist = obs.history[:, : obs.tick] if obs.tick > 1 else obs.history
         self.prior = PriorStats.from_history(hist, obs.gap_hours, self.p.lookback_hours,
-                                             tuple(obs.regions))
+                                             tuple(obs.regions), self.p.recovery_window_hours)
         n = max(2, int(self.p.lookback_hours / obs.gap_hours))
         self._down = ~np.asarray(hist[:, -n:], dtype=bool).any(axis=0)  # no zone up, per tick
         self._gap = obs.gap_hours
         self._pre_tick = -(10**9)
         self._pre_region: str | None = None
+        self._own_pre: dict[int, int] = {}  # zone -> tick this job was last preempted there
         self._idle_h = 0.0  # hours spent idle so far (the no-deadline delay budget)
         self._idle_since: float | None = None
 
-    def expected_runs(self, obs: Observation, neighbour: bool = True) -> np.ndarray:
+    def expected_runs(self, obs: Observation, neighbour: bool = True,
+                      caps: np.ndarray | None = None) -> np.ndarray:
         """Expected up-run (h) of each zone if launched now: the prior's mean up-run, or,
         for zones of a region that just lost an instance of this job, the shorter of that
         and the prior's up-time after a neighbour's preemption (correlated reclaims;
-        ``neighbour=False``: the prior's mean up-run everywhere)."""
+        ``neighbour=False``: the prior's mean up-run everywhere).
+
+        With ``recovery_window_hours > 0`` (v6 candidate): a zone that preempted this job
+        at most that long ago is judged by its up-runs that began that soon after it lost
+        capacity (``PriorStats.runs_after_recovery_hours``, at least 3 of them): the
+        shorter of the above and ``E[min(L, caps[z])]`` (h the job would hold it, needing
+        ``caps[z]`` at most; ``caps=None``: the runs' mean). A relaunch there meets a
+        fresh run after a short outage, and the mean up-run of the whole history (capped
+        at the work left) rates such a run by its few very long ones."""
         run = np.array(self.prior.mean_up_hours, dtype=float)
         after = self.prior.up_after_neighbour_hours
         recent = (obs.tick - self._pre_tick) * obs.gap_hours <= self.p.neighbour_window_hours
         if neighbour and after is not None and recent and self._pre_region is not None and obs.regions:
             same = np.array([r == self._pre_region for r in obs.regions])
             run = np.where(same, np.minimum(run, after), run)
+        rec = self.prior.runs_after_recovery_hours
+        if rec is not None:
+            for z in self._recent_drops(obs):
+                if rec[z].size >= 3:
+                    cap = math.inf if caps is None else float(caps[z])
+                    hold = hold_hours(rec[z], cap)
+                    if self.p.recovery_rule == "relative":
+                        hold = run[z] * hold / max(hold_hours(self.prior.runs_after_outage_hours[z], cap), 1e-9)
+                    run[z] = min(run[z], hold)
         return run
+
+    def _recent_drops(self, obs: Observation) -> list[int]:
+        """Zones that lost capacity at most ``recovery_window_hours`` ago: those that
+        preempted this job (``recovery_scope="own"``), or any zone with an up -> down
+        change that recent in the observed history (``"observed"``: the market before the
+        job, then what the job saw by holding or probing)."""
+        w = self.p.recovery_window_hours
+        if self.p.recovery_scope == "observed":
+            n = int(w / obs.gap_hours + 1e-9)
+            h = np.asarray(obs.history[:, -(n + 1):], dtype=bool)
+            return [int(z) for z in np.flatnonzero((h[:, :-1] & ~h[:, 1:]).any(axis=1))]
+        return [z for z, t in self._own_pre.items() if (obs.tick - t) * obs.gap_hours <= w]
 
     # ------------------------------------------------------------------ costs
     def _lost_per_preemption(self, spec: JobSpec, run_hours: float) -> float:
@@ -177,13 +219,18 @@ class SpotfleetPolicy(Policy):
         from staying there); inf where not worth it."""
         spec = state.spec
         price = obs.spot_prices(spec)
-        run = self.expected_runs(obs, neighbour)
         rem = max(spec.work_hours - state.done_hours, 1e-3)
+        overs = np.empty(obs.n_zones)
+        for z in range(obs.n_zones):
+            stay = held is not None and z == held
+            moves = (not stay) and obs.moves_region(z)
+            overs[z] = 0.0 if stay else spec.restart_hours + (obs.migration_hours if moves else 0.0)
+        run = self.expected_runs(obs, neighbour, caps=rem + overs)
         out = np.empty(obs.n_zones)
         for z in range(obs.n_zones):
             stay = held is not None and z == held
             moves = (not stay) and obs.moves_region(z)
-            over = 0.0 if stay else spec.restart_hours + (obs.migration_hours if moves else 0.0)
+            over = overs[z]
             extra = obs.migration_usd if moves else 0.0
             r = run[z]
             if r >= rem + over:  # expected to finish before the next preemption
@@ -265,6 +312,8 @@ class SpotfleetPolicy(Policy):
         if state.just_preempted and state.last_preempted_zone >= 0 and obs.regions:
             self._pre_tick = obs.tick
             self._pre_region = obs.regions[state.last_preempted_zone]
+        if state.just_preempted and state.last_preempted_zone >= 0:
+            self._own_pre[state.last_preempted_zone] = obs.tick
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
         run = self.expected_runs(obs)
