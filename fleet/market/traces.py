@@ -259,6 +259,13 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     tr = Trace(zone=zone, accelerator=accelerator, count=int(need), gap_seconds=float(gap),
                available=counts, cloud=cl, source=str(p), instance_type=instance_type,
                spot_prices=spot_prices, on_demand_price=od_price)
+    if (nodes is None and "nodes" not in meta and _folder_nodes(p) is None and not inv
+            and int(counts.max()) > 1):
+        warnings.warn(f"{p}: counts reach {int(counts.max())} but no node count was given (no "
+                      "nodes argument / --nodes, no metadata.nodes, no N-node folder above the "
+                      "file): a tick counts as available with >= 1 instance. If this is a "
+                      "multi-node trace (values = instances held), pass --nodes N",
+                      stacklevel=2)
     if not tr.up().any():
         warnings.warn(f"{p}: zone {zone} never has {need} instance(s) available in "
                       f"{tr.n_ticks} ticks (max count {int(counts.max())}); it will be "

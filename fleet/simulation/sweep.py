@@ -52,7 +52,8 @@ def start_ticks(market: Market, spec: JobSpec, n: int, warmup_hours: float = 168
     if last <= first:
         need = horizon_ticks(spec, g) * g
         fits = math.floor((market.n_ticks - horizon_ticks(spec, g) - 2) * g)
-        fix = (f"at most {fits:g} h of history fits (--warmup-hours {fits:g} or less)" if fits > 0
+        fix = (f"at most {fits:g} h of history fits (--warmup-hours {fits:g} or less; less "
+               "leaves room for more distinct starts)" if fits > 0
                else "shorten the deadline or the work")
         raise ValueError(
             f"traces too short: {market.duration_hours:.0f} h cannot hold {warmup_hours:.0f} h "

@@ -118,6 +118,13 @@ def _simulate(args: argparse.Namespace) -> int:
     names = [n.strip() for n in args.policies.split(",") if n.strip()] or None
     policies = make_policies(names)
     starts = start_ticks(market, spec, args.starts, warmup_hours=args.warmup_hours)
+    distinct = len(set(starts))
+    if distinct < len(starts):
+        warnings.warn(
+            f"only {distinct} distinct start ticks fit between {args.warmup_hours:g} h of history "
+            f"and the end of the traces: the {len(starts)} starts repeat them, so the table "
+            f"averages {distinct} runs per policy, not {len(starts)}; lower --warmup-hours, "
+            "--deadline-hours or --starts", stacklevel=1)
     priced = ("per-tick spot prices" if market.spot_price is not None
               else f"flat spot {spec.spot_price:g} $/h")
     print(f"fleet-sim: {market.n_zones} zones ({', '.join(market.zones)}) in "

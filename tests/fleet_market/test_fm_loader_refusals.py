@@ -181,3 +181,18 @@ def test_real_folders_still_load_without_warnings(shared_data):
     with pytest.raises(TraceFormatError, match="20158 prices for 19961 ticks"):
         Market.from_dir(shared_data / "spot-traces/preemption/1-node/aws-04-22-2023",
                         prices=shared_data / "spot-prices/aws-v100-02-15-2023.json")
+
+
+def test_counts_above_one_without_a_node_count_warn(tmp_path):
+    # a 16-node folder copied away from its "16-node" parent: count >= 1 is not count >= 16
+    d = tmp_path / "copied" / "aws-08-27-2023"
+    _file(d / "us-east-2b_v100_1.json", [16, 15, 3, 0])
+    with pytest.warns(UserWarning, match="counts reach 16 but no node count was given"):
+        t = load_trace(d / "us-east-2b_v100_1.json")
+    assert t.up().tolist() == [True, True, True, False]  # read as asked (1 node), said aloud
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_trace(d / "us-east-2b_v100_1.json", nodes=16).up().tolist() == [
+            True, False, False, False]
+        _file(tmp_path / "16-node" / "x" / "us-east-2b_v100_1.json", [16, 15, 3, 0])
+        assert load_trace(tmp_path / "16-node" / "x" / "us-east-2b_v100_1.json").nodes == 16

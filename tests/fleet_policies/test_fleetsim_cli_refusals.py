@@ -84,7 +84,7 @@ def test_too_short_traces_say_how_much_history_fits(tmp_path, capsys):
     d = _folder(tmp_path / "t", n=696, gap=600)  # like the GCP H100 folder: 116 h
     rc = main(["fleet-sim", "--traces", str(d), "--starts", "2", "--no-omniscient"])
     err = capsys.readouterr().err
-    assert rc == 2 and "at most 54 h of history fits (--warmup-hours 54 or less)" in err
+    assert rc == 2 and "at most 54 h of history fits (--warmup-hours 54 or less" in err
     from fleet.simulation.market import Market
 
     m = Market.from_dir(d)
@@ -98,3 +98,11 @@ def test_long_phases_report_progress():
     assert out == [2, 4, 6]
     assert lines == ["  omniscient               1/3 starts ...  (0 s)",
                      "  omniscient               2/3 starts ...  (0 s)"]
+
+
+def test_repeated_start_ticks_are_said(tmp_path, capsys):
+    d = _folder(tmp_path / "t", n=696, gap=600)  # 116 h; 54 h of history leaves 5 ticks
+    rc = main(["fleet-sim", "--traces", str(d), "--starts", "100", "--warmup-hours", "54",
+               "--no-omniscient", "--policies", "on_demand"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "only 5 distinct start ticks fit" in err and "not 100" in err
