@@ -171,7 +171,7 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     """
     p = Path(path)
     try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
+        raw = json.loads(p.read_text(encoding="utf-8-sig"))  # a leading BOM is harmless
     except FileNotFoundError:
         raise TraceFormatError(f"{p}: no such trace file; check the path") from None
     except (UnicodeDecodeError, OSError) as exc:
@@ -278,6 +278,9 @@ def load_trace_dir(directory: str | Path, cloud: str | None = None, nodes: int |
                    inverted: bool | None = None) -> list[Trace]:
     """Load every ``*.json`` trace in a directory, sorted by file name (zone first)."""
     d = Path(directory)
+    if d.is_file():
+        raise TraceFormatError(f"{d}: is a file; pass the folder that holds it (one folder of "
+                               "the collection = one market)")
     if not d.is_dir():
         raise TraceFormatError(f"{d}: not a directory of trace files")
     traces = [load_trace(f, cloud=cloud, nodes=nodes, inverted=inverted)

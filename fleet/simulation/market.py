@@ -218,12 +218,15 @@ class Market:
         keys = [t.key for t in traces]
         if len(set(keys)) != len(keys):
             dup = sorted({k for k in keys if keys.count(k) > 1})
+            files = [t.source or t.zone for t in traces if t.key == dup[0]]
             raise ValueError(f"the same market entry (cloud, region, zone, instance, nodes) "
-                             f"appears twice: {dup}; pass one trace per entry")
+                             f"appears twice: {dup} (files {files}); keep one file per entry")
         nodes = {t.nodes for t in traces}
         if len(nodes) != 1:
-            raise ValueError(f"traces need different node counts {sorted(nodes)}; one job "
-                             "needs one node count")
+            by = {n: next(t.source or t.zone for t in traces if t.nodes == n) for n in sorted(nodes)}
+            raise ValueError(f"traces need different node counts {sorted(nodes)} (e.g. {by}, "
+                             "from metadata.nodes); one job needs one node count: pass nodes "
+                             "(--nodes N) to use N for every file")
         _warn_partial(traces)
         zone_count: dict[str, int] = {}
         for t in traces:

@@ -104,6 +104,16 @@ def _simulate(args: argparse.Namespace) -> int:
                    notice_seconds=args.notice_seconds, on_demand_price=args.on_demand_price,
                    spot_price=args.spot_price, checkpoint_gb=args.checkpoint_gb,
                    egress_usd_per_gb=args.egress_usd_per_gb)
+    if args.plot:  # refuse a format matplotlib cannot write before the run, not after
+        from pathlib import Path
+
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        kinds = FigureCanvasBase.get_supported_filetypes()
+        suffix = Path(args.plot).suffix.lstrip(".").lower()
+        if suffix not in kinds:
+            raise ValueError(f"--plot {args.plot}: the file name must end in one of "
+                             f"{sorted('.' + k for k in kinds)}, e.g. sweep.png")
     itypes = [x.strip() for x in args.instance_types.split(",") if x.strip()] or None
     market = Market.from_dir(args.traces, nodes=args.nodes, prices=args.prices or None,
                              instance_types=itypes,

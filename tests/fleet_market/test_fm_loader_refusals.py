@@ -196,3 +196,26 @@ def test_counts_above_one_without_a_node_count_warn(tmp_path):
             True, False, False, False]
         _file(tmp_path / "16-node" / "x" / "us-east-2b_v100_1.json", [16, 15, 3, 0])
         assert load_trace(tmp_path / "16-node" / "x" / "us-east-2b_v100_1.json").nodes == 16
+
+
+def test_duplicate_entries_and_node_counts_name_files_bom_is_read(tmp_path):
+    d = tmp_path / "dup"
+    for name in ("us-central1-a_h100_16.json", "us-central1-a_h100_8.json"):  # same machine
+        _file(d / name, [0, 1] * 10, gap=600, meta={"zone": "us-central1-a", "price_info": INFO},
+              prices=[18.98] * 20)
+    with pytest.raises(ValueError, match="appears twice") as exc:
+        Market.from_dir(d)
+    assert "us-central1-a_h100_8.json" in str(exc.value)
+    n = tmp_path / "nodes"
+    _file(n / "us-east-1a_v100_1.json", [2, 1] * 10, meta={"nodes": 2})
+    _file(n / "us-east-2a_v100_1.json", [4, 1] * 10, meta={"nodes": 4})
+    with pytest.raises(ValueError, match=r"--nodes N") as exc:
+        Market.from_dir(n)
+    assert "us-east-2a_v100_1.json" in str(exc.value)
+    assert Market.from_dir(n, nodes=2).available.sum(axis=1).tolist() == [10, 10]
+    b = tmp_path / "bom" / "us-east-1a_v100_1.json"
+    b.parent.mkdir()
+    b.write_bytes(b'\xef\xbb\xbf{"metadata": {"gap_seconds": 60}, "data": [1, 0]}')
+    assert load_trace(b).up().tolist() == [True, False]
+    with pytest.raises(TraceFormatError, match="is a file; pass the folder"):
+        load_trace_dir(b)

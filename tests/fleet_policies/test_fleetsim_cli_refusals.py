@@ -106,3 +106,11 @@ def test_repeated_start_ticks_are_said(tmp_path, capsys):
                "--no-omniscient", "--policies", "on_demand"])
     err = capsys.readouterr().err
     assert rc == 0 and "only 5 distinct start ticks fit" in err and "not 100" in err
+
+
+def test_unwritable_plot_format_is_refused_before_the_run(tmp_path, capsys):
+    d = _folder(tmp_path / "t")
+    rc = main(["fleet-sim", "--traces", str(d), "--plot", str(tmp_path / "out.txt"), *ARGS])
+    cap = capsys.readouterr()
+    assert rc == 2 and "--plot" in cap.err and ".png" in cap.err
+    assert "fleet-sim:" not in cap.out  # nothing was simulated
