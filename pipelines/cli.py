@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 COMMAND_MODULES = (
     "pipelines.commands.costs",  # cost-table, intervals          (checkpointing math)
@@ -40,6 +41,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warnings(command: str, fallback):
+    """A ``warnings.showwarning`` printing the project's own warnings (``UserWarning``:
+    the loader's "zone never available", "only some files carry prices", ...) as one
+    ``spotfleet <command>: warning: ...`` line, without the source line; other
+    categories (library deprecations) keep Python's format."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and category.__module__ == "builtins":
+            print(f"spotfleet {command}: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            fallback(message, category, filename, lineno, file, line)
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -47,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        code = int(args.handler(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warnings(args.command, warnings.showwarning)
+            code = int(args.handler(args) or 0)
     except (ValueError, FileNotFoundError) as exc:
         print(f"spotfleet {args.command}: error: {exc}", file=sys.stderr)
         return 2

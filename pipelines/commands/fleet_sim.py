@@ -76,18 +76,8 @@ def register(subparsers) -> None:
     p.set_defaults(handler=_run)
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """Print a warning as one ``spotfleet fleet-sim: warning: ...`` line (no source line)."""
-    print(f"spotfleet fleet-sim: warning: {message}", file=sys.stderr, flush=True)
-
-
 def _run(args: argparse.Namespace) -> int:
-    with warnings.catch_warnings():
-        warnings.showwarning = _show_warning
-        return _simulate(args)
-
-
-def _simulate(args: argparse.Namespace) -> int:
+    """Warnings print as one ``spotfleet fleet-sim: warning:`` line (``pipelines.cli.main``)."""
     from fleet.policies.base import JobSpec
     from fleet.simulation.market import Market
     from fleet.simulation.sweep import (

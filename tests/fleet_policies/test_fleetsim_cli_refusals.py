@@ -114,3 +114,12 @@ def test_unwritable_plot_format_is_refused_before_the_run(tmp_path, capsys):
     cap = capsys.readouterr()
     assert rc == 2 and "--plot" in cap.err and ".png" in cap.err
     assert "fleet-sim:" not in cap.out  # nothing was simulated
+
+
+def test_every_command_prints_loader_warnings_as_one_line(tmp_path, capsys):
+    d = _folder(tmp_path / "t")
+    (d / "notes.txt").write_text("collected by hand")
+    assert main(["stats", str(d)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("spotfleet stats: warning: ") and "notes.txt" in err
+    assert "UserWarning" not in err
