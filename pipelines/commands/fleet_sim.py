@@ -109,6 +109,18 @@ def _run(args: argparse.Namespace) -> int:
                              instance_types=itypes,
                              inverted={"auto": None, "yes": True, "no": False}[args.inverted])
     slack = spec.deadline_hours - spec.work_hours
+    if slack < spec.restart_hours:
+        raise ValueError(
+            f"--deadline-hours {spec.deadline_hours:g} leaves {slack:g} h of slack, less than one "
+            f"--restart-minutes ({spec.restart_hours * 60:g} min): no schedule can finish "
+            f"{spec.work_hours:g} h of work in time; give a deadline of at least "
+            f"{spec.work_hours + spec.restart_hours:g} h")
+    if spec.checkpoint_hours <= 0 and not spec.notice_saves:
+        warnings.warn(
+            "--checkpoint-minutes 0: the policies then never checkpoint periodically (their "
+            "interval is infinite at zero cost), so a preemption without a usable notice loses "
+            "all work since the start; for nearly free checkpoints give a small positive value "
+            "(e.g. 0.01)", stacklevel=1)
     if market.gap_hours >= min(spec.work_hours, slack):
         warnings.warn(
             f"a tick ({market.gap_hours:g} h) is as long as the job's work ({spec.work_hours:g} h) "

@@ -123,3 +123,21 @@ def test_every_command_prints_loader_warnings_as_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("spotfleet stats: warning: ") and "notes.txt" in err
     assert "UserWarning" not in err
+
+
+def test_deadline_without_room_for_a_restart_is_refused_up_front(tmp_path, capsys):
+    d = _folder(tmp_path / "t")
+    args = [a if a != "18" else "12" for a in ARGS]  # deadline = work = 12 h
+    rc = main(["fleet-sim", "--traces", str(d), *args])
+    cap = capsys.readouterr()
+    assert rc == 2 and "give a deadline of at least 12.1 h" in cap.err
+    assert "tick" not in cap.err and "fleet-sim:" not in cap.out
+
+
+def test_zero_checkpoint_time_warns_that_policies_never_save(tmp_path, capsys):
+    d = _folder(tmp_path / "t")
+    rc = main(["fleet-sim", "--traces", str(d), "--checkpoint-minutes", "0", *ARGS])
+    assert rc == 0 and "never checkpoint periodically" in capsys.readouterr().err
+    rc = main(["fleet-sim", "--traces", str(d), "--checkpoint-minutes", "0",
+               "--notice-seconds", "120", *ARGS])
+    assert rc == 0 and "never checkpoint" not in capsys.readouterr().err
