@@ -67,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"spotfleet {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed: stop quietly, as cat does
+        if argv is None:  # the console command: keep the interpreter's final flush quiet
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     if argv is None and getattr(args, "exit_fast", None):  # the console command, not a caller in-process
         args.exit_fast(code)
     return code

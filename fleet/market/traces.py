@@ -218,7 +218,8 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
         if counts.max() > 1:
             raise TraceFormatError(
                 f"{p}: inverted (SkyNomad) traces hold 0 = available / 1 = unavailable, but "
-                f"data has a value {int(counts.max())}; pass inverted=False for a count trace")
+                f"data has a value {int(counts.max())}; for a count trace pass inverted=False "
+                "(--inverted no) or set metadata.inverted to false")
         counts = (1 - counts).astype(np.int32)
     need = nodes if nodes is not None else meta.get("nodes", _folder_nodes(p) or 1)
     if not isinstance(need, int) or isinstance(need, bool) or need < 1:

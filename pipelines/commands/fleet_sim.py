@@ -139,6 +139,8 @@ def _run(args: argparse.Namespace) -> int:
             "--deadline-hours or --starts", stacklevel=1)
     priced = ("per-tick spot prices" if market.spot_price is not None
               else f"flat spot {spec.spot_price:g} $/h")
+    priced += (", on-demand from the files" if market.on_demand_price is not None
+               else f", flat on-demand {spec.on_demand_price:g} $/h")
     print(f"fleet-sim: {market.n_zones} zones ({', '.join(market.zones)}) in "
           f"{len(market.region_names)} regions, {market.nodes} node(s), {priced}, "
           f"{market.duration_hours:.0f} h of {market.gap_seconds:.0f} s ticks; "

@@ -65,7 +65,7 @@ def test_warnings_are_one_line_each_and_the_run_goes_on(tmp_path, capsys):
     (d / "notes.txt").write_text("collected by hand")
     rc = main(["fleet-sim", "--traces", str(d), *ARGS])
     cap = capsys.readouterr()
-    assert rc == 0 and "flat spot 0.918" in cap.out
+    assert rc == 0 and "flat spot 0.918 $/h, flat on-demand 3.06 $/h" in cap.out
     lines = cap.err.strip().splitlines()
     warned = [ln for ln in lines if ln.startswith("spotfleet fleet-sim: warning: ")]
     assert any("only 1 of 2 traces carry per-tick spot prices" in ln for ln in warned)
@@ -141,3 +141,14 @@ def test_zero_checkpoint_time_warns_that_policies_never_save(tmp_path, capsys):
     rc = main(["fleet-sim", "--traces", str(d), "--checkpoint-minutes", "0",
                "--notice-seconds", "120", *ARGS])
     assert rc == 0 and "never checkpoint" not in capsys.readouterr().err
+
+
+def test_output_piped_into_head_stops_quietly(tmp_path, monkeypatch, capsys):
+    import pipelines.commands.fleet_sim as cmd
+
+    def closed_pipe(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cmd, "_run", closed_pipe)
+    assert main(["fleet-sim", "--traces", str(tmp_path)]) == 141
+    assert "Traceback" not in capsys.readouterr().err
