@@ -207,13 +207,14 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
 
 @njit(cache=True)
 def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
-             mig_usd):  # pragma: no cover
+             mig_usd, od_first):  # pragma: no cover
     """Cost-only DP over regions (compiled). Returns (best cost, completion quanta).
 
     Locations: 0 = fresh (never launched), 1..R = idle with the checkpoint in region r,
     R+1..2R = on-demand in region r, 2R+1+z = spot in zone z (region ``zreg[z]``).
     ``spot_uc[z, j]`` / ``od_uc[r]``: $ per quantum held. A spot launch in another region
     than the checkpoint's costs ``mig_usd`` and ``m_u`` more quanta of overhead.
+    ``od_first`` >= 0: the first launch may be on-demand only in that region (-1: any).
     """
     n_z, n_t = avail.shape
     n_l = 1 + 2 * n_r + n_z
@@ -355,7 +356,7 @@ def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
                         if y < dst[q + off]:
                             dst[q + off] = y
             # first launch (nothing to move)
-            if fresh:
+            if fresh and (spot or od_first < 0 or rl == od_first):
                 q = -r_u + g_u
                 if q >= w_u:
                     need = w_u + r_u
@@ -382,7 +383,8 @@ def _cells(market: Market, spec: JobSpec, q: int, g_u: int, r_u: int, c_u: int, 
 
 
 def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
-                     want_plan: bool = False, max_cells: int | None = None) -> OmniscientResult:
+                     want_plan: bool = False, max_cells: int | None = None,
+                     first_on_demand_region: int | None = None) -> OmniscientResult:
     """Cheapest offline schedule for ``spec`` starting at ``start_tick`` ($, hours).
 
     Per-tick spot prices, per-region on-demand prices and cross-region migration (egress
@@ -396,6 +398,11 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
 
     ``want_plan`` also returns the location of every tick up to completion (single-region
     markets only; memory grows with ticks x zones x work; meant for checks and plots).
+
+    ``first_on_demand_region`` (index into ``market.region_names``; ``None`` or -1: any
+    region, the default): restrict an on-demand *first* launch to that region, as the simulator
+    does (it starts on-demand in the cheapest on-demand region). Only for measuring how
+    much that freedom lowers the bound (benchmarks/fleet_billing_quirks.py); cost-only.
     """
     if max_cells is None:
         max_cells = _MAX_PLAN_CELLS if want_plan else _MAX_CELLS
@@ -449,6 +456,9 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
     spot_uc = np.ascontiguousarray(sp[:, start_tick:start_tick + n_t]) * qh
     zreg = market.region_index
     od_uc = np.array([od[zreg == r].min() for r in range(n_r)]) * qh
+    if first_on_demand_region is not None and not -1 <= first_on_demand_region < n_r:
+        raise ValueError(f"first_on_demand_region={first_on_demand_region!r}: the market has "
+                         f"{n_r} regions")
     if want_plan:
         if n_r > 1:
             raise ValueError("want_plan supports single-region markets only; pass a subset of "
@@ -466,7 +476,8 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
                                             par, lsrc)
     else:
         best, best_t = _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc,
-                                od_uc, mig_usd)
+                                od_uc, mig_usd,
+                                -1 if first_on_demand_region is None else int(first_on_demand_region))
     if best >= _INF:
         raise ValueError("no offline schedule meets the deadline (deadline < work + restart?)")
     plan = None
