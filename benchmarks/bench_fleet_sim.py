@@ -5,7 +5,12 @@ migration cost) and volatile (synthetic) x D/W in {1.05, 1.2, 1.5, 2, 3} x notic
 {0, 120 s} x every policy, ``--starts`` start times per cell (same starts for every
 policy), plus the exact omniscient DP per (ratio, start). Prints progress, the tables
 (Markdown with ``--markdown``) and the speed: simulated job-hours (sum of run completion
-times) per CPU second, whole sweep and online policies alone.
+times) per CPU second, whole sweep and online policies alone, and how many omniscient
+bounds had to be coarsened (0 means every bound is exact). Families kept out of tuning
+(each run once after the version it checked; seen since): volatile_holdout,
+available_holdout (seeds 40-44), volatile_holdout50,
+available_holdout50 (50-54), and session 5's v100_apr (the real April 2023 V100 preemption
+traces), volatile_holdout60, available_holdout60 (seeds 60-64).
 
     nice -n 10 python benchmarks/bench_fleet_sim.py [--starts 100] [--families v100,h100,volatile]
         [--markdown out.md] [--plot out.png]

@@ -11,6 +11,10 @@ real window at start times interleaved with the report starts
     # the candidate (--params) start by start against v5 (baseline name "v5"), no sweep
     nice -n 10 python benchmarks/fleet_tuning_set.py --params recovery_window_hours=1 \
         --diagnose v100:1.5:120:v5 --no-compare
+    # the same diagnosis on the sweep's own starts of any family (held-out data, after
+    # the one-shot sweep: nothing may be tuned on what this prints)
+    nice -n 10 python benchmarks/fleet_tuning_set.py --report-starts 100 \
+        --diagnose v100_apr:1.2:0:failover_sky
 """
 
 from __future__ import annotations
@@ -57,6 +61,17 @@ def tuning_plan(fname: str, ratio: float) -> list[tuple]:
         return out
     (m, _), = fam.load(DATA, 40)
     return [(m, s, 0) for s in spread_starts(m, base, 80, fam.warmup_hours, offset=0.5)[:40]]
+
+
+def report_plan(fname: str, ratio: float, starts: int) -> list[tuple]:
+    """(market, start tick, market index) of the sweep's starts (``run_family``) of any
+    family and D/W: ``starts`` split evenly over the family's markets."""
+    fam = FAMILIES[fname]
+    base = fam.spec(ratio, 0.0)
+    markets = fam.load(DATA, starts)
+    per = max(1, -(-starts // len(markets)))
+    return [(m, s, k) for k, (m, _) in enumerate(markets)
+            for s in spread_starts(m, base, per, fam.warmup_hours)]
 
 
 def parse_params(items: list[str]) -> SpotfleetParams:
@@ -107,10 +122,12 @@ def _rle(timeline, m) -> str:
     return " ".join(f"{n}[{b}-{e}]" for n, b, e in out)
 
 
-def diagnose(cell: str, worst: int = 5, params: SpotfleetParams | None = None) -> None:
+def diagnose(cell: str, worst: int = 5, params: SpotfleetParams | None = None,
+             report_starts: int = 0) -> None:
     """Paired per-start comparison of one cell ``family:D/W:notice:baseline``: spotfleet
     (the candidate ``params`` when given, else v5) against the baseline, or against v5
-    when the baseline is named ``v5``."""
+    when the baseline is named ``v5``; on the tuning set, or, with ``report_starts``, on
+    the sweep's starts (``seed`` then prints the market index within the family)."""
     fname, ratio, notice, bname = cell.split(":")
     ratio, notice = float(ratio), float(notice)
     pols = dict(builtin_policy_factories())
@@ -118,13 +135,14 @@ def diagnose(cell: str, worst: int = 5, params: SpotfleetParams | None = None) -
     if params is not None:
         pols["spotfleet"] = lambda: SpotfleetPolicy(params)
     spec = FAMILIES[fname].spec(ratio, notice)
-    plan = tuning_plan(fname, ratio)
+    plan = report_plan(fname, ratio, report_starts) if report_starts else tuning_plan(fname, ratio)
+    which = f"sweep starts of {fname}" if report_starts else "tuning set"
     om = np.array([omniscient_bound(m, FAMILIES[fname].spec(ratio, 0.0), s).cost for m, s, _ in plan])
     a = [simulate(pols["spotfleet"](), m, spec, s) for m, s, _ in plan]
     b = [simulate(pols[bname](), m, spec, s) for m, s, _ in plan]
     ca, cb = np.array([x.cost for x in a]), np.array([x.cost for x in b])
     r = bootstrap_ratio(ca, cb)
-    print(f"\n{fname} D/W {ratio:g} notice {notice:g} s, tuning set ({len(plan)} starts): spotfleet / {bname} "
+    print(f"\n{fname} D/W {ratio:g} notice {notice:g} s, {which} ({len(plan)} starts): spotfleet / {bname} "
           f"{r[0]:.3f} [{r[1]:.3f}, {r[2]:.3f}]; / omniscient {ca.mean() / om.mean():.3f} vs {cb.mean() / om.mean():.3f}")
     fields = [("cost $", "cost"), ("spot $", "spot_cost"), ("on-demand $", "on_demand_cost"),
               ("on-demand h", "on_demand_hours"), ("spot h", "spot_hours"), ("preemptions", "preemptions"),
@@ -155,6 +173,9 @@ def main() -> int:
     ap.add_argument("--diagnose", nargs="*", default=[],
                     help="cells family:D/W:notice:baseline (baseline v5: the candidate against v5)")
     ap.add_argument("--no-compare", action="store_true", help="only the --diagnose cells")
+    ap.add_argument("--report-starts", type=int, default=0,
+                    help="diagnose on the sweep's N starts per cell (any family) instead of "
+                         "the tuning set")
     args = ap.parse_args()
     if not DATA.is_dir():
         print(f"skip: {DATA} not found (set SPOTFLEET_SHARED_DATA)")
@@ -163,7 +184,7 @@ def main() -> int:
     t0 = time.perf_counter()
     params = parse_params(args.params) if args.params else None
     for cell in args.diagnose:
-        diagnose(cell, params=params)
+        diagnose(cell, params=params, report_starts=args.report_starts)
     if (args.params or not args.diagnose) and not args.no_compare:
         compare(parse_params(args.params))
     print(f"\n{time.perf_counter() - t0:.1f} s wall; load average at end: {os.getloadavg()}")
