@@ -30,12 +30,16 @@ class PriorStats:
     up_after_neighbour_hours: np.ndarray | None = None  # see ``from_history``
     runs_after_recovery_hours: tuple[np.ndarray, ...] | None = None  # see ``from_history``
     runs_after_outage_hours: tuple[np.ndarray, ...] | None = None  # see ``from_history``
+    up_runs_ticks: tuple[np.ndarray, ...] | None = None  # see ``from_history``
+    neighbour_remaining_ticks: tuple[np.ndarray, ...] | None = None  # see ``from_history``
+    preemptions: np.ndarray | None = None  # up -> down changes per zone in the window
 
     @classmethod
     def from_history(cls, history: np.ndarray, gap_hours: float,
                      lookback_hours: float = 24.0 * 30,
                      regions: tuple[str, ...] = (),
-                     recovery_window_hours: float = 0.0) -> PriorStats:
+                     recovery_window_hours: float = 0.0,
+                     run_lists: bool = False) -> PriorStats:
         """Statistics of ``history`` (zones x ticks) over the last ``lookback_hours``.
 
         With ``regions``: ``up_after_neighbour_hours[z]`` = mean time (h) until zone ``z``
@@ -48,6 +52,13 @@ class PriorStats:
         capacity (:func:`runs_after_recovery`), and ``runs_after_outage_hours[z]`` those
         after an outage of any length (the same with an unbounded window); ``None``
         otherwise.
+
+        With ``run_lists`` (the opt-in hold ranking, ``SpotfleetParams.hold_ranking``):
+        ``up_runs_ticks[z]`` = the lengths (ticks) of ``z``'s up-runs in the window
+        (:func:`up_run_ticks`), ``neighbour_remaining_ticks[z]`` = the ticks ``z`` stayed
+        up after each of those neighbour preemptions (the samples whose mean is
+        ``up_after_neighbour_hours``; empty without ``regions``), and ``preemptions[z]``
+        its up -> down changes; ``None`` otherwise.
         """
         n = max(2, int(lookback_hours / gap_hours))
         h = np.asarray(history[:, -n:], dtype=bool)
@@ -59,6 +70,7 @@ class PriorStats:
         reg = np.count_nonzero(~h[:, :-1] & h[:, 1:], axis=1)
         mean_up = np.maximum(up_ticks * gap_hours / (pre + 1), gap_hours)
         after = mean_up.copy()
+        neigh = [np.zeros(0, dtype=np.int64) for _ in range(h.shape[0])]
         if regions and len(regions) == h.shape[0]:
             nz, nt = h.shape
             # next tick at or after t where zone z is down (nt: none in the window)
@@ -72,6 +84,8 @@ class PriorStats:
                 if len(ts) >= 3:
                     ts = np.asarray(ts)
                     after[z] = max(float(np.mean(nxt[z, ts] - ts)) * gap_hours, gap_hours)
+                    if run_lists:
+                        neigh[z] = (nxt[z, ts] - ts).astype(np.int64)
         rec = out = None
         if recovery_window_hours > 0:
             rec = tuple(runs_after_recovery(h[z], gap_hours, recovery_window_hours)
@@ -81,7 +95,11 @@ class PriorStats:
                    mean_down_hours=np.maximum((h.shape[1] - up_ticks) * gap_hours / (reg + 1),
                                               gap_hours),
                    all_down=float(np.mean(~h.any(axis=0))), up_after_neighbour_hours=after,
-                   runs_after_recovery_hours=rec, runs_after_outage_hours=out)
+                   runs_after_recovery_hours=rec, runs_after_outage_hours=out,
+                   up_runs_ticks=tuple(up_run_ticks(h[z]) for z in range(h.shape[0]))
+                   if run_lists else None,
+                   neighbour_remaining_ticks=tuple(neigh) if run_lists else None,
+                   preemptions=pre.astype(np.int64) if run_lists else None)
 
 
 def runs_after_recovery(up: np.ndarray, gap_hours: float, window_hours: float) -> np.ndarray:
@@ -101,6 +119,71 @@ def runs_after_recovery(up: np.ndarray, gap_hours: float, window_hours: float) -
     down = (starts[1:] - ends[:-1]) * gap_hours
     keep = down <= window_hours + 1e-9
     return ((ends[1:] - starts[1:]) * gap_hours)[keep].astype(float)
+
+
+def up_run_ticks(up: np.ndarray) -> np.ndarray:
+    """Lengths (ticks) of the maximal up-runs of one zone's history ``up`` (bool per
+    tick); a run cut by either end of the history counts at its observed length
+    (censored, so conservative)."""
+    x = np.asarray(up, dtype=np.int8)
+    d = np.diff(np.concatenate([[0], x, [0]]))
+    return (np.flatnonzero(d == -1) - np.flatnonzero(d == 1)).astype(np.int64)
+
+
+def run_law(runs_ticks: np.ndarray, residual: bool) -> np.ndarray:
+    """The law of the run a launch meets, from a zone's up-runs ``runs_ticks``:
+    ``p[j - 1]`` = P(the job holds the zone ``j`` ticks before it loses capacity).
+
+    * ``residual=False`` (met at the start of a run: the job saw the zone come back
+      up): the plain run law, ``p[j - 1] = #{runs of j ticks} / #runs``.
+    * ``residual=True`` (launched at an arbitrary time): renewal theory's residual
+      life on the tick grid. The launch falls on an up tick chosen uniformly, so a run
+      of ``k`` ticks is met with probability proportional to ``k`` (length bias) and
+      at a uniform position in it, leaving ``j`` uniform in ``1..k`` ticks:
+      ``p[j - 1] = #{runs of >= j ticks} / sum of the runs' ticks``. Memoryless runs
+      (geometric on the grid) give the plain law again; runs of a fixed ``k`` ticks
+      give a mean of ``(k + 1) / 2`` ticks (``L / 2`` as the tick shrinks).
+
+    An empty list gives an empty law."""
+    k = np.asarray(runs_ticks, dtype=np.int64)
+    k = k[k > 0]
+    if k.size == 0:
+        return np.zeros(0)
+    counts = np.bincount(k)[1:].astype(float)
+    if not residual:
+        return counts / counts.sum()
+    at_least = np.cumsum(counts[::-1])[::-1]  # runs of >= j ticks, j = 1..max
+    return at_least / float(k.sum())
+
+
+def run_law_since(runs_ticks: np.ndarray, age_below_ticks: int) -> np.ndarray:
+    """The law of the run a launch meets in a zone the job saw down ``a =
+    age_below_ticks`` ticks ago (so the run it meets began since: its age is below
+    ``a``), as :func:`run_law`: the launch falls on an up tick chosen uniformly among
+    those at most ``a - 1`` ticks into their run, so ``p[j - 1]`` is proportional to
+    ``#{runs of j .. j + a - 1 ticks}`` (each run of ``L`` ticks has one such tick with
+    ``j`` left when ``L - a < j <= L``). ``a = 1`` gives the plain law (met at the start),
+    ``a`` beyond the longest run the residual law. An empty list gives an empty law."""
+    k = np.asarray(runs_ticks, dtype=np.int64)
+    k = k[k > 0]
+    if k.size == 0:
+        return np.zeros(0)
+    a = max(int(age_below_ticks), 1)
+    cum = np.concatenate([[0.0], np.cumsum(np.bincount(k)[1:].astype(float))])  # runs <= x
+    j = np.arange(1, cum.size)
+    w = cum[np.minimum(j + a - 1, cum.size - 1)] - cum[j - 1]
+    return w / w.sum()
+
+
+def expected_hold_hours(law: np.ndarray, gap_hours: float, need_hours: float) -> float:
+    """``E[min(R, need)]`` (h) for the run law ``law`` of :func:`run_law` (``R = j``
+    ticks of ``gap_hours``): the hours a job that needs ``need_hours`` holds the zone."""
+    if law.size == 0:
+        return float(need_hours)
+    r = np.arange(1, law.size + 1) * gap_hours
+    short = r < need_hours
+    tail = 1.0 - float(law[short].sum())  # P(R >= need)
+    return float(np.dot(law[short], r[short])) + (tail * need_hours if tail > 1e-12 else 0.0)
 
 
 def hold_hours(runs: np.ndarray, cap_hours: float) -> float:

@@ -60,7 +60,14 @@ import numpy as np
 
 from checkpointing.costmodel import optimal_interval_hours
 from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
-from fleet.policies.market_view import PriorStats, belief_up, hold_hours, launch_action
+from fleet.policies.market_view import (
+    PriorStats,
+    belief_up,
+    hold_hours,
+    launch_action,
+    run_law,
+    run_law_since,
+)
 from fleet.policies.safety import (
     affordable_probes,
     must_go_on_demand,
@@ -105,6 +112,14 @@ class SpotfleetParams:
     # its runs after a recovery that soon; "relative": v5's expected run scaled by that
     # hold over the same hold of its runs after any outage (only a zone whose runs after a
     # quick recovery are shorter than its runs in general is marked down)
+    hold_ranking: str = "off"  # v6 fourth round (issue 10; tried 2026-11-26, not adopted):
+    # "off" (v5) ranks zones by the mean up-run capped at the need; "renewal" by the hours
+    # the job can expect to hold each zone and the progress it keeps, over the zone's own
+    # up-runs before the job, met as a residual run (launch at an arbitrary time) or a
+    # fresh one (the job saw the zone come back up); "fresh": the plain run law for every
+    # zone; "renewal_since": as "renewal", but a zone last seen down a ticks ago is met in
+    # a run younger than a (market_view.run_law_since: the plain law at a = 1, the
+    # residual law as a grows) (SpotfleetPolicy._hold_cost_per_useful_hour)
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -141,6 +156,16 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
     return max(t, 2.0 * c)
 
 
+HOLD_MIN_PREEMPTIONS = 3
+"""``hold_ranking``: a zone with fewer preemptions than this in the statistics' window
+keeps v5's estimate (mean up-run = held hours / (preemptions + 1)). Structural, not
+fitted: with 0-2 preemptions the zone's run list is 1-3 runs of which one or two are cut
+by the window's ends, so the empirical law is a censoring artefact rather than a
+distribution (a zone up the whole window has one "run" of the window's length), while
+v5's estimate is the censoring-aware exponential one; 3 is also the minimum number of
+samples the neighbour statistic (``PriorStats.up_after_neighbour_hours``) uses."""
+
+
 class SpotfleetPolicy(Policy):
     """The spotfleet policy (see the module docstring)."""
 
@@ -149,11 +174,28 @@ class SpotfleetPolicy(Policy):
     def __init__(self, params: SpotfleetParams | None = None) -> None:
         self.p = params or SpotfleetParams()
         self.prior: PriorStats | None = None
+        self._laws: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] | None = None
 
     def reset(self, spec: JobSpec, obs: Observation) -> None:
         hist = obs.history[:, : obs.tick] if obs.tick > 1 else obs.history
         self.prior = PriorStats.from_history(hist, obs.gap_hours, self.p.lookback_hours,
-                                             tuple(obs.regions), self.p.recovery_window_hours)
+                                             tuple(obs.regions), self.p.recovery_window_hours,
+                                             run_lists=self.p.hold_ranking != "off")
+        self._laws = None
+        if self.p.hold_ranking != "off":
+            if self.p.hold_ranking not in ("renewal", "fresh", "renewal_since"):
+                raise ValueError(f"hold_ranking {self.p.hold_ranking!r}: off, renewal, "
+                                 "renewal_since or fresh")
+            self._start_tick = obs.tick
+            self._since_cache: dict[tuple[int, int], np.ndarray] = {}
+            pr = self.prior
+            self._laws = [None] * obs.n_zones
+            if pr.up_runs_ticks is not None:
+                for z in range(obs.n_zones):
+                    if pr.preemptions[z] >= HOLD_MIN_PREEMPTIONS:
+                        self._laws[z] = (run_law(pr.up_runs_ticks[z], residual=False),
+                                         run_law(pr.up_runs_ticks[z], residual=True),
+                                         run_law(pr.neighbour_remaining_ticks[z], residual=False))
         n = max(2, int(self.p.lookback_hours / obs.gap_hours))
         self._down = ~np.asarray(hist[:, -n:], dtype=bool).any(axis=0)  # no zone up, per tick
         self._gap = obs.gap_hours
@@ -233,12 +275,94 @@ class SpotfleetPolicy(Policy):
             over = overs[z]
             extra = obs.migration_usd if moves else 0.0
             r = run[z]
-            if r >= rem + over:  # expected to finish before the next preemption
+            law = self._hold_law(obs, z, stay, neighbour) if self._laws is not None else None
+            if law is not None:
+                out[z] = self._hold_cost_per_useful_hour(law, spec, obs.gap_hours, rem, over,
+                                                         float(price[z]), extra, r)
+            elif r >= rem + over:  # expected to finish before the next preemption
                 out[z] = (price[z] * (rem + over) + extra) / rem
             else:
                 useful = r - over - self._lost_per_preemption(spec, r)
                 out[z] = (price[z] * r + extra) / useful if useful > 0.05 * r else math.inf
         return out
+
+    def _hold_law(self, obs: Observation, z: int, stay: bool, neighbour: bool) -> np.ndarray | None:
+        """``hold_ranking``: the law of the run the job meets in zone ``z`` (:func:`run_law`),
+        or None (v5's estimate: fewer than :data:`HOLD_MIN_PREEMPTIONS` preemptions).
+
+        * Right after this job lost an instance in ``z``'s region, where v5's neighbour
+          rule applies (the prior's up-time after a neighbour's preemption is below the
+          mean up-run): the ticks ``z`` stayed up after each such preemption before the
+          job (the samples of that statistic, measured from the moment, so already a
+          remaining run).
+        * ``"fresh"``: the plain run law.
+        * ``"renewal"``: the held zone, and a zone believed up that the job did not see
+          come back up, are met at an arbitrary time: the residual (length-biased) law; a
+          zone believed down now (a launch that succeeds meets a run that began since the
+          job last saw it) or seen coming back up at this tick: the plain run law."""
+        laws = self._laws[z]
+        if laws is None:
+            return None
+        fresh, resid, neigh = laws
+        if neighbour and neigh.size and self._pre_region is not None and obs.regions \
+                and obs.regions[z] == self._pre_region \
+                and (obs.tick - self._pre_tick) * obs.gap_hours <= self.p.neighbour_window_hours \
+                and self.prior.up_after_neighbour_hours[z] < self.prior.mean_up_hours[z]:
+            return neigh
+        if self.p.hold_ranking == "fresh":
+            return fresh
+        if stay:
+            return resid
+        h = obs.history[z]
+        came_back = (not bool(h[-1])) or (h.shape[0] >= 2 and not bool(h[-2]))
+        if not came_back:
+            return resid
+        if self.p.hold_ranking == "renewal":
+            return fresh
+        # "renewal_since": the job last saw z down ``a`` ticks ago (by a preemption or a
+        # failed launch; a zone never observed since the start: at the start), so a launch
+        # that succeeds meets a run younger than ``a`` ticks
+        seen = -1 if obs.last_seen_tick is None else int(obs.last_seen_tick[z])
+        if not obs.probed or bool(h[-1]):
+            seen = obs.tick - 1  # seen down at the previous tick, up now
+        elif seen < 0:
+            seen = self._start_tick - 1
+        a = max(obs.tick - seen, 1)
+        key = (z, a)
+        if key not in self._since_cache:
+            self._since_cache[key] = run_law_since(self.prior.up_runs_ticks[z], a)
+        return self._since_cache[key]
+
+    def _hold_cost_per_useful_hour(self, law: np.ndarray, spec: JobSpec, gap_hours: float,
+                                   rem: float, over: float, price: float, extra: float,
+                                   run_v5: float) -> float:
+        """``hold_ranking``: $ per hour of progress kept from a launch (or a stay) whose run
+        ``R`` (h) has the law ``law``: ``(price E[min(R, need)] + extra) / E[kept]`` with
+        ``need = rem + over`` (the work left plus the restart / transfer of this launch).
+        A run that lasts the need finishes the job (keeps ``rem``); a shorter one keeps
+        what was saved of its ``x = R - over`` hours of work: with a notice all but the
+        emergency save (``x - C``, v5's loss ``C``); without one the whole intervals of
+        the cost-model period ``T = sqrt(2 C M)`` (``M`` = v5's expected run, as in v5's
+        loss ``T / 2 + C``), each followed by its save: ``floor(x / (T + C)) T`` — a run
+        shorter than one interval keeps nothing. inf when it keeps less than 5 % of the
+        hours it holds (v5's guard)."""
+        need = rem + over
+        n = int(np.searchsorted(np.arange(1, law.size + 1) * gap_hours, need, side="left"))
+        p = law[:n]
+        r = np.arange(1, n + 1) * gap_hours
+        tail = max(0.0, 1.0 - float(p.sum()))
+        x = np.maximum(r - over, 0.0)
+        c = spec.checkpoint_hours
+        if spec.notice_saves:
+            kept = np.maximum(x - c, 0.0)
+        else:
+            t = math.sqrt(2.0 * max(c, 1e-6) * max(run_v5, 1e-3))
+            kept = np.floor(x / (t + c)) * t
+        hold = float(np.dot(p, r)) + tail * need
+        useful = float(np.dot(p, kept)) + tail * rem
+        if useful <= 0.05 * hold:
+            return math.inf
+        return (price * hold + extra) / useful
 
     def checkpoint_interval(self, run_hours: float, state: JobState, gap_hours: float) -> float | None:
         """Cost-model optimum for the zone's hazard; with a notice stretched by the share of
