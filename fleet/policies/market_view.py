@@ -33,6 +33,8 @@ class PriorStats:
     up_runs_ticks: tuple[np.ndarray, ...] | None = None  # see ``from_history``
     neighbour_remaining_ticks: tuple[np.ndarray, ...] | None = None  # see ``from_history``
     preemptions: np.ndarray | None = None  # up -> down changes per zone in the window
+    down_total_hours: np.ndarray | None = None  # down hours in the window, per zone
+    regains: np.ndarray | None = None  # down -> up changes in the window, per zone
 
     @classmethod
     def from_history(cls, history: np.ndarray, gap_hours: float,
@@ -99,7 +101,54 @@ class PriorStats:
                    up_runs_ticks=tuple(up_run_ticks(h[z]) for z in range(h.shape[0]))
                    if run_lists else None,
                    neighbour_remaining_ticks=tuple(neigh) if run_lists else None,
-                   preemptions=pre.astype(np.int64) if run_lists else None)
+                   preemptions=pre.astype(np.int64) if run_lists else None,
+                   down_total_hours=(h.shape[1] - up_ticks) * gap_hours, regains=reg)
+
+
+def run_stats(history: np.ndarray, gap_hours: float,
+              lookback_hours: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(availability, mean up-run h, mean down-run h) per zone over the last
+    ``lookback_hours`` of ``history`` (zones x ticks, bool): the same estimates as
+    :meth:`PriorStats.from_history` (``held / (preemptions + 1)``, ``down / (regains +
+    1)``, at least one tick; a run still in progress at the end counts with the hours it
+    has lasted). On a probed observation's history this is the statistics before the job
+    updated with what the job has observed since its start."""
+    n = max(2, int(lookback_hours / gap_hours))
+    h = np.asarray(history[:, -n:], dtype=bool)
+    if h.shape[1] < 2:
+        z = h.shape[0]
+        return np.full(z, 0.5), np.full(z, 1.0), np.full(z, 1.0)
+    up_ticks = h.sum(axis=1)
+    pre = np.count_nonzero(h[:, :-1] & ~h[:, 1:], axis=1)
+    reg = np.count_nonzero(~h[:, :-1] & h[:, 1:], axis=1)
+    mean_up = np.maximum(up_ticks * gap_hours / (pre + 1), gap_hours)
+    mean_down = np.maximum((h.shape[1] - up_ticks) * gap_hours / (reg + 1), gap_hours)
+    return up_ticks / h.shape[1], mean_up, mean_down
+
+
+def current_down_hours(history: np.ndarray, gap_hours: float) -> np.ndarray:
+    """Hours each zone has been down at the end of ``history`` (zones x ticks, bool): the
+    trailing run of down ticks, 0 for a zone up at the last tick. On a probed
+    observation this is the job's belief (the last observed state carried forward)."""
+    h = np.asarray(history, dtype=bool)
+    if h.ndim != 2:
+        raise ValueError(f"history must be zones x ticks, got shape {h.shape}")
+    up_at = np.where(h.any(axis=1), h.shape[1] - 1 - np.argmax(h[:, ::-1], axis=1), -1)
+    return (h.shape[1] - 1 - up_at) * gap_hours
+
+
+def mean_down_with_current(down_total_hours: np.ndarray, regains: np.ndarray,
+                           current_hours: np.ndarray, gap_hours: float) -> np.ndarray:
+    """Mean down time (h) per zone counting the outage in progress: ``(down hours in the
+    window + hours the current outage has lasted) / (regains + 1)``, at least one tick.
+
+    :class:`PriorStats`'s ``mean_down_hours`` is the same without the outage in
+    progress; a zone never seen down before the job gets one tick there, however long
+    the job has waited for it. Counting the censored run (what it has lasted so far) is
+    the usual estimate of an exponential mean from censored observations, with
+    ``PriorStats``'s conservative ``+ 1`` in the denominator."""
+    tot = np.asarray(down_total_hours, dtype=float) + np.asarray(current_hours, dtype=float)
+    return np.maximum(tot / (np.asarray(regains, dtype=float) + 1.0), gap_hours)
 
 
 def runs_after_recovery(up: np.ndarray, gap_hours: float, window_hours: float) -> np.ndarray:

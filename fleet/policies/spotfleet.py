@@ -53,6 +53,7 @@ statistics, the move margin, how often to reconsider, the share of notices assum
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -63,10 +64,13 @@ from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Obse
 from fleet.policies.market_view import (
     PriorStats,
     belief_up,
+    current_down_hours,
     hold_hours,
     launch_action,
+    mean_down_with_current,
     run_law,
     run_law_since,
+    run_stats,
 )
 from fleet.policies.safety import (
     affordable_probes,
@@ -120,6 +124,13 @@ class SpotfleetParams:
     # zone; "renewal_since": as "renewal", but a zone last seen down a ticks ago is met in
     # a run younger than a (market_view.run_law_since: the plain law at a = 1, the
     # residual law as a grows) (SpotfleetPolicy._hold_cost_per_useful_hour)
+    stats_rule: str = "prior"  # "prior" (v5: zone statistics from the history before the
+    # job only) or "online" (v6 candidate, issue 10, not adopted: availability, mean up- and down-run
+    # recomputed at every decision over the lookback window ending now, the job's own
+    # observations since its start included; see market_view.run_stats)
+    patience_wait: str = "prior"  # the expected wait of the patience rule: "prior" (v5: the
+    # zone's mean down time before the job) or "observed" (v6 candidate, issue 10, not adopted: the
+    # same counting the outage in progress as the job sees it, see mean_down_with_current)
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -429,6 +440,10 @@ class SpotfleetPolicy(Policy):
         spec = state.spec
         if must_go_on_demand(state, g):
             return Action(ON_DEMAND, None, obs.tick + 1, watch=())
+        if self.p.stats_rule == "online":
+            a, up, down = run_stats(obs.history, g, self.p.lookback_hours)
+            self.prior = dataclasses.replace(self.prior, availability=a, mean_up_hours=up,
+                                             mean_down_hours=down)
         k = ticks_until_unsafe(state, g)
         if self._idle_since is not None:
             self._idle_h += max(0.0, state.elapsed_hours - self._idle_since)
@@ -482,9 +497,23 @@ class SpotfleetPolicy(Policy):
             # they are believed up) and otherwise wait for them, while the expected wait
             # fits ``patience`` times over in the slack to spare
             best = int(np.argmin(eff))
-            if spare - reserve > self.p.patience * self.prior.mean_down_hours[best]:
+            if spare - reserve > self.p.patience * self.patience_wait_hours(obs)[best]:
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
+
+    def patience_wait_hours(self, obs: Observation) -> np.ndarray:
+        """Expected wait (h) for each zone, as the patience rule uses it: the prior's mean
+        down time (v5), or with ``patience_wait="observed"`` the same counting the outage
+        in progress in the job's observation (:func:`mean_down_with_current`). v5 on
+        SkyNomad's 6 H100 zones waited for europe-west1-c, never down in the 12-52 h
+        before the job (mean down = one 10-min tick), for 7.7 h in all with
+        us-central1-a up at 16 % more, and ended on on-demand. The part of the outage
+        before the job is counted in both terms (a small conservative bias)."""
+        if self.p.patience_wait != "observed" or self.prior.down_total_hours is None:
+            return self.prior.mean_down_hours
+        cur = current_down_hours(obs.history, obs.gap_hours)
+        return mean_down_with_current(self.prior.down_total_hours, self.prior.regains, cur,
+                                      obs.gap_hours)
 
     def waiting_pays(self, state: JobState, obs: Observation, eff: np.ndarray,
                      order: list[int], od_eff: float) -> int | None:

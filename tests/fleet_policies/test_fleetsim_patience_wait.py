@@ -1,0 +1,124 @@
+"""spotfleet's v6 candidates for the patience rule on SkyNomad's 6 H100 zones
+(``SpotfleetParams.patience_wait="observed"`` and ``stats_rule="online"``, tried
+2026-11-26 and not adopted): the pure statistics on hand-made histories, the wiring, and
+the defaults reproducing v5's decisions and costs bit for bit."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from fleet.market.regimes import available_config, regime_market, volatile_config
+from fleet.policies.base import JobSpec, Observation
+from fleet.policies.market_view import (
+    PriorStats,
+    current_down_hours,
+    mean_down_with_current,
+    run_stats,
+)
+from fleet.policies.spotfleet import SpotfleetParams, SpotfleetPolicy
+from fleet.simulation.engine import simulate
+from fleet.simulation.families import spread_starts
+
+
+def _history(*runs: tuple[bool, int]) -> np.ndarray:
+    return np.concatenate([np.full(n, up, dtype=bool) for up, n in runs])
+
+
+def test_current_down_hours_is_the_trailing_down_run():
+    hist = np.vstack([_history((True, 3), (False, 2)),   # down for the last 2 ticks
+                      _history((False, 2), (True, 3)),   # up now
+                      _history((False, 5))])             # never up: the whole history
+    np.testing.assert_allclose(current_down_hours(hist, 0.5), [1.0, 0.0, 2.5])
+    with pytest.raises(ValueError):
+        current_down_hours(np.ones(3, dtype=bool), 1.0)
+
+
+def test_mean_down_with_current_counts_the_outage_in_progress():
+    # 3 h down in 2 regains before, 2 h into the current outage: (3 + 2) / (2 + 1)
+    out = mean_down_with_current(np.array([3.0, 0.0, 0.0]), np.array([2, 0, 0]),
+                                 np.array([2.0, 0.0, 4.0]), 0.25)
+    np.testing.assert_allclose(out, [5.0 / 3.0, 0.25, 4.0])  # floor: one tick
+
+
+def test_run_stats_equals_prior_stats_on_the_same_window():
+    rng = np.random.default_rng(0)
+    hist = rng.random((4, 300)) < 0.7
+    a, up, down = run_stats(hist, 0.5, 100.0)
+    prior = PriorStats.from_history(hist, 0.5, 100.0)
+    np.testing.assert_allclose(a, prior.availability)
+    np.testing.assert_allclose(up, prior.mean_up_hours)
+    np.testing.assert_allclose(down, prior.mean_down_hours)
+    # the window is the last lookback hours: 100 h of 0.5 h ticks = the last 200 ticks
+    a2, _, _ = run_stats(hist, 0.5, 100.0)
+    np.testing.assert_allclose(a2, hist[:, -200:].mean(axis=1))
+
+
+def test_patience_wait_grows_with_the_observed_outage():
+    gap = 1.0
+    # zone 0 never down before the job; the job has seen it down for the last 3 ticks
+    pre = np.ones((2, 20), dtype=bool)
+    obs0 = Observation(tick=19, gap_hours=gap, zones=("a", "b"), available=pre[:, -1], history=pre)
+    spec = JobSpec(8.0, 16.0, notice_seconds=120.0)
+    hist = np.hstack([pre, np.vstack([np.zeros(3, dtype=bool), np.ones(3, dtype=bool)])])
+    obs = Observation(tick=22, gap_hours=gap, zones=("a", "b"), available=hist[:, -1], history=hist)
+    waits = {}
+    for name in ("prior", "observed"):
+        pol = SpotfleetPolicy(SpotfleetParams(patience_wait=name))
+        pol.reset(spec, obs0)
+        waits[name] = pol.patience_wait_hours(obs)
+    np.testing.assert_allclose(waits["prior"], [1.0, 1.0])  # v5: one tick, however long
+    np.testing.assert_allclose(waits["observed"], [3.0, 1.0])
+
+
+# v5's decisions and costs (the same pins as test_fleetsim_recovery.py: main at 4f79470)
+V5 = {
+    ("volatile", 0.0): [(864, 16.018353873232, "fd41b7e0acf77d15"),
+                        (1259, 29.701439453168, "192d1ced50c35458"),
+                        (1655, 20.345039187307, "2cb51db98e41e6df")],
+    ("volatile", 120.0): [(864, 13.838869702055, "f2e20992160baf9a"),
+                          (1259, 29.701439453168, "af6095629569acd2"),
+                          (1655, 14.729942322461, "6c81b74ab098741f")],
+    ("available", 0.0): [(864, 9.079561191869, "b7bb51010b53edf5"),
+                         (1259, 9.830007799961, "011cba7c6d0dde47"),
+                         (1655, 9.921665769598, "2ad5e47c63a5511f")],
+    ("available", 120.0): [(864, 8.861540577591, "c7d2a6779f7f6e14"),
+                           (1259, 10.054424194252, "6cd5f708f71fdbc9"),
+                           (1655, 8.861540577591, "8c4a7ad11ffeecc3")],
+}
+
+
+@pytest.mark.parametrize("regime,notice", sorted(V5))
+def test_the_defaults_reproduce_v5_bit_for_bit(regime, notice):
+    cfg = {"volatile": volatile_config, "available": available_config}[regime](hours=24.0 * 8)
+    m = regime_market(cfg, 2)
+    spec = JobSpec(8.0, 12.0, notice_seconds=notice, checkpoint_gb=10.0)
+    starts = spread_starts(m, spec, 3, 24.0 * 3)
+    assert [int(s) for s in starts] == [s for s, _, _ in V5[(regime, notice)]]
+    for params in (None, SpotfleetParams(patience_wait="prior", stats_rule="prior")):
+        for s, cost, digest in V5[(regime, notice)]:
+            tl: list = []
+            r = simulate(SpotfleetPolicy(params), m, spec, s, timeline=tl)
+            norm = repr([(int(t), int(loc)) for t, loc in tl]).encode()
+            assert hashlib.sha256(norm).hexdigest()[:16] == digest
+            assert r.cost == pytest.approx(cost, rel=1e-12, abs=1e-9)
+
+
+def test_online_stats_are_refreshed_from_the_observation_at_each_decision():
+    from fleet.policies.base import JobState
+
+    gap = 1.0
+    pre = np.ones((2, 20), dtype=bool)
+    obs0 = Observation(tick=19, gap_hours=gap, zones=("a", "b"), available=pre[:, -1], history=pre)
+    spec = JobSpec(8.0, 40.0, notice_seconds=120.0)
+    hist = np.hstack([pre, np.vstack([np.zeros(3, dtype=bool), np.ones(3, dtype=bool)])])
+    obs = Observation(tick=22, gap_hours=gap, zones=("a", "b"), available=hist[:, -1], history=hist)
+    state = JobState(tick=22, start_tick=19, elapsed_hours=3.0, spec=spec)
+    for rule, down0 in (("prior", 1.0), ("online", 3.0)):
+        pol = SpotfleetPolicy(SpotfleetParams(stats_rule=rule))
+        pol.reset(spec, obs0)
+        pol.decide(state, obs)
+        assert pol.prior.mean_down_hours[0] == pytest.approx(down0)
+        assert pol.prior.availability[0] == pytest.approx(1.0 if rule == "prior" else 20 / 23)
