@@ -128,6 +128,10 @@ class SpotfleetParams:
     # job only) or "online" (v6 candidate, issue 10, not adopted: availability, mean up- and down-run
     # recomputed at every decision over the lookback window ending now, the job's own
     # observations since its start included; see market_view.run_stats)
+    patience_pays: bool = False  # True (v6 candidate, issue 10): the patience rule also
+    # needs the no-deadline test to hold (SpotfleetPolicy.waiting_pays: the job's idle
+    # hours so far plus the expected wait, priced at the best other zone's rate, below
+    # what the cheapest zone saves on the work left); False: v5
     patience_wait: str = "prior"  # the expected wait of the patience rule: "prior" (v5: the
     # zone's mean down time before the job) or "observed" (v6 candidate, issue 10, not adopted: the
     # same counting the outage in progress as the job sees it, see mean_down_with_current)
@@ -497,7 +501,9 @@ class SpotfleetPolicy(Policy):
             # they are believed up) and otherwise wait for them, while the expected wait
             # fits ``patience`` times over in the slack to spare
             best = int(np.argmin(eff))
-            if spare - reserve > self.p.patience * self.patience_wait_hours(obs)[best]:
+            if spare - reserve > self.p.patience * self.patience_wait_hours(obs)[best] and (
+                    not self.p.patience_pays
+                    or self.waiting_pays(state, obs, eff, order, od_eff) is not None):
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
 

@@ -97,7 +97,8 @@ def test_the_defaults_reproduce_v5_bit_for_bit(regime, notice):
     spec = JobSpec(8.0, 12.0, notice_seconds=notice, checkpoint_gb=10.0)
     starts = spread_starts(m, spec, 3, 24.0 * 3)
     assert [int(s) for s in starts] == [s for s, _, _ in V5[(regime, notice)]]
-    for params in (None, SpotfleetParams(patience_wait="prior", stats_rule="prior")):
+    for params in (None, SpotfleetParams(patience_wait="prior", stats_rule="prior",
+                                         patience_pays=False)):
         for s, cost, digest in V5[(regime, notice)]:
             tl: list = []
             r = simulate(SpotfleetPolicy(params), m, spec, s, timeline=tl)
@@ -122,3 +123,33 @@ def test_online_stats_are_refreshed_from_the_observation_at_each_decision():
         pol.decide(state, obs)
         assert pol.prior.mean_down_hours[0] == pytest.approx(down0)
         assert pol.prior.availability[0] == pytest.approx(1.0 if rule == "prior" else 20 / 23)
+
+
+def test_patience_pays_stops_waiting_once_the_idle_time_outweighs_the_saving():
+    from fleet.policies.base import IDLE, JobState
+
+    gap = 1.0 / 6
+    pre = np.ones((2, 120), dtype=bool)
+    prices = np.array([10.0, 12.0])  # zone 0 cheapest
+    od = np.array([80.0, 80.0])
+    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
+    obs0 = Observation(tick=119, gap_hours=gap, zones=("a", "b"), available=pre[:, -1],
+                       history=pre, spot_price=prices, on_demand_price=od)
+    # zone 0 was seen down a tick ago (it may be back: probed belief), zone 1 is up
+    hist = np.hstack([pre, np.vstack([np.zeros(2, dtype=bool), np.ones(2, dtype=bool)])])
+    obs = Observation(tick=121, gap_hours=gap, zones=("a", "b"), available=hist[:, -1],
+                      history=hist, spot_price=prices, on_demand_price=od, probed=True,
+                      last_seen_tick=np.array([120, 121]))
+    state = JobState(tick=121, start_tick=119, elapsed_hours=2 * gap, spec=spec, location=IDLE)
+    acts = {}
+    for pays, idle_h in ((False, 0.0), (True, 0.0), (True, 5.0)):
+        pol = SpotfleetPolicy(SpotfleetParams(patience_pays=pays))
+        pol.reset(spec, obs0)
+        pol._idle_h = idle_h  # hours this job has already spent idle
+        a = pol.decide(state, obs)
+        acts[(pays, idle_h)] = (a.target, tuple(a.fallbacks))
+    # v5 and the candidate with no idle time yet wait for zone 0 only
+    assert acts[(False, 0.0)] == (0, (IDLE,))
+    assert acts[(True, 0.0)] == (0, (IDLE,))
+    # 5 h idle x ~12 $/h > (12 - 10) $/h x 20 h: try zone 1 too
+    assert acts[(True, 5.0)] == (0, (1, IDLE))
