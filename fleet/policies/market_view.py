@@ -35,13 +35,14 @@ class PriorStats:
     preemptions: np.ndarray | None = None  # up -> down changes per zone in the window
     down_total_hours: np.ndarray | None = None  # down hours in the window, per zone
     regains: np.ndarray | None = None  # down -> up changes in the window, per zone
+    down_runs_ticks: tuple[np.ndarray, ...] | None = None  # see ``from_history``
 
     @classmethod
     def from_history(cls, history: np.ndarray, gap_hours: float,
                      lookback_hours: float = 24.0 * 30,
                      regions: tuple[str, ...] = (),
                      recovery_window_hours: float = 0.0,
-                     run_lists: bool = False) -> PriorStats:
+                     run_lists: bool = False, down_runs: bool = False) -> PriorStats:
         """Statistics of ``history`` (zones x ticks) over the last ``lookback_hours``.
 
         With ``regions``: ``up_after_neighbour_hours[z]`` = mean time (h) until zone ``z``
@@ -61,6 +62,10 @@ class PriorStats:
         up after each of those neighbour preemptions (the samples whose mean is
         ``up_after_neighbour_hours``; empty without ``regions``), and ``preemptions[z]``
         its up -> down changes; ``None`` otherwise.
+
+        With ``down_runs`` (the opt-in ``SpotfleetParams.patience_wait="residual"``):
+        ``down_runs_ticks[z]`` = the lengths (ticks) of ``z``'s down-runs that ended in the
+        window (:func:`ended_down_run_ticks`); ``None`` otherwise.
         """
         n = max(2, int(lookback_hours / gap_hours))
         h = np.asarray(history[:, -n:], dtype=bool)
@@ -102,7 +107,9 @@ class PriorStats:
                    if run_lists else None,
                    neighbour_remaining_ticks=tuple(neigh) if run_lists else None,
                    preemptions=pre.astype(np.int64) if run_lists else None,
-                   down_total_hours=(h.shape[1] - up_ticks) * gap_hours, regains=reg)
+                   down_total_hours=(h.shape[1] - up_ticks) * gap_hours, regains=reg,
+                   down_runs_ticks=tuple(ended_down_run_ticks(h[z]) for z in range(h.shape[0]))
+                   if down_runs else None)
 
 
 def run_stats(history: np.ndarray, gap_hours: float,
@@ -149,6 +156,49 @@ def mean_down_with_current(down_total_hours: np.ndarray, regains: np.ndarray,
     ``PriorStats``'s conservative ``+ 1`` in the denominator."""
     tot = np.asarray(down_total_hours, dtype=float) + np.asarray(current_hours, dtype=float)
     return np.maximum(tot / (np.asarray(regains, dtype=float) + 1.0), gap_hours)
+
+
+PATIENCE_MIN_RUNS = 3
+"""``residual_wait_ticks``: the history's conditional residual is used only while at least
+this many of the zone's down-runs outlasted the outage in progress. Structural, not
+fitted: the empirical residual ``E[D - a | D > a]`` over ``m`` runs is, for ``m = 1``, the
+one longest run's remainder (an order statistic, not a mean: it shrinks to one tick as
+``a`` nears the longest outage ever seen, i.e. it says "nearly over" exactly where the
+history stops knowing), and with ``m = 2`` still the midpoint of two such remainders; 3 is
+also the least number of samples :class:`PriorStats`' neighbour statistic and the hold
+ranking (``HOLD_MIN_PREEMPTIONS``) accept."""
+
+
+def ended_down_run_ticks(up: np.ndarray) -> np.ndarray:
+    """Lengths (ticks) of the down-runs of one zone's history ``up`` (bool per tick) that
+    ended inside it (a down -> up change; so as many as ``PriorStats.regains``): a run cut
+    by the history's start counts at its observed length (censored, a lower bound); the
+    run still in progress at the history's end is left out (it is the outage the job
+    measures itself)."""
+    x = np.asarray(up, dtype=np.int8)
+    d = np.diff(np.concatenate([[1], x, [1]]))
+    starts, ends = np.flatnonzero(d == -1), np.flatnonzero(d == 1)
+    keep = ends < x.size
+    return (ends - starts)[keep].astype(np.int64)
+
+
+def residual_wait_ticks(down_runs_ticks: np.ndarray, age_ticks: int, floor_ticks: float,
+                        min_runs: int = PATIENCE_MIN_RUNS) -> float:
+    """Expected remaining down time (ticks) of a zone down for ``age_ticks`` so far.
+
+    Within the history's experience (at least ``min_runs`` of its down-runs
+    ``down_runs_ticks`` longer than ``age_ticks``): the conditional residual
+    ``E[D - a | D > a]`` over those runs. Beyond it (an outage longer than all but a
+    couple ever seen, or a zone with no outage in the history): the outage in progress is
+    the evidence, remaining ``~ a`` (the doubling / Lindy estimate for an outage of
+    unknown law: an outage seen ``a`` ticks in is as likely as not to last ``2 a``),
+    never less than ``floor_ticks`` (the history's mean down time, v5's wait)."""
+    k = np.asarray(down_runs_ticks, dtype=np.int64)
+    a = max(int(age_ticks), 0)
+    longer = k[k > a]
+    if longer.size >= min_runs:
+        return float(np.mean(longer - a))
+    return max(float(a), float(floor_ticks))
 
 
 def runs_after_recovery(up: np.ndarray, gap_hours: float, window_hours: float) -> np.ndarray:

@@ -68,6 +68,7 @@ from fleet.policies.market_view import (
     hold_hours,
     launch_action,
     mean_down_with_current,
+    residual_wait_ticks,
     run_law,
     run_law_since,
     run_stats,
@@ -135,6 +136,9 @@ class SpotfleetParams:
     patience_wait: str = "prior"  # the expected wait of the patience rule: "prior" (v5: the
     # zone's mean down time before the job) or "observed" (v6 candidate, issue 10, not adopted: the
     # same counting the outage in progress as the job sees it, see mean_down_with_current)
+    # or "residual" (v6 fifth round, fourth candidate: the zone's conditional residual
+    # down time given the outage in progress while the history has seen enough outages
+    # that long, else as long again as it has lasted; see residual_wait_ticks)
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -195,7 +199,8 @@ class SpotfleetPolicy(Policy):
         hist = obs.history[:, : obs.tick] if obs.tick > 1 else obs.history
         self.prior = PriorStats.from_history(hist, obs.gap_hours, self.p.lookback_hours,
                                              tuple(obs.regions), self.p.recovery_window_hours,
-                                             run_lists=self.p.hold_ranking != "off")
+                                             run_lists=self.p.hold_ranking != "off",
+                                             down_runs=self.p.patience_wait == "residual")
         self._laws = None
         if self.p.hold_ranking != "off":
             if self.p.hold_ranking not in ("renewal", "fresh", "renewal_since"):
@@ -514,7 +519,19 @@ class SpotfleetPolicy(Policy):
         SkyNomad's 6 H100 zones waited for europe-west1-c, never down in the 12-52 h
         before the job (mean down = one 10-min tick), for 7.7 h in all with
         us-central1-a up at 16 % more, and ended on on-demand. The part of the outage
-        before the job is counted in both terms (a small conservative bias)."""
+        before the job is counted in both terms (a small conservative bias).
+
+        ``patience_wait="residual"``: for a zone down ``a`` ticks so far,
+        :func:`residual_wait_ticks` over its down-runs before the job (the history's
+        ``E[D - a | D > a]`` while at least 3 of them outlasted ``a``, else ``max(a,
+        v5's wait)``): a one-tick outage of a zone whose history has short outages keeps
+        v5's one-tick wait, a zone never seen down gets a wait that grows with the wait."""
+        if self.p.patience_wait == "residual" and self.prior.down_runs_ticks is not None:
+            g = obs.gap_hours
+            age = np.rint(current_down_hours(obs.history, g) / g).astype(np.int64)
+            return np.array([residual_wait_ticks(runs, int(a), float(m) / g) * g
+                             for runs, a, m in zip(self.prior.down_runs_ticks, age,
+                                                   self.prior.mean_down_hours, strict=True)])
         if self.p.patience_wait != "observed" or self.prior.down_total_hours is None:
             return self.prior.mean_down_hours
         cur = current_down_hours(obs.history, obs.gap_hours)

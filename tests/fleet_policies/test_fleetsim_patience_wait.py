@@ -153,3 +153,61 @@ def test_patience_pays_stops_waiting_once_the_idle_time_outweighs_the_saving():
     assert acts[(True, 0.0)] == (0, (IDLE,))
     # 5 h idle x ~12 $/h > (12 - 10) $/h x 20 h: try zone 1 too
     assert acts[(True, 5.0)] == (0, (1, IDLE))
+
+
+# --------------------------------------------------- patience_wait="residual" (4th candidate)
+def test_ended_down_runs_leave_out_the_outage_in_progress():
+    from fleet.policies.market_view import ended_down_run_ticks
+
+    up = _history((False, 2), (True, 3), (False, 4), (True, 1), (False, 1), (True, 2), (False, 3))
+    # the first run counts from the history's start; the trailing 3-tick outage is left out
+    np.testing.assert_array_equal(ended_down_run_ticks(up), [2, 4, 1])
+    assert ended_down_run_ticks(np.ones(5, dtype=bool)).size == 0
+    assert ended_down_run_ticks(np.zeros(5, dtype=bool)).size == 0
+    prior = PriorStats.from_history(np.vstack([up, up]), 1.0, 100.0, down_runs=True)
+    assert [r.tolist() for r in prior.down_runs_ticks] == [[2, 4, 1]] * 2
+    assert prior.regains.tolist() == [3, 3]
+    assert PriorStats.from_history(np.vstack([up, up]), 1.0, 100.0).down_runs_ticks is None
+
+
+def test_residual_wait_within_and_beyond_the_history():
+    from fleet.policies.market_view import residual_wait_ticks
+
+    runs = np.array([1, 1, 2, 3, 6, 10])
+    # a = 0: the mean down-run; a = 1: E[D - 1 | D > 1] over 2, 3, 6, 10 = (1 + 2 + 5 + 9) / 4
+    assert residual_wait_ticks(runs, 0, 1.0) == pytest.approx(23 / 6)
+    assert residual_wait_ticks(runs, 1, 1.0) == pytest.approx(17 / 4)
+    # a = 2: 3, 6, 10 outlasted it (3 runs): (1 + 4 + 8) / 3
+    assert residual_wait_ticks(runs, 2, 1.0) == pytest.approx(13 / 3)
+    # a = 3: only 6 and 10 outlasted it: beyond the history, as long again, at least the floor
+    assert residual_wait_ticks(runs, 3, 1.0) == pytest.approx(3.0)
+    assert residual_wait_ticks(runs, 3, 4.5) == pytest.approx(4.5)
+    assert residual_wait_ticks(runs, 30, 4.5) == pytest.approx(30.0)
+    # memoryless outages keep the same residual whatever the age (within the history)
+    geo = np.repeat(np.arange(1, 21), 2 ** (20 - np.arange(1, 21)))  # P(D = k) = 2^-k
+    r = [residual_wait_ticks(geo, a, 1.0) for a in (0, 2, 4)]
+    np.testing.assert_allclose(r, 2.0, rtol=1e-3)
+    # no outage in the history: the wait grows with the outage in progress
+    assert [residual_wait_ticks(np.zeros(0, dtype=np.int64), a, 1.0) for a in (0, 1, 5)] == \
+        [1.0, 1.0, 5.0]
+    # one two-tick outage seen (us-east4-a before h100 start 113), one tick down: v5's wait
+    assert residual_wait_ticks(np.array([2]), 1, 1.0) == pytest.approx(1.0)
+
+
+def test_residual_patience_wait_on_an_observation():
+    gap = 1.0
+    # zone 0 never down before the job, zone 1 down 3 times for 4 ticks
+    pre = np.ones((2, 40), dtype=bool)
+    for t in (5, 15, 25):
+        pre[1, t:t + 4] = False
+    obs0 = Observation(tick=39, gap_hours=gap, zones=("a", "b"), available=pre[:, -1], history=pre)
+    spec = JobSpec(8.0, 16.0, notice_seconds=120.0)
+    hist = np.hstack([pre, np.zeros((2, 3), dtype=bool)])  # both down for the last 3 ticks
+    obs = Observation(tick=42, gap_hours=gap, zones=("a", "b"), available=hist[:, -1], history=hist)
+    pol = SpotfleetPolicy(SpotfleetParams(patience_wait="residual"))
+    pol.reset(spec, obs0)
+    np.testing.assert_allclose(pol.patience_wait_hours(obs), [3.0, 1.0])
+    np.testing.assert_allclose(pol.patience_wait_hours(obs0), [1.0, 4.0])
+    v5 = SpotfleetPolicy()
+    v5.reset(spec, obs0)
+    np.testing.assert_allclose(v5.patience_wait_hours(obs), [1.0, 3.0])  # 12 / (3 + 1)
