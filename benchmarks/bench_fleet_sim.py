@@ -14,6 +14,12 @@ traces), volatile_holdout60, available_holdout60 (seeds 60-64).
 
     nice -n 10 python benchmarks/bench_fleet_sim.py [--starts 100] [--families v100,h100,volatile]
         [--markdown out.md] [--plot out.png]
+        [--candidate NAME:field=value[,field=value...] ...]
+
+``--candidate`` (repeatable) adds a spotfleet column ``candidate:NAME`` with those
+``SpotfleetParams`` beside v5 in the same sweep; it never counts as a baseline and gets its
+own goal table (``candidate:NAME (not a baseline) / best``). Without it the output is
+unchanged.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from fleet.simulation.families import (  # noqa: E402
     FAMILIES,
     NOTICES,
     RATIOS,
+    candidate_factories,
     family_table,
     goal_table,
     half_cells,
@@ -50,6 +57,10 @@ def main() -> int:
     ap.add_argument("--policies", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--markdown", default="", help="write the tables (Markdown) here")
     ap.add_argument("--plot", default="", help="save a cost-ratio plot here")
+    ap.add_argument("--candidate", action="append", default=[],
+                    metavar="NAME:field=value[,field=value...]",
+                    help="add a spotfleet column with these SpotfleetParams (repeatable; "
+                         "not a baseline)")
     ap.add_argument("--halves", action="store_true",
                     help="also the goal table per half of the starts (v100/h100: per half window)")
     args = ap.parse_args()
@@ -60,6 +71,8 @@ def main() -> int:
     pols = builtin_policy_factories()
     if args.policies:
         pols = {k: v for k, v in pols.items() if k in args.policies.split(",")}
+    cand = candidate_factories(args.candidate)
+    pols.update(cand)
     ratios = [float(x) for x in args.ratios.split(",")]
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}; {args.starts} starts per cell", flush=True)
@@ -82,6 +95,9 @@ def main() -> int:
             md += [f"#### {fam.title}: mean cost / omniscient, notice {notice:g} s", "",
                    family_table(cells, notice), ""]
     md += ["#### spotfleet against the best baseline of each cell", "", goal_table(all_cells), ""]
+    for name in cand:
+        md += [f"#### {name} (a spotfleet variant, not a baseline) against the best baseline "
+               "of each cell", "", goal_table(all_cells, name), ""]
     if args.halves:
         for second in (False, True):
             md += [f"#### spotfleet against the best baseline, {'second' if second else 'first'} "

@@ -55,6 +55,9 @@ from fleet.simulation.omniscient import omniscient_bound
 RATIOS = (1.05, 1.2, 1.5, 2.0, 3.0)
 NOTICES = (0.0, 120.0)
 OURS = "spotfleet"
+CANDIDATE_PREFIX = "candidate:"
+"""Column names of ``--candidate`` spotfleet variants (bench_fleet_sim.py): never a
+baseline, labelled as candidates in the goal tables."""
 
 
 @dataclass(frozen=True)
@@ -258,9 +261,45 @@ def half_cells(cells: Sequence[Cell], second: bool) -> list[Cell]:
     return out
 
 
+def is_candidate(name: str) -> bool:
+    """Whether column ``name`` is a ``--candidate`` spotfleet variant."""
+    return name.startswith(CANDIDATE_PREFIX)
+
+
+def candidate_factories(specs: Sequence[str]) -> dict[str, Callable]:
+    """``NAME:field=value[,field=value...]`` -> {``candidate:NAME``: factory of a
+    ``SpotfleetPolicy`` with those ``SpotfleetParams`` (the rest at their defaults)}.
+    Values are converted to the field's type (bool: 1/true/yes; float; else str)."""
+    import dataclasses
+
+    from fleet.policies.spotfleet import SpotfleetParams, SpotfleetPolicy
+
+    types = {f.name: f.type for f in dataclasses.fields(SpotfleetParams)}
+    out: dict[str, Callable] = {}
+    for text in specs:
+        name, sep, rest = text.partition(":")
+        if not sep or not name or not rest:
+            raise ValueError(f"candidate {text!r}: expected NAME:field=value[,field=value...]")
+        kw: dict[str, object] = {}
+        for item in rest.split(","):
+            k, eq, v = item.partition("=")
+            if not eq or k not in types:
+                raise ValueError(f"candidate {text!r}: {item!r} is not a SpotfleetParams field=value")
+            t = types[k]
+            kw[k] = (v.lower() in ("1", "true", "yes")) if t in (bool, "bool") else \
+                float(v) if t in (float, "float") else int(v) if t in (int, "int") else v
+        col = CANDIDATE_PREFIX + name
+        if col in out:
+            raise ValueError(f"candidate {name!r} given twice")
+        params = SpotfleetParams(**kw)
+        out[col] = lambda params=params: SpotfleetPolicy(params)
+    return out
+
+
 def best_baseline(cell: Cell) -> str:
-    """The cheapest baseline (not the project's policy, not on-demand) of the cell."""
-    cands = [n for n in cell.costs if n not in (OURS, "on_demand")]
+    """The cheapest baseline (not the project's policy, not a ``--candidate`` variant, not
+    on-demand) of the cell."""
+    cands = [n for n in cell.costs if n not in (OURS, "on_demand") and not is_candidate(n)]
     return min(cands, key=lambda n: cell.costs[n].mean())
 
 
@@ -281,16 +320,18 @@ def family_table(cells: Sequence[Cell], notice: float) -> str:
     return "\n".join(lines)
 
 
-def goal_table(cells: Sequence[Cell]) -> str:
-    """Markdown: spotfleet / best baseline of each cell, paired bootstrap interval."""
-    lines = ["| family | D/W | notice s | best baseline | spotfleet / best [95 % CI] | "
-             "spotfleet / omniscient | deadlines met |", "|---|---|---|---|---|---|---|"]
+def goal_table(cells: Sequence[Cell], policy: str = OURS) -> str:
+    """Markdown: ``policy`` (spotfleet, or a ``candidate:NAME`` column, labelled so) /
+    best baseline of each cell, paired bootstrap interval."""
+    label = policy if not is_candidate(policy) else f"{policy} (not a baseline)"
+    lines = [f"| family | D/W | notice s | best baseline | {label} / best [95 % CI] | "
+             f"{label} / omniscient | deadlines met |", "|---|---|---|---|---|---|---|"]
     for c in cells:
-        if OURS not in c.costs:
+        if policy not in c.costs:
             continue
         b = best_baseline(c)
-        r, lo, hi = bootstrap_ratio(c.costs[OURS], c.costs[b])
-        o = c.costs[OURS].mean() / c.omniscient.mean()
+        r, lo, hi = bootstrap_ratio(c.costs[policy], c.costs[b])
+        o = c.costs[policy].mean() / c.omniscient.mean()
         lines.append(f"| {c.family} | {c.ratio:g} | {c.notice:g} | {b} | {r:.3f} [{lo:.3f}, {hi:.3f}] "
-                     f"| {o:.3f} | {c.met[OURS].mean():.0%} |")
+                     f"| {o:.3f} | {c.met[policy].mean():.0%} |")
     return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""``benchmarks/bench_fleet_sim.py --candidate``: a spotfleet variant measured beside v5
+in the same sweep is never a baseline, and the default tables do not change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fleet.market.regimes import regime_market, volatile_config
+from fleet.policies.baselines import builtin_policy_factories
+from fleet.policies.spotfleet import SpotfleetPolicy
+from fleet.simulation.families import (
+    Cell,
+    Family,
+    best_baseline,
+    candidate_factories,
+    family_table,
+    goal_table,
+    run_family,
+)
+
+
+def _tiny(data, n):
+    return [(regime_market(volatile_config(hours=24.0 * 3), 3), None)]
+
+
+def test_candidate_columns_are_not_baselines_and_leave_the_default_tables_alone():
+    fam = Family("tiny", "tiny volatile", 2.0, 5.0, 24.0, _tiny, spot_price=1.0, on_demand_price=3.4)
+    base = {k: v for k, v in builtin_policy_factories().items()
+            if k in ("on_demand", "failover", "spotfleet")}
+    cand = candidate_factories(["res:patience_wait=residual", "cheap:patience=0.5"])
+    assert list(cand) == ["candidate:res", "candidate:cheap"]
+    assert cand["candidate:res"]().p.patience_wait == "residual"
+    assert cand["candidate:cheap"]().p.patience == 0.5
+    cells = run_family(fam, None, {**base, **cand}, 2, [1.5], [0.0])
+    plain = run_family(fam, None, base, 2, [1.5], [0.0])
+    (c,), (p,) = cells, plain
+    assert c.costs["candidate:res"].size == 2
+    np.testing.assert_array_equal(c.costs["spotfleet"], p.costs["spotfleet"])
+    # a candidate cheaper than every baseline still is not the best baseline
+    fake = Cell(c.family, c.ratio, c.notice, c.omniscient)
+    fake.costs = {**c.costs, "candidate:res": c.costs["failover"] * 0.01}
+    fake.met = dict(c.met)
+    assert best_baseline(fake) == "failover"
+    assert goal_table([fake]) == goal_table(plain)
+    assert "candidate:res (not a baseline) / best" in goal_table([fake], "candidate:res")
+    rows = family_table(cells, 0.0).splitlines()
+    assert [r for r in rows if not r.startswith("| candidate:")] == \
+        family_table(plain, 0.0).splitlines()
+    assert sum(r.startswith("| candidate:") for r in rows) == 2
+
+
+@pytest.mark.parametrize("bad", ["noparams", "x:", ":patience=1", "x:nosuchfield=1", "x:patience"])
+def test_candidate_strings_are_checked(bad):
+    with pytest.raises(ValueError):
+        candidate_factories([bad])
+
+
+def test_candidate_policy_is_spotfleet():
+    (f,) = candidate_factories(["a:patience_wait=residual"]).values()
+    assert isinstance(f(), SpotfleetPolicy)
