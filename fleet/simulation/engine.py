@@ -26,10 +26,11 @@ Model (all times in hours; one tick = the trace's gap):
   completion hours are counted from the run's own start.
 * Regions: the checkpoint lives in the region of the job's last launch. Launching spot
   in another region first moves it: egress $ (``checkpoint_gb x $/GB``) and the
-  transfer time, added to that launch's overhead (billed). On-demand runs in the
-  checkpoint's region (the cheapest on-demand region before the first launch, the first
-  one on a tie), so leaving it for spot in another region is a move too. The region is
-  set at launch, before anything is saved (docs/fleet-policies.md).
+  transfer time, added to that launch's overhead (billed), but only when a checkpoint
+  exists (some work committed); before that nothing is copied and nothing is billed.
+  On-demand runs in the region of the last launch (the cheapest on-demand region before
+  the first launch, the first one on a tie), so leaving it for spot in another region is
+  a move too once it saved work (docs/fleet-policies.md).
 * Observation (``observe="probe"``, default): the policy knows a zone's availability
   only where it holds an instance or tries a launch. A launch in a zone without
   capacity fails: ``probe_seconds`` of wall time pass (no money), the next entry of
@@ -74,7 +75,7 @@ class RunResult:
     lost_work_hours: float  # compute redone (or spent on notice-window saves)
     checkpoint_hours: float  # time spent saving (periodic + voluntary + emergency)
     restart_hours: float  # restart overhead paid
-    migrations: int = 0  # cross-region checkpoint moves, from spot or on-demand (each billed below)
+    migrations: int = 0  # cross-region checkpoint moves (work committed), from spot or on-demand
     migration_cost: float = 0.0  # egress $ of those moves (included in ``cost``)
     failed_probes: int = 0  # launch attempts in zones without capacity
     start_offset_hours: float = 0.0  # the run started this far into ``start_tick``
@@ -273,7 +274,7 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
                     ov = r
                     launches += 1
                     new_reg = int(reg[tgt]) if tgt >= 0 else (ck_reg if ck_reg >= 0 else cheapest_od_region)
-                    if ck_reg >= 0 and new_reg != ck_reg:
+                    if ck_reg >= 0 and new_reg != ck_reg and committed > 0.0:  # a checkpoint to copy
                         mig_cost += mig_usd
                         ov += mig_h
                         migrations += 1

@@ -338,21 +338,27 @@ def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
                 if t0 + need <= d_u and leave[rl, p + off] + need * uc < best:
                     best = leave[rl, p + off] + need * uc
                     best_t = t0 + need
-            # launch from another region (spot only: on-demand runs where the checkpoint is)
+            # launch from another region (spot only: on-demand runs where the checkpoint is);
+            # with nothing committed (p <= 0) there is nothing to copy: no egress, no transfer
             if spot and n_r > 1:
-                rm = r_u + m_u
-                for p in range(max(lo - c_u, lo2 + rm - g_u), hi + 1):
+                for p in range(max(lo - c_u, lo2 + r_u - g_u), hi + 1):
                     x = m1[p + off] if a1[p + off] != rl else m2[p + off]
                     if x >= _INF:
                         continue
+                    if p > 0:
+                        rm = r_u + m_u
+                        mu = mig_usd
+                    else:
+                        rm = r_u
+                        mu = 0.0
                     q = p - rm + g_u
                     if q >= w_u:
                         need = w_u - p + rm
-                        if t0 + need <= d_u and x + mig_usd + need * uc < best:
-                            best = x + mig_usd + need * uc
+                        if t0 + need <= d_u and x + mu + need * uc < best:
+                            best = x + mu + need * uc
                             best_t = t0 + need
-                    else:
-                        y = x + mig_usd + tc
+                    elif q >= lo2:
+                        y = x + mu + tc
                         if y < dst[q + off]:
                             dst[q + off] = y
             # first launch (nothing to move)
@@ -399,10 +405,12 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
     ``want_plan`` also returns the location of every tick up to completion (single-region
     markets only; memory grows with ticks x zones x work; meant for checks and plots).
 
-    ``first_on_demand_region`` (index into ``market.region_names``; ``None`` or -1: any
-    region, the default): restrict an on-demand *first* launch to that region, as the simulator
-    does (it starts on-demand in the cheapest on-demand region). Only for measuring how
-    much that freedom lowers the bound (benchmarks/fleet_billing_quirks.py); cost-only.
+    ``first_on_demand_region`` (index into ``market.region_names``): the region of an
+    on-demand *first* launch. ``None`` (default): the simulator's, the cheapest on-demand
+    region (the first on a tie), so that the DP and the simulator allow the same plans;
+    -1: any region (what a controller could do that picks the on-demand region; the
+    published bound before the fix; benchmarks/fleet_billing_quirks.py). Cost-only.
+    A cross-region move with nothing committed is free, as in the simulator.
     """
     if max_cells is None:
         max_cells = _MAX_PLAN_CELLS if want_plan else _MAX_CELLS
@@ -456,7 +464,11 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
     spot_uc = np.ascontiguousarray(sp[:, start_tick:start_tick + n_t]) * qh
     zreg = market.region_index
     od_uc = np.array([od[zreg == r].min() for r in range(n_r)]) * qh
-    if first_on_demand_region is not None and not -1 <= first_on_demand_region < n_r:
+    if first_on_demand_region is None:
+        od_all = market.prices_for(spec.spot_price, spec.on_demand_price)[1]
+        first_on_demand_region = int(np.argmin(
+            [od_all[market.region_index == r].min() for r in range(n_r)]))
+    if not -1 <= first_on_demand_region < n_r:
         raise ValueError(f"first_on_demand_region={first_on_demand_region!r}: the market has "
                          f"{n_r} regions")
     if want_plan:
@@ -476,8 +488,7 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
                                             par, lsrc)
     else:
         best, best_t = _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc,
-                                od_uc, mig_usd,
-                                -1 if first_on_demand_region is None else int(first_on_demand_region))
+                                od_uc, mig_usd, int(first_on_demand_region))
     if best >= _INF:
         raise ValueError("no offline schedule meets the deadline (deadline < work + restart?)")
     plan = None
