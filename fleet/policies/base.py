@@ -170,9 +170,14 @@ class Observation:
     Prices are public (a price API / catalog), so ``spot_price[z]`` ($/h now) and
     ``on_demand_price[z]`` ($/h, on-demand in ``z``'s region) are known everywhere;
     ``None`` means the job's flat ``JobSpec`` prices. ``regions[z]`` is zone ``z``'s
-    region; ``checkpoint_region`` where the job's checkpoint lives now (``None``: the
-    job never launched); moving it to another region costs ``migration_usd`` and
-    ``migration_hours`` (added to that launch).
+    region; ``checkpoint_region`` the region a launch elsewhere would copy the job's saved
+    work from, i.e. the region of the last launch once some work is committed there, or
+    once a move would first save the held instance's uncommitted work (``None``: nothing
+    to copy -- never launched, or nothing saved yet; such a move is free, as the simulator
+    bills it); moving it to another region costs ``migration_usd`` and
+    ``migration_hours`` (added to that launch). ``on_demand_region``: where ``ON_DEMAND``
+    would run now (the region of the last launch, before the first launch the cheapest
+    on-demand region; ``None``: not known, use the cheapest on-demand price).
     """
 
     tick: int
@@ -186,6 +191,7 @@ class Observation:
     probed: bool = False
     last_seen_tick: np.ndarray | None = None  # int, shape (Z,)
     checkpoint_region: str | None = None
+    on_demand_region: str | None = None
     migration_usd: float = 0.0
     migration_hours: float = 0.0
 
@@ -209,7 +215,8 @@ class Observation:
         return self.regions[z] if self.regions else ""
 
     def moves_region(self, z: int) -> bool:
-        """True when launching in zone ``z`` moves the checkpoint to another region."""
+        """True when launching in zone ``z`` moves the checkpoint to another region (a
+        billed move: some work is saved, see ``checkpoint_region``)."""
         return (self.checkpoint_region is not None and bool(self.regions)
                 and self.regions[z] != self.checkpoint_region)
 

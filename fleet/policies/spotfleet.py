@@ -438,8 +438,10 @@ class SpotfleetPolicy(Policy):
 
     def _od_price(self, state: JobState, obs: Observation) -> float:
         od = obs.on_demand_prices(state.spec)
-        if obs.checkpoint_region is not None and obs.regions:
-            same = [od[z] for z in range(obs.n_zones) if obs.regions[z] == obs.checkpoint_region]
+        # where on-demand would run: the last launch's region (the checkpoint's once saved)
+        region = obs.on_demand_region or obs.checkpoint_region
+        if region is not None and obs.regions:
+            same = [od[z] for z in range(obs.n_zones) if obs.regions[z] == region]
             if same:
                 return float(min(same))
         return float(od.min())

@@ -261,8 +261,16 @@ class PolicyDriver:
                        spot_price=min(spot) if spot else FALLBACK_SPOT_PRICE,
                        deadline_given=self.deadline_seconds is not None)
 
-    def observation(self, t: float, spec: JobSpec) -> Observation:
-        """What the policy sees at market second ``t``: the past and the observed now."""
+    def observation(self, t: float, spec: JobSpec, saved: bool = True) -> Observation:
+        """What the policy sees at market second ``t``: the past and the observed now.
+
+        ``saved``: the job has work a move would carry (a committed checkpoint, or
+        uncommitted progress on the held node group, which a move saves first). Without
+        it ``checkpoint_region`` is None, as in the simulator: a launch elsewhere copies
+        nothing. The live stage moves nothing itself (every node reads and writes the one
+        store of ``spec.checkpoint_uri``, and no egress is priced here: ``migration_usd``
+        and ``migration_hours`` stay 0), so the region only keeps the policy's view the
+        simulator's. ``on_demand_region``: the configured on-demand zone's region."""
         hist = self.market.history(t)
         pr = self.priors
         spot = (np.array([pr.spot_price_per_hour.get(z, spec.spot_price) for z in self.zones])
@@ -271,7 +279,13 @@ class PolicyDriver:
                            zones=tuple(self.zones), available=hist[:, -1].copy(), history=hist,
                            regions=tuple(self.regions), spot_price=spot, probed=True,
                            last_seen_tick=self.market.last_seen.copy(),
-                           checkpoint_region=self._checkpoint_region)
+                           checkpoint_region=self._checkpoint_region if saved else None,
+                           on_demand_region=self._on_demand_region())
+
+    def _on_demand_region(self) -> str:
+        """Region of the zone ``ON_DEMAND`` launches in (:meth:`_as_launch`)."""
+        z = self.on_demand_zone or self.zones[0]
+        return self.regions[self.zones.index(z)] if z in self.zones else region_of_zone(z)
 
     def _loc(self, location: str | None) -> int:
         if location is None:
@@ -297,11 +311,11 @@ class PolicyDriver:
         spec = self.job_spec(progress)
         if location is not None and location != "on-demand":
             self.market.observe(t, {location: True})  # the held zone is seen up
-        obs = self.observation(t, spec)
+        c, u = progress.fractions()
+        obs = self.observation(t, spec, saved=c > 0.0 or (location is not None and u > 0.0))
         if not self._reset:
             self.policy.reset(spec, obs)
             self._reset = True
-        c, u = progress.fractions()
         state = JobState(
             tick=obs.tick, start_tick=self.market.start_tick, elapsed_hours=t / 3600.0, spec=spec,
             location=self._loc(location), committed_hours=c * spec.work_hours,
@@ -359,6 +373,8 @@ class PolicyDriver:
                     continue
             self._launches += 1
             z = self.zones.index(lau.zone) if lau.zone in self.zones else 0
+            # the region of the last launch: the checkpoint's once the job saved (the
+            # observation hides it before, see :meth:`observation`)
             self._checkpoint_region = self.regions[z]
             return lau, failed
         return None, failed

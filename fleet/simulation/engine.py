@@ -30,7 +30,9 @@ Model (all times in hours; one tick = the trace's gap):
   exists (some work committed); before that nothing is copied and nothing is billed.
   On-demand runs in the region of the last launch (the cheapest on-demand region before
   the first launch, the first one on a tie), so leaving it for spot in another region is
-  a move too once it saved work (docs/fleet-policies.md).
+  a move too once it saved work (docs/fleet-policies.md). The policy's ``Observation``
+  says the same: ``checkpoint_region`` is ``None`` while a move would copy nothing,
+  ``on_demand_region`` is where on-demand would run.
 * Observation (``observe="probe"``, default): the policy knows a zone's availability
   only where it holds an instance or tries a launch. A launch in a zone without
   capacity fails: ``probe_seconds`` of wall time pass (no money), the next entry of
@@ -167,7 +169,11 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
 
     def obs_at(i: int) -> Observation:
         nonlocal filled
-        ckr = region_names[ck_reg] if ck_reg >= 0 else None
+        # what a launch elsewhere would copy (and the engine bill): the committed work, or
+        # the held instance's uncommitted work, which a move saves first
+        saved = committed > 0.0 or (loc != IDLE and u > 0.0 and ov <= 0.0)
+        ckr = region_names[ck_reg] if ck_reg >= 0 and saved else None
+        odr = region_names[ck_reg if ck_reg >= 0 else cheapest_od_region]
         if probe:
             if loc >= 0:
                 last_seen[loc] = i
@@ -178,11 +184,12 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
                                history=kh[:, : i + 1], regions=market.regions,
                                spot_price=sp[:, i], on_demand_price=od_zone, probed=True,
                                last_seen_tick=last_seen.copy(), checkpoint_region=ckr,
-                               migration_usd=mig_usd, migration_hours=mig_h)
+                               on_demand_region=odr, migration_usd=mig_usd, migration_hours=mig_h)
         return Observation(tick=i, gap_hours=g, zones=zones, available=avail[:, i],
                            history=avail[:, : i + 1], regions=market.regions,
                            spot_price=sp[:, i], on_demand_price=od_zone, probed=False,
-                           checkpoint_region=ckr, migration_usd=mig_usd, migration_hours=mig_h)
+                           checkpoint_region=ckr, on_demand_region=odr,
+                           migration_usd=mig_usd, migration_hours=mig_h)
 
     def see(z: int, i: int, up: bool) -> None:
         if probe:
