@@ -1,24 +1,25 @@
 """How much two billing quirks of the fleet simulator matter on the report families.
 
 docs/fleet-policies.md (*The model the simulator runs*, "On-demand and migrations") names
-two questionable billing points, left unchanged in the engine and the omniscient DP:
+two questionable billing points of the engine and the omniscient DP, both fixed since
+(2026-11-26, "The fix"); this counter measured them before and checks the fix now:
 
-(a) a cross-region move is billed (egress $ + transfer time) even when the job has no
-    checkpoint yet (nothing to copy). Measured per cell and policy with a pass-through
-    policy wrapper (:class:`MoveProbe`) that sees the engine's ``JobState`` at every
+(a) a cross-region move was billed (egress $ + transfer time) even when the job had no
+    checkpoint yet (nothing to copy); now it is not, and (a) counts 0. Measured per cell
+    and policy with a pass-through policy wrapper (:class:`MoveProbe`) that sees the engine's ``JobState`` at every
     decision: a decision followed by a billed migration while no work was committed (and
     no voluntary save of uncommitted work happens on the way out) is a move of nothing.
     Its direct $ = egress + the transfer time at the new zone's spot $/h of that tick
     (second-order effects of the delay on later decisions are not counted).
-(b) the DP may start on-demand in any region, the simulator only in the cheapest
-    on-demand region (first in name order on a tie). Measured per start as the bound
-    with the first on-demand launch restricted to the simulator's region
-    (``omniscient_bound(..., first_on_demand_region=)``) minus the bound with any region
-    (``first_on_demand_region=-1``, the published bound); a
-    start counts when the difference is above 1e-9 $.
+(b) the DP could start on-demand in any region, the simulator only in the cheapest
+    on-demand region (first in name order on a tie); the DP's default is now the
+    simulator's region. Measured per start as the bound with the first on-demand launch
+    restricted to the simulator's region (``omniscient_bound(..., first_on_demand_region=)``,
+    the default) minus the bound with any region (``first_on_demand_region=-1``, the
+    bound published before the fix); a start counts when the difference is above 1e-9 $.
 
-Both are reported as % of the cell's mean omniscient cost (the published bound).
-The engine is run unchanged; nothing here changes billing.
+Both are reported as % of the cell's mean free bound (``omniscient_mean`` in the rows).
+Nothing here changes billing.
 
     nice -n 10 python benchmarks/fleet_billing_quirks.py --families v100 h100 volatile \
         --starts 100 --out /tmp/quirks.json
