@@ -6,12 +6,11 @@ default reproducing v5's decisions and costs bit for bit."""
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
+from v5_pins import V5
 
-from fleet.market.regimes import available_config, regime_market, volatile_config
+from fleet.market.regimes import regime_market, volatile_config
 from fleet.policies.base import IDLE, JobSpec, JobState, Observation
 from fleet.policies.market_view import (
     PriorStats,
@@ -22,7 +21,6 @@ from fleet.policies.market_view import (
 )
 from fleet.policies.spotfleet import HOLD_MIN_PREEMPTIONS, SpotfleetParams, SpotfleetPolicy
 from fleet.simulation.engine import simulate
-from fleet.simulation.families import spread_starts
 
 
 def _history(*runs: tuple[bool, int]) -> np.ndarray:
@@ -156,40 +154,6 @@ def test_zones_with_few_preemptions_keep_v5s_estimate():
         pol.reset(spec, obs)
     np.testing.assert_array_equal(cand.cost_per_useful_hour(state, obs),
                                   v5.cost_per_useful_hour(state, obs))
-
-
-# v5's decisions and costs (the same pins as tests/fleet_policies/test_fleetsim_recovery.py,
-# from main at 4f79470): start tick, cost $ and sha256 of the timeline, first 16 hex digits
-V5 = {
-    ("volatile", 0.0): [(864, 16.018353873232, "fd41b7e0acf77d15"),
-                        (1259, 29.701439453168, "192d1ced50c35458"),
-                        (1655, 20.345039187307, "2cb51db98e41e6df")],
-    ("volatile", 120.0): [(864, 13.838869702055, "f2e20992160baf9a"),
-                          (1259, 29.701439453168, "af6095629569acd2"),
-                          (1655, 14.729942322461, "6c81b74ab098741f")],
-    ("available", 0.0): [(864, 9.079561191869, "b7bb51010b53edf5"),
-                         (1259, 9.830007799961, "011cba7c6d0dde47"),
-                         (1655, 9.921665769598, "2ad5e47c63a5511f")],
-    ("available", 120.0): [(864, 8.861540577591, "c7d2a6779f7f6e14"),
-                           (1259, 10.054424194252, "6cd5f708f71fdbc9"),
-                           (1655, 8.861540577591, "8c4a7ad11ffeecc3")],
-}
-
-
-@pytest.mark.parametrize("regime,notice", sorted(V5))
-def test_the_default_reproduces_v5_bit_for_bit(regime, notice):
-    cfg = {"volatile": volatile_config, "available": available_config}[regime](hours=24.0 * 8)
-    m = regime_market(cfg, 2)
-    spec = JobSpec(8.0, 12.0, notice_seconds=notice, checkpoint_gb=10.0)
-    starts = spread_starts(m, spec, 3, 24.0 * 3)
-    assert [int(s) for s in starts] == [s for s, _, _ in V5[(regime, notice)]]
-    for params in (None, SpotfleetParams(hold_ranking="off")):
-        for s, cost, digest in V5[(regime, notice)]:
-            tl: list = []
-            r = simulate(SpotfleetPolicy(params), m, spec, s, timeline=tl)
-            norm = repr([(int(t), int(loc)) for t, loc in tl]).encode()
-            assert hashlib.sha256(norm).hexdigest()[:16] == digest
-            assert r.cost == pytest.approx(cost, rel=1e-12, abs=1e-9)
 
 
 def test_the_candidate_runs_and_meets_deadlines_on_a_small_market():
