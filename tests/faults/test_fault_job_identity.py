@@ -16,6 +16,7 @@ server:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -130,8 +131,11 @@ def test_live_lease_refuses_another_job_successors_take_over_at_once(launcher: E
     a3 = launcher.start("a3", a_env, slow)
     assert launcher.wait_for("a3", started, a3, timeout=120), launcher.log("a3")
     assert "(node a2" in launcher.log("a3")
-    # a2 gets its notice: its emergency save must NOT commit over a3's prefix
-    os.kill(a2.pid, signal.SIGTERM)
+    # a2 gets its notice: its emergency save must NOT commit over a3's prefix. If a2 had an
+    # insurance save in flight when a3 took over, that save's lease check already failed and
+    # a2 stopped by itself (exit 75) before the notice: the same outcome, asserted below.
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(a2.pid, signal.SIGTERM)
     a2.join(timeout=120)
     assert a2.exitcode == EXIT_PREEMPTED, launcher.log("a2")
     evs2 = launcher.events("a2")
