@@ -20,7 +20,6 @@ real window at start times interleaved with the report starts
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -72,17 +71,6 @@ def report_plan(fname: str, ratio: float, starts: int) -> list[tuple]:
     per = max(1, -(-starts // len(markets)))
     return [(m, s, k) for k, (m, _) in enumerate(markets)
             for s in spread_starts(m, base, per, fam.warmup_hours)]
-
-
-def parse_params(items: list[str]) -> SpotfleetParams:
-    types = {f.name: f.type for f in dataclasses.fields(SpotfleetParams)}
-    kw = {}
-    for item in items:
-        k, v = item.split("=", 1)
-        t = types[k]
-        kw[k] = (v.lower() in ("1", "true", "yes")) if t in (bool, "bool") else \
-            float(v) if t in (float, "float") else v
-    return SpotfleetParams(**kw)
 
 
 def compare(params: SpotfleetParams) -> None:
@@ -182,11 +170,11 @@ def main() -> int:
         return 0
     print(f"load average at start: {os.getloadavg()}", flush=True)
     t0 = time.perf_counter()
-    params = parse_params(args.params) if args.params else None
+    params = SpotfleetParams.from_assignments(args.params) if args.params else None
     for cell in args.diagnose:
         diagnose(cell, params=params, report_starts=args.report_starts)
     if (args.params or not args.diagnose) and not args.no_compare:
-        compare(parse_params(args.params))
+        compare(SpotfleetParams.from_assignments(args.params))
     print(f"\n{time.perf_counter() - t0:.1f} s wall; load average at end: {os.getloadavg()}")
     return 0
 

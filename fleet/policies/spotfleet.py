@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,6 +140,22 @@ class SpotfleetParams:
     # or "residual" (v6 fifth round, fourth candidate: the zone's conditional residual
     # down time given the outage in progress while the history has seen enough outages
     # that long, else as long again as it has lasted; see residual_wait_ticks)
+
+    @classmethod
+    def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
+        """``["field=value", ...]`` (benchmark and CLI options) -> params, the rest at their
+        defaults; each value converted to its field's type (bool: 1/true/yes, else false)."""
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        kw: dict[str, object] = {}
+        for item in items:
+            k, eq, v = item.partition("=")
+            if not eq or k not in types:
+                raise ValueError(f"{item!r} is not a SpotfleetParams field=value "
+                                 f"(fields: {', '.join(types)})")
+            t = types[k]
+            kw[k] = (v.lower() in ("1", "true", "yes")) if t in (bool, "bool") else \
+                float(v) if t in (float, "float") else int(v) if t in (int, "int") else v
+        return cls(**kw)
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,

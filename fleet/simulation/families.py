@@ -113,28 +113,8 @@ def _h100(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
     return [(Market.from_dir(data / "gcp-h100-2025"), None)]
 
 
-def _volatile(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
-    from fleet.market.regimes import regime_market, volatile_config
-
-    cfg = volatile_config(hours=24.0 * 12)
-    return [(regime_market(cfg, seed), None) for seed in range(10, 15)]
-
-
-def _volatile_holdout(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
-    from fleet.market.regimes import regime_market, volatile_config
-
-    cfg = volatile_config(hours=24.0 * 12)
-    return [(regime_market(cfg, seed), None) for seed in range(40, 45)]
-
-
-def _available_holdout(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
-    from fleet.market.regimes import available_config, regime_market
-
-    cfg = available_config(hours=24.0 * 12)
-    return [(regime_market(cfg, seed), None) for seed in range(40, 45)]
-
-
 def _holdout(config: str, seeds: range) -> Callable[[Path, int], list[tuple[Market, list[int] | None]]]:
+    """Loader of the 12-day synthetic markets of ``fleet.market.regimes.<config>`` for ``seeds``."""
     def load(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
         from fleet.market import regimes
 
@@ -149,14 +129,16 @@ FAMILIES: dict[str, Family] = {
     "h100": Family("h100", "13-zone GCP H100 (8 regions), file prices", 8.0, 100.0, 12.0, _h100,
                    spot_price=18.0, on_demand_price=85.0),
     "volatile": Family("volatile", "synthetic volatile (9 zones, 3 regions)", 12.0, 25.0, 168.0,
-                       _volatile, spot_price=1.0, on_demand_price=3.4),
+                       _holdout("volatile_config", range(10, 15)), spot_price=1.0,
+                       on_demand_price=3.4),
     # held out: seeds never looked at while the policy was written
     # (20-24 held out v1 at 8ec51fd, 30-34 v2 at 61e4473, 40-44 v3)
     "volatile_holdout": Family("volatile_holdout", "held-out synthetic volatile (seeds 40-44)",
-                               12.0, 25.0, 168.0, _volatile_holdout, spot_price=1.0,
-                               on_demand_price=3.4),
+                               12.0, 25.0, 168.0, _holdout("volatile_config", range(40, 45)),
+                               spot_price=1.0, on_demand_price=3.4),
     "available_holdout": Family("available_holdout", "held-out synthetic mostly-available "
-                                "(seeds 40-44)", 12.0, 25.0, 168.0, _available_holdout,
+                                "(seeds 40-44)", 12.0, 25.0, 168.0,
+                                _holdout("available_config", range(40, 45)),
                                 spot_price=1.0, on_demand_price=3.4),
     # v4 (never seen before v4 was committed)
     "volatile_holdout50": Family("volatile_holdout50", "held-out synthetic volatile (seeds 50-54)",
@@ -270,28 +252,20 @@ def candidate_factories(specs: Sequence[str]) -> dict[str, Callable]:
     """``NAME:field=value[,field=value...]`` -> {``candidate:NAME``: factory of a
     ``SpotfleetPolicy`` with those ``SpotfleetParams`` (the rest at their defaults)}.
     Values are converted to the field's type (bool: 1/true/yes; float; else str)."""
-    import dataclasses
-
     from fleet.policies.spotfleet import SpotfleetParams, SpotfleetPolicy
 
-    types = {f.name: f.type for f in dataclasses.fields(SpotfleetParams)}
     out: dict[str, Callable] = {}
     for text in specs:
         name, sep, rest = text.partition(":")
         if not sep or not name or not rest:
             raise ValueError(f"candidate {text!r}: expected NAME:field=value[,field=value...]")
-        kw: dict[str, object] = {}
-        for item in rest.split(","):
-            k, eq, v = item.partition("=")
-            if not eq or k not in types:
-                raise ValueError(f"candidate {text!r}: {item!r} is not a SpotfleetParams field=value")
-            t = types[k]
-            kw[k] = (v.lower() in ("1", "true", "yes")) if t in (bool, "bool") else \
-                float(v) if t in (float, "float") else int(v) if t in (int, "int") else v
+        try:
+            params = SpotfleetParams.from_assignments(rest.split(","))
+        except ValueError as e:
+            raise ValueError(f"candidate {text!r}: {e}") from None
         col = CANDIDATE_PREFIX + name
         if col in out:
             raise ValueError(f"candidate {name!r} given twice")
-        params = SpotfleetParams(**kw)
         out[col] = lambda params=params: SpotfleetPolicy(params)
     return out
 

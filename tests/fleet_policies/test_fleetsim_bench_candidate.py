@@ -8,7 +8,7 @@ import pytest
 
 from fleet.market.regimes import regime_market, volatile_config
 from fleet.policies.baselines import builtin_policy_factories
-from fleet.policies.spotfleet import SpotfleetPolicy
+from fleet.policies.spotfleet import SpotfleetParams, SpotfleetPolicy
 from fleet.simulation.families import (
     Cell,
     Family,
@@ -59,3 +59,13 @@ def test_candidate_strings_are_checked(bad):
 def test_candidate_policy_is_spotfleet():
     (f,) = candidate_factories(["a:patience_wait=residual"]).values()
     assert isinstance(f(), SpotfleetPolicy)
+
+
+def test_params_from_assignments_converts_each_field_to_its_type():
+    p = SpotfleetParams.from_assignments(["patience=0.5", "move_survives_preemption=yes",
+                                          "hold_ranking=renewal", "affordable_moves=false"])
+    assert p == SpotfleetParams(patience=0.5, move_survives_preemption=True,
+                                hold_ranking="renewal", affordable_moves=False)
+    assert SpotfleetParams.from_assignments([]) == SpotfleetParams()
+    with pytest.raises(ValueError, match="'patiense=1' is not a SpotfleetParams field=value"):
+        SpotfleetParams.from_assignments(["patiense=1"])
