@@ -110,6 +110,9 @@ def main() -> int:
     print("\n".join(md))
     print(f"\nsimulated job-hours: {sim_hours:,.0f} in {cpu:.1f} s CPU = {sim_hours / cpu:,.0f} "
           f"job-hours/s (wall {wall:.1f} s)")
+    # the ratio against the physical clock: simulated job time per CPU time
+    print(f"speed-up over real time: {sim_hours * 3600 / cpu:,.0f}x per CPU core "
+          f"(simulated job-seconds per CPU second)")
     print(f"omniscient bounds: {bounds}, coarsened (not exact): {coarse}")
     if args.markdown:
         Path(args.markdown).write_text("\n".join(md) + "\n", encoding="utf-8")
