@@ -2,7 +2,8 @@
 
 docs/fleet-policies.md (*The model the simulator runs*, "On-demand and migrations") names
 two questionable billing points of the engine and the omniscient DP, both fixed since
-(2026-11-26, "The fix"); this counter measured them before and checks the fix now:
+(2026-11-26, "The fix"); this counter measured them before and checks the fix now (the
+figures: docs/fleet-policies-tuning-log.md, *The billing fix, measured*):
 
 (a) a cross-region move was billed (egress $ + transfer time) even when the job had no
     checkpoint yet (nothing to copy); now it is not, and (a) counts 0. Measured per cell

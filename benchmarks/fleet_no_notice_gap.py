@@ -1,5 +1,5 @@
 """Where spotfleet's no-notice excess over the omniscient bound goes, and what no online
-policy can avoid (docs/fleet-policies.md, *The no-notice gap, measured*).
+policy can avoid (docs/fleet-policies-tuning-log.md, *The no-notice gap, measured*).
 
 1. Decomposition: spotfleet on v100 / h100 at D/W 1.2-3, 100 starts (the sweep's), with
    and without a 120 s notice, probed and oracle; every billed $ is put in one bucket

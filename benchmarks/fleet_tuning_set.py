@@ -1,6 +1,7 @@
 """Fleet policies on the tuning set only: spotfleet v5 against a candidate, and per-start diagnosis.
 
-The tuning set of docs/fleet-policies.md (*Tuning discipline*): the first half of each
+The tuning set of docs/fleet-policies.md (*Tuning discipline*; every candidate's figures in
+docs/fleet-policies-tuning-log.md): the first half of each
 real window at start times interleaved with the report starts
 (``spread_starts(..., 80, offset=0.5)[:40]``) and synthetic seeds 0-4 (8 starts each).
 

@@ -20,7 +20,7 @@ compares its expected waste with the notice's (``C`` plus the restart per preemp
 * :func:`zone_excess` — the no-notice excess per minute of work of every zone, for runs
   launched at the start of an up-run (``fresh``) or at a random up tick (``residual``).
 
-docs/fleet-policies.md (*The no-notice gap, measured*) prices each zone's spot hours up by
+docs/fleet-policies-tuning-log.md (*The no-notice gap, measured*) prices each zone's spot hours up by
 its excess and runs the exact omniscient DP on that market: a "no-notice oracle" that
 knows availability and prices but pays, per useful hour in a zone, at least the waste an
 optimal no-notice schedule has there. The time the waste takes is not charged (that only
