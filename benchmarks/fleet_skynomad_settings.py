@@ -55,6 +55,7 @@ from fleet.simulation.families import (  # noqa: E402
     Cell,
     best_baseline,
     bootstrap_ratio,
+    candidate_factories,
     family_table,
     goal_table,
 )
@@ -129,13 +130,17 @@ def plan_starts(market: Market, spec: JobSpec, setting: Setting, n: int) -> tupl
 
 
 def run_setting(setting: Setting, data: Path, starts: int,
-                progress: Callable[[str], None]) -> list[Cell]:
-    """Every D/W cell of ``setting`` for every registered policy (notice: see NOTICE)."""
+                progress: Callable[[str], None], candidates: dict[str, Callable] | None = None,
+                ratios: tuple[float, ...] | None = None) -> list[Cell]:
+    """Every D/W cell of ``setting`` (or only ``ratios``) for every registered policy and
+    the ``--candidate`` spotfleet variants (notice: see NOTICE)."""
     base = setting.load(data)
     deadline = sn.deadline_hours_of(setting.deadline_ticks, base.gap_seconds)
     cells = []
-    factories = policy_factories()
+    factories = {**policy_factories(), **(candidates or {})}
     for ratio in setting.ratios:
+        if ratios and not any(abs(ratio - r) < 1e-9 for r in ratios):
+            continue
         spec = sn.skynomad_job(deadline, ratio, notice_seconds=NOTICE)
         market, ss = plan_starts(base, spec, setting, starts)
         t0 = time.perf_counter()
@@ -200,7 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--starts", type=int, default=100)
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--markdown", default=None, help="write the tables to this file")
+    ap.add_argument("--ratios", default=None,
+                    help="only these D/W values of each setting, comma-separated (default: all)")
+    ap.add_argument("--candidate", action="append", default=[],
+                    help="NAME:field=value[,field=value...]: a spotfleet variant with those "
+                         "SpotfleetParams as an extra column (never counted as a baseline)")
     args = ap.parse_args(argv)
+    cand = candidate_factories(args.candidate)
+    ratios = tuple(float(r) for r in args.ratios.split(",")) if args.ratios else None
     wall0, cpu0 = time.perf_counter(), time.process_time()
     load0 = os.getloadavg()
 
@@ -211,10 +223,26 @@ def main(argv: list[str] | None = None) -> int:
     md: list[str] = []
     for name in args.settings.split(","):
         setting = SETTINGS[name]
-        cells = run_setting(setting, DATA, args.starts, progress)
+        cells = run_setting(setting, DATA, args.starts, progress, cand, ratios)
+        if not cells:
+            continue
         all_cells += cells
         md += [f"#### {setting.title} (`{name}`): mean cost / omniscient", "",
                family_table(cells, NOTICE), ""]
+    if not all_cells:
+        print(f"no cell: D/W {args.ratios} is in none of {args.settings}")
+        return 2
+    for name in cand:
+        md += [f"#### {name} (a spotfleet variant, not a baseline) against the best baseline",
+               "", goal_table(all_cells, name), "",
+               f"#### {name} against spotfleet (paired, 95 % bootstrap interval)", "",
+               "| setting | D/W | spotfleet x bound | candidate x bound | candidate / spotfleet |",
+               "|---|---|---|---|---|"]
+        for c in all_cells:
+            r, lo, hi = bootstrap_ratio(c.costs[name], c.costs[OURS])
+            md.append(f"| {c.family} | {c.ratio:g} | {c.costs[OURS].mean() / c.omniscient.mean():.3f} "
+                      f"| {c.costs[name].mean() / c.omniscient.mean():.3f} | {r:.3f} [{lo:.3f}, {hi:.3f}] |")
+        md.append("")
     md += ["#### spotfleet against the best baseline", "", goal_table(all_cells), "",
            "#### Published ratios beside ours", "", published_table(all_cells), "",
            "#### Mean $ per start", "", dollars_table(all_cells), ""]

@@ -96,7 +96,7 @@ def compare(params: SpotfleetParams) -> None:
                 b5, b6 = bootstrap_ratio(v5, costs[best]), bootstrap_ratio(cand, costs[best])
                 met = np.mean([x.deadline_met for x in runs]) * 100
                 print(f"| {fname} | {ratio:g} | {notice:g} | {v5.mean() / om:.3f} | {cand.mean() / om:.3f} | "
-                      f"{r[0]:.4f} [{r[1]:.3f}, {r[2]:.3f}] | {best} | {b5[0]:.3f} [{b5[1]:.3f}, {b5[2]:.3f}] | "
+                      f"{r[0]:.4f} [{r[1]:.4f}, {r[2]:.4f}] | {best} | {b5[0]:.3f} [{b5[1]:.3f}, {b5[2]:.3f}] | "
                       f"{b6[0]:.3f} [{b6[1]:.3f}, {b6[2]:.3f}] | {met:.0f}% |", flush=True)
 
 

@@ -140,6 +140,19 @@ class SpotfleetParams:
     # or "residual" (v6 fifth round, fourth candidate: the zone's conditional residual
     # down time given the outage in progress while the history has seen enough outages
     # that long, else as long again as it has lasted; see residual_wait_ticks)
+    own_runs: str = "off"  # v6 sixth round (issue 10): each zone's mean up-run counting
+    # this job's own holds there (hours held, preemptions suffered) as more observations of
+    # the same kind as the history's: (up h before + held h) / (preemptions before + own
+    # preemptions + 1) (SpotfleetPolicy._own_run_update). Where it is used: "all" (it
+    # replaces the statistics' mean up-run everywhere: ranking, beliefs, reserve, save
+    # interval), "ranking" (the cost per useful hour only, where shorter than v5's
+    # expected run), "reserve" (the slack burn share of the reserve only); "off": v5
+    patience_total: str = "off"  # v6 sixth round (issue 10): the patience rule's wait
+    # counts the hours the job has already idled on it: it waits while spare slack above
+    # the reserve > patience x (expected wait + patience idle so far), so the waits of one
+    # job together use at most about 1 / (1 + patience) of its spare slack. Which idle
+    # hours count: "passed" (the decision passed over a zone it could have tried), "up" (a
+    # zone passed over was believed up, belief >= 0.5); "off": v5
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -219,6 +232,10 @@ class SpotfleetPolicy(Policy):
                                              run_lists=self.p.hold_ranking != "off",
                                              down_runs=self.p.patience_wait == "residual")
         self._laws = None
+        if self.p.own_runs not in ("off", "all", "ranking", "reserve"):
+            raise ValueError(f"own_runs {self.p.own_runs!r}: off, all, ranking or reserve")
+        if self.p.patience_total not in ("off", "passed", "up"):
+            raise ValueError(f"patience_total {self.p.patience_total!r}: off, passed or up")
         if self.p.hold_ranking != "off":
             if self.p.hold_ranking not in ("renewal", "fresh", "renewal_since"):
                 raise ValueError(f"hold_ranking {self.p.hold_ranking!r}: off, renewal, "
@@ -241,6 +258,17 @@ class SpotfleetPolicy(Policy):
         self._own_pre: dict[int, int] = {}  # zone -> tick this job was last preempted there
         self._idle_h = 0.0  # hours spent idle so far (the no-deadline delay budget)
         self._idle_since: float | None = None
+        self._patience_idle_h = 0.0  # hours idled on the patience rule (patience_total)
+        self._patience_since: float | None = None
+        # own_runs: the prior's up hours and (preemptions + 1) per zone, and the job's own
+        self._prior0 = self.prior
+        window = min(hist.shape[1], max(2, int(self.p.lookback_hours / obs.gap_hours)))
+        self._up_h0 = self.prior.availability * window * obs.gap_hours
+        self._pre1 = np.maximum(self._up_h0 / self.prior.mean_up_hours, 1.0)
+        self._held_h = np.zeros(obs.n_zones)
+        self._own_n = np.zeros(obs.n_zones)
+        self._at: tuple[int, float] | None = None  # (location, elapsed h) at the last decision
+        self._own_up: np.ndarray | None = None
 
     def expected_runs(self, obs: Observation, neighbour: bool = True,
                       caps: np.ndarray | None = None) -> np.ndarray:
@@ -305,6 +333,8 @@ class SpotfleetPolicy(Policy):
             moves = (not stay) and obs.moves_region(z)
             overs[z] = 0.0 if stay else spec.restart_hours + (obs.migration_hours if moves else 0.0)
         run = self.expected_runs(obs, neighbour, caps=rem + overs)
+        if self.p.own_runs == "ranking" and self._own_up is not None:
+            run = np.minimum(run, self._own_up)  # ranking only, not the save interval
         out = np.empty(obs.n_zones)
         for z in range(obs.n_zones):
             stay = held is not None and z == held
@@ -476,11 +506,17 @@ class SpotfleetPolicy(Policy):
         if self._idle_since is not None:
             self._idle_h += max(0.0, state.elapsed_hours - self._idle_since)
         self._idle_since = state.elapsed_hours if state.location == IDLE else None
+        if self._patience_since is not None and state.location == IDLE:
+            # the last decision passed over zones to wait for the best and the launch failed
+            self._patience_idle_h += max(0.0, state.elapsed_hours - self._patience_since)
+        self._patience_since = None
         if state.just_preempted and state.last_preempted_zone >= 0 and obs.regions:
             self._pre_tick = obs.tick
             self._pre_region = obs.regions[state.last_preempted_zone]
         if state.just_preempted and state.last_preempted_zone >= 0:
             self._own_pre[state.last_preempted_zone] = obs.tick
+        if self.p.own_runs != "off":
+            self._own_run_update(state)
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
         run = self.expected_runs(obs)
@@ -525,11 +561,37 @@ class SpotfleetPolicy(Policy):
             # they are believed up) and otherwise wait for them, while the expected wait
             # fits ``patience`` times over in the slack to spare
             best = int(np.argmin(eff))
-            if spare - reserve > self.p.patience * self.patience_wait_hours(obs)[best] and (
+            wait = self.patience_wait_hours(obs)[best]
+            if self.p.patience_total != "off":
+                wait = wait + self._patience_idle_h
+            if spare - reserve > self.p.patience * wait and (
                     not self.p.patience_pays
                     or self.waiting_pays(state, obs, eff, order, od_eff) is not None):
-                order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
+                kept = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
+                passed = [z for z in order if z not in kept]
+                if passed and (self.p.patience_total != "up"
+                               or belief_up(obs, self.prior)[passed].max() >= 0.5):
+                    self._patience_since = state.elapsed_hours
+                order = kept
         return launch_action(order, IDLE, interval, obs.tick + 1)
+
+    def _own_run_update(self, state: JobState) -> None:
+        """``own_runs``: add the hours held since the last decision to that zone, count a
+        preemption this job suffered there, and set the zones' mean up-run to
+        ``(up h before the job + held h) / (preemptions before + own + 1)`` (the history's
+        estimate with the job's holds as more observations; censored runs count as up
+        time, as in :class:`PriorStats`)."""
+        held = state.location if state.location >= 0 else (
+            state.last_preempted_zone if state.just_preempted else -1)
+        if self._at is not None and held >= 0:
+            self._held_h[held] += max(0.0, state.elapsed_hours - self._at[1])
+        if state.just_preempted and state.last_preempted_zone >= 0:
+            self._own_n[state.last_preempted_zone] += 1
+        self._at = (state.location, state.elapsed_hours)
+        up = (self._up_h0 + self._held_h) / (self._pre1 + self._own_n)
+        self._own_up = np.maximum(up, self._gap)
+        if self.p.own_runs == "all":
+            self.prior = dataclasses.replace(self._prior0, mean_up_hours=self._own_up)
 
     def patience_wait_hours(self, obs: Observation) -> np.ndarray:
         """Expected wait (h) for each zone, as the patience rule uses it: the prior's mean
@@ -699,7 +761,9 @@ class SpotfleetPolicy(Policy):
         notice (``burn_model="outages"``: the first term only)."""
         if self.p.burn_model == "outages":
             return self.prior.all_down
-        run = float(np.median(self.prior.mean_up_hours))
+        ups = self._own_up if self.p.own_runs == "reserve" and self._own_up is not None \
+            else self.prior.mean_up_hours
+        run = float(np.median(ups))
         lost = self._lost_per_preemption(spec, run)
         saves = 0.0 if spec.notice_saves else spec.checkpoint_hours / max(
             math.sqrt(2.0 * max(spec.checkpoint_hours, 1e-6) * run), 2.0 * spec.checkpoint_hours)

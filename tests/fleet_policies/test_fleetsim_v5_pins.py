@@ -21,6 +21,7 @@ OFF_SETTINGS = {
                                       patience_pays=False),
     "v4/v5 on-demand exit, no move guard": SpotfleetParams(leave_od_rule="slack_run",
                                                            move_survives_preemption=False),
+    "sixth round off": SpotfleetParams(patience_total="off", own_runs="off"),
 }
 
 

@@ -1,0 +1,97 @@
+"""spotfleet's v6 sixth-round candidates (issue 10, tried 2026-11-26):
+``SpotfleetParams.patience_total`` (the patience rule's wait counts the job's earlier waits)
+and ``SpotfleetParams.own_runs`` (a zone's mean up-run counts the job's own holds there).
+Their arithmetic and wiring on hand-made observations; that their off values are v5 bit
+for bit is pinned in ``test_fleetsim_v5_pins.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fleet.policies.base import IDLE, JobSpec, JobState, Observation
+from fleet.policies.spotfleet import SpotfleetParams, SpotfleetPolicy
+
+GAP = 1.0 / 6  # 10-minute ticks
+PRICES = np.array([10.0, 12.0])  # zone 0 cheapest
+OD = np.array([80.0, 80.0])
+
+
+def _obs(hist: np.ndarray, seen: tuple[int, int] | None = None) -> Observation:
+    t = hist.shape[1] - 1
+    return Observation(tick=t, gap_hours=GAP, zones=("a", "b"), available=hist[:, -1],
+                       history=hist, spot_price=PRICES, on_demand_price=OD,
+                       probed=seen is not None,
+                       last_seen_tick=None if seen is None else np.array(seen))
+
+
+def _start(params: SpotfleetParams, spec: JobSpec) -> tuple[SpotfleetPolicy, np.ndarray]:
+    pre = np.ones((2, 120), dtype=bool)  # 20 h, both zones up throughout
+    pol = SpotfleetPolicy(params)
+    pol.reset(spec, _obs(pre))
+    return pol, pre
+
+
+def test_invalid_values_name_the_field_and_the_choices():
+    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
+    for bad in (SpotfleetParams(patience_total="yes"), SpotfleetParams(own_runs="on")):
+        with pytest.raises(ValueError, match="patience_total|own_runs"):
+            _start(bad, spec)
+
+
+def test_patience_total_counts_earlier_waits_against_the_slack():
+    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
+    acts = {}
+    for total, waited in (("off", 9.0), ("passed", 0.0), ("passed", 9.0)):
+        pol, pre = _start(SpotfleetParams(patience_total=total), spec)
+        # zone 0 seen down a tick ago (may be back), zone 1 up
+        hist = np.hstack([pre, np.vstack([np.zeros(2, dtype=bool), np.ones(2, dtype=bool)])])
+        state = JobState(tick=121, start_tick=119, elapsed_hours=2 * GAP, spec=spec,
+                         location=IDLE)
+        pol._patience_idle_h = waited
+        a = pol.decide(state, _obs(hist, seen=(120, 121)))
+        acts[(total, waited)] = (a.target, tuple(a.fallbacks))
+    assert acts[("off", 9.0)] == (0, (IDLE,))       # v5 ignores earlier waits: waits again
+    assert acts[("passed", 0.0)] == (0, (IDLE,))    # no wait yet: as v5
+    # 10 h of slack, 9 h already waited: 2 x (1 tick + 9 h) > spare: try zone 1 too
+    assert acts[("passed", 9.0)] == (0, (1, IDLE))
+
+
+def test_patience_idle_accumulates_only_after_passing_over_a_zone():
+    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
+    pol, pre = _start(SpotfleetParams(patience_total="passed"), spec)
+    hist = np.hstack([pre, np.vstack([np.zeros(2, dtype=bool), np.ones(2, dtype=bool)])])
+    s1 = JobState(tick=121, start_tick=119, elapsed_hours=2 * GAP, spec=spec, location=IDLE)
+    a = pol.decide(s1, _obs(hist, seen=(120, 121)))
+    assert a.fallbacks == (IDLE,)  # passed over zone 1 to wait for zone 0
+    assert pol._patience_idle_h == 0.0
+    hist2 = np.hstack([hist, np.array([[False], [True]])])
+    s2 = JobState(tick=122, start_tick=119, elapsed_hours=3 * GAP, spec=spec, location=IDLE)
+    pol.decide(s2, _obs(hist2, seen=(122, 121)))  # the launch failed: one tick idle on it
+    assert pol._patience_idle_h == pytest.approx(GAP)
+
+
+def test_own_runs_counts_the_jobs_holds_and_preemptions():
+    spec = JobSpec(20.0, 30.0, notice_seconds=0.0)
+    pols = {r: _start(SpotfleetParams(own_runs=r), spec)[0] for r in ("off", "reserve", "all")}
+    up0 = 119 * GAP  # the history before the start tick: up throughout, no preemption
+    for pol in pols.values():
+        assert pol.prior.mean_up_hours[0] == pytest.approx(up0)  # up h / (0 + 1)
+    hist = np.ones((2, 126), dtype=bool)
+    hist[0, -1] = False
+    held = JobState(tick=122, start_tick=119, elapsed_hours=0.5, spec=spec, location=0)
+    lost = JobState(tick=125, start_tick=119, elapsed_hours=1.0, spec=spec, location=IDLE,
+                    preemptions=1, last_preempted_zone=0, just_preempted=True)
+    burn = {}
+    for r, pol in pols.items():
+        pol.decide(held, _obs(hist[:, :123]))
+        pol.decide(lost, _obs(hist, seen=(125, 125)))
+        burn[r] = pol.slack_burn_share(spec)
+    # (up h before + 0.5 h held) / (0 + 1 own + 1)
+    np.testing.assert_allclose(pols["reserve"]._own_up, [(up0 + 0.5) / 2, up0])
+    assert pols["off"]._own_up is None
+    assert pols["all"].prior.mean_up_hours[0] == pytest.approx((up0 + 0.5) / 2)
+    assert pols["reserve"].prior.mean_up_hours[0] == pytest.approx(up0)  # ranking untouched
+    # a shorter median up-run: more slack kept for the preemptions still to come
+    assert burn["reserve"] == pytest.approx(burn["all"])
+    assert burn["reserve"] > burn["off"]
