@@ -10,7 +10,8 @@ bounds had to be coarsened (0 means every bound is exact). Families kept out of 
 (each run once after the version it checked; seen since): volatile_holdout,
 available_holdout (seeds 40-44), volatile_holdout50,
 available_holdout50 (50-54), and session 5's v100_apr (the real April 2023 V100 preemption
-traces), volatile_holdout60, available_holdout60 (seeds 60-64).
+traces), volatile_holdout60, available_holdout60 (seeds 60-64); session 6's shift_holdout70
+(a regime shift: calm history, cheap zones flaky during the job; seeds 70-74).
 
     nice -n 10 python benchmarks/bench_fleet_sim.py [--starts 100] [--families v100,h100,volatile]
         [--markdown out.md] [--plot out.png]

@@ -18,6 +18,18 @@ lengths (heavy tails, as in the real traces); on top of that:
 :func:`volatile_config` is the "synthetic volatile" family of docs/fleet-policies.md
 (all zones down 24-54 % of the time over the report seeds); :func:`available_config` a mostly-available
 contrast. Deterministic per seed.
+
+**Regime shift** (:func:`shift_market`, :func:`shift_config`): a market whose history
+lies about its future. Every tick before ``shift_hours`` is the ``before`` regime's,
+every tick from it on the ``after`` regime's (an independent draw, seed + 10007),
+on the same zones, regions, region price levels and on-demand prices, so only the
+behaviour changes at the shift (and the spot price where the two configs price
+differently). :func:`shift_config` is the pair behind the ``shift_holdout70`` family:
+calm, mostly available before (:func:`available_config`); after, the cheap zones flap
+(0.5 h up-runs, 1.5 h downs: ~25 % available) while the dearer reliable zone of each
+region stays up (~94 %). That is what SkyNomad's GCP H100 window does to policies that
+trust the history before the job (docs/fleet-policies.md, "Comparing with SkyNomad's
+published figures"); a stationary regime never does it.
 """
 
 from __future__ import annotations
@@ -89,8 +101,26 @@ def _events(rng: np.random.Generator, rate_per_hour: float, hours: float) -> np.
 
 def regime_market(config: RegimeConfig, seed: int):
     """Generate the market (see the module docstring)."""
+    return _market(config, *_regime_arrays(config, seed))
+
+
+def _market(config: RegimeConfig, avail: np.ndarray, price: np.ndarray, region_base: np.ndarray):
     from fleet.simulation.market import Market
 
+    zones = config.zone_names
+    zpr = config.zones_per_region
+    od = np.array([config.on_demand_price * region_base[zi // zpr] for zi in range(len(zones))])
+    return Market(zones=zones, gap_seconds=config.gap_seconds, available=avail,
+                  regions=tuple(config.regions[zi // zpr] for zi in range(len(zones))),
+                  clouds=tuple("aws" for _ in zones), instance_types=tuple("synthetic" for _ in zones),
+                  spot_price=price, on_demand_price=od)
+
+
+def _regime_arrays(config: RegimeConfig, seed: int, region_base: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(availability, spot price, region price levels) of ``regime_market(config, seed)``;
+    ``region_base`` replaces the drawn region price levels (the draw still happens, so
+    availability is the same either way)."""
     if config.hours <= 0 or config.gap_seconds <= 0 or config.zones_per_region < 1:
         raise ValueError("RegimeConfig needs hours > 0, gap_seconds > 0, zones_per_region >= 1")
     rng = np.random.default_rng(seed)
@@ -101,7 +131,8 @@ def regime_market(config: RegimeConfig, seed: int):
     zpr = config.zones_per_region
     avail = np.zeros((nz, n), dtype=bool)
     price = np.empty((nz, n))
-    region_base = 1.0 + config.region_price_spread * rng.random(len(config.regions))
+    drawn = 1.0 + config.region_price_spread * rng.random(len(config.regions))
+    region_base = drawn if region_base is None else region_base
     for zi in range(nz):
         ri, k = divmod(zi, zpr)
         reliable = k == 0 and zpr > 1
@@ -137,8 +168,53 @@ def regime_market(config: RegimeConfig, seed: int):
         b = int(min(config.hours, s + 24.0 * rng.uniform(*config.drought_days)) / g) + 1
         for ri in hit:
             avail[ri * zpr:(ri + 1) * zpr, a:b] = False
-    od = np.array([config.on_demand_price * region_base[zi // zpr] for zi in range(nz)])
-    return Market(zones=zones, gap_seconds=config.gap_seconds, available=avail,
-                  regions=tuple(config.regions[zi // zpr] for zi in range(nz)),
-                  clouds=tuple("aws" for _ in zones), instance_types=tuple("synthetic" for _ in zones),
-                  spot_price=price, on_demand_price=od)
+    return avail, price, region_base
+
+
+SHIFT_SEED_OFFSET = 10007
+"""The ``after`` regime of :func:`shift_market` is drawn with ``seed + SHIFT_SEED_OFFSET``."""
+
+
+def shift_config(**after_overrides) -> tuple[RegimeConfig, RegimeConfig]:
+    """(before, after) of a regime shift: before = :func:`available_config` (up-runs 12 h,
+    downs 1 h, rare region outages); after = the cheap zones turn flaky (up-runs 0.5 h,
+    downs 1.5 h: ~25 % available) while each region's reliable zone (``k == 0``, 1.6x the
+    spot price) keeps long up-runs (``reliable_up_factor`` 48: 24 h, ~94 % available).
+    Same prices, regions and length (12 days) on both sides; ``after_overrides`` change
+    the after regime only."""
+    before = available_config(hours=24.0 * 12)
+    after = replace(before, up_mean_hours=0.5, down_mean_hours=1.5, reliable_up_factor=48.0)
+    return before, replace(after, **after_overrides)
+
+
+def shift_market(before: RegimeConfig, after: RegimeConfig, seed: int, shift_hours: float):
+    """A market that changes regime at ``shift_hours``: the ticks before the shift tick
+    ``int(shift_hours / gap)`` are those of ``regime_market(before, seed)``, the ticks from
+    it on those of ``regime_market(after, seed + SHIFT_SEED_OFFSET)`` (each regime drawn over
+    the whole length and cut at the shift, so the after regime is already in its stationary
+    state there), with ``before``'s region price levels and on-demand prices on both sides.
+
+    ``before`` and ``after`` must agree on ``regions``, ``zones_per_region``,
+    ``gap_seconds``, ``hours`` (the market's length), ``on_demand_price`` and
+    ``region_price_spread``; they may differ in anything else (run lengths, outages,
+    spot price and its spikes). ``0 < shift_hours < hours``. A ``ValueError`` names the
+    field otherwise.
+    """
+    for name in ("regions", "zones_per_region", "gap_seconds", "hours", "on_demand_price",
+                 "region_price_spread"):
+        if getattr(before, name) != getattr(after, name):
+            raise ValueError(f"shift_market: before.{name} = {getattr(before, name)!r} but "
+                             f"after.{name} = {getattr(after, name)!r}; they must be equal")
+    if not (isinstance(shift_hours, (int, float)) and math.isfinite(shift_hours)
+            and 0.0 < shift_hours < before.hours):
+        raise ValueError(f"shift_market: shift_hours = {shift_hours!r} must be in (0, "
+                         f"{before.hours:g}) (the market's hours)")
+    avail, price, base = _regime_arrays(before, seed)
+    avail2, price2, _ = _regime_arrays(after, seed + SHIFT_SEED_OFFSET, region_base=base)
+    k = int(shift_hours / (before.gap_seconds / 3600.0))
+    if not 0 < k < avail.shape[1]:
+        raise ValueError(f"shift_market: shift_hours = {shift_hours!r} falls outside the "
+                         f"market's ticks")
+    avail[:, k:] = avail2[:, k:]
+    price[:, k:] = price2[:, k:]
+    return _market(before, avail, price, base)

@@ -29,6 +29,19 @@ session 5 with spotfleet v5:
   at every D/W, overlapping in time).
 * ``volatile_holdout60`` / ``available_holdout60`` — synthetic, seeds 60-64.
 
+Held out in session 6 (a regime shift, issue 10):
+
+* ``shift_holdout70`` — synthetic :func:`fleet.market.regimes.shift_market` with
+  :func:`fleet.market.regimes.shift_config`, seeds 70-74, 12 days each, the regime changing
+  at ``SHIFT_HOURS`` = 171 h: the 168 h of history before every start are calm and mostly
+  available (cheap zones ~90 % up, up-runs ~10 h), and from 171 h on the cheap zones flap
+  (0.5 h up-runs, ~25 % up) while each region's 1.6x dearer reliable zone stays up (~90 %).
+  W = 12 h; checkpoint 25 GB on AWS rates (as ``volatile``). The family's
+  ``last_start_hours`` = 177 h puts the 20 starts per seed in [168, 177) h, i.e. within
+  [shift - 0.25 W, shift + 0.5 W): every job's history is (nearly all) calm and its run
+  crosses the shift or starts just after it. Same starts at every D/W (the market is long
+  enough for the 36 h deadline of D/W 3 after 177 h).
+
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
 with a paired bootstrap interval over starts, deadline-met share, and the ratio of the
@@ -72,6 +85,11 @@ class Family:
     load: Callable[[Path, int], list[tuple[Market, list[int] | None]]]
     spot_price: float = DEFAULT_SPOT_PRICE
     on_demand_price: float = DEFAULT_ON_DEMAND_PRICE
+    last_start_hours: float | None = None  # starts in [warmup_hours, this) (default: as late as fits)
+
+    def starts(self, market: Market, spec: JobSpec, n: int) -> list[int]:
+        """The ``n`` start ticks of ``market`` for ``spec`` (:func:`spread_starts`)."""
+        return spread_starts(market, spec, n, self.warmup_hours, last_start_hours=self.last_start_hours)
 
     def spec(self, ratio: float, notice: float) -> JobSpec:
         return JobSpec(work_hours=self.work_hours, deadline_hours=round(self.work_hours * ratio, 6),
@@ -82,14 +100,22 @@ class Family:
 
 
 def spread_starts(market: Market, spec: JobSpec, n: int, warmup_hours: float,
-                  offset: float = 0.0) -> list[int]:
-    """``n`` start ticks evenly spread after the warm-up (may overlap in time)."""
+                  offset: float = 0.0, last_start_hours: float | None = None) -> list[int]:
+    """``n`` start ticks evenly spread after the warm-up (may overlap in time), up to the
+    last tick that leaves room for the run, or before ``last_start_hours`` when given."""
     g = market.gap_hours
     first = int(math.ceil(warmup_hours / g))
     last = market.n_ticks - horizon_ticks(spec, g) - 1
     if last <= first:
         raise ValueError(f"market of {market.duration_hours:.0f} h too short for {warmup_hours} h "
                          f"of history and a {spec.deadline_hours:g} h deadline")
+    if last_start_hours is not None:
+        want = int(math.ceil(last_start_hours / g))
+        if want <= first or want > last:
+            raise ValueError(f"last_start_hours={last_start_hours:g} must lie after the "
+                             f"{warmup_hours:g} h warm-up and leave room for a "
+                             f"{spec.deadline_hours:g} h deadline (at most {last * g:g} h here)")
+        last = want
     step = (last - first) / n
     return [int(first + (k + offset) * step) for k in range(n)]
 
@@ -120,6 +146,22 @@ def _holdout(config: str, seeds: range) -> Callable[[Path, int], list[tuple[Mark
 
         cfg = getattr(regimes, config)(hours=24.0 * 12)
         return [(regimes.regime_market(cfg, seed), None) for seed in seeds]
+
+    return load
+
+
+SHIFT_HOURS = 171.0
+"""When ``shift_holdout70``'s regime changes: 168 h of history + 0.25 W (W = 12 h)."""
+
+
+def _shift(seeds: range) -> Callable[[Path, int], list[tuple[Market, list[int] | None]]]:
+    """Loader of the 12-day regime-shift markets (:func:`fleet.market.regimes.shift_config`,
+    shift at ``SHIFT_HOURS``) for ``seeds``."""
+    def load(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
+        from fleet.market import regimes
+
+        before, after = regimes.shift_config()
+        return [(regimes.shift_market(before, after, seed, SHIFT_HOURS), None) for seed in seeds]
 
     return load
 
@@ -158,6 +200,11 @@ FAMILIES: dict[str, Family] = {
                                   "(seeds 60-64)", 12.0, 25.0, 168.0,
                                   _holdout("available_config", range(60, 65)),
                                   spot_price=1.0, on_demand_price=3.4),
+    # session 6: a regime shift (calm history, flaky cheap zones during the job)
+    "shift_holdout70": Family("shift_holdout70", "held-out regime shift: calm history, cheap zones "
+                              "flaky from 171 h (seeds 70-74)", 12.0, 25.0, 168.0, _shift(range(70, 75)),
+                              spot_price=1.0, on_demand_price=3.4,
+                              last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
 }
 
 
@@ -196,7 +243,7 @@ def run_family(family: Family, data: Path, policies: dict[str, Callable], starts
     cells = []
     for ratio in ratios:
         base = family.spec(ratio, 0.0)
-        plan = [(m, spread_starts(m, base, per_market, family.warmup_hours)) for m, _ in markets]
+        plan = [(m, family.starts(m, base, per_market)) for m, _ in markets]
         t0 = time.perf_counter()
         bounds = [omniscient_bound(m, base, s) for m, ss in plan for s in ss]
         omni = np.array([b.cost for b in bounds])
