@@ -41,6 +41,7 @@ from fleet.simulation.families import (  # noqa: E402
     NOTICES,
     RATIOS,
     candidate_factories,
+    candidate_table,
     family_table,
     goal_table,
     half_cells,
@@ -98,7 +99,8 @@ def main() -> int:
     md += ["#### spotfleet against the best baseline of each cell", "", goal_table(all_cells), ""]
     for name in cand:
         md += [f"#### {name} (a spotfleet variant, not a baseline) against the best baseline "
-               "of each cell", "", goal_table(all_cells, name), ""]
+               "of each cell", "", goal_table(all_cells, name), "",
+               f"#### {name} against spotfleet, start by start", "", candidate_table(all_cells, name), ""]
     if args.halves:
         for second in (False, True):
             md += [f"#### spotfleet against the best baseline, {'second' if second else 'first'} "

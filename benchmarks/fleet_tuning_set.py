@@ -46,10 +46,31 @@ from fleet.simulation.omniscient import omniscient_bound  # noqa: E402
 DATA = Path(os.environ.get("SPOTFLEET_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
+TUNING_FAMILIES = ("v100", "h100", "volatile", "shift")
+"""The tuning set's families; ``shift`` (added in session 6, seventh round): the regime
+shift of ``shift_holdout70`` on its own seeds 80-84, 8 starts each in the same window."""
+
+
+def family_of(fname: str):
+    """The :class:`Family` whose job spec a tuning family uses."""
+    return FAMILIES["shift_holdout70" if fname == "shift" else fname]
+
+
 def tuning_plan(fname: str, ratio: float) -> list[tuple]:
     """(market, start tick, seed) of the tuning set of one family and D/W."""
-    fam = FAMILIES[fname]
+    fam = family_of(fname)
     base = fam.spec(ratio, 0.0)
+    if fname == "shift":
+        from fleet.market.regimes import shift_config, shift_market
+        from fleet.simulation.families import SHIFT_HOURS
+
+        before, after = shift_config()
+        out = []
+        for seed in range(80, 85):
+            m = shift_market(before, after, seed, SHIFT_HOURS)
+            out += [(m, s, seed) for s in spread_starts(m, base, 8, fam.warmup_hours,
+                                                         last_start_hours=fam.last_start_hours)]
+        return out
     if fname == "volatile":
         from fleet.market.regimes import regime_market, volatile_config
 
@@ -74,18 +95,18 @@ def report_plan(fname: str, ratio: float, starts: int) -> list[tuple]:
             for s in spread_starts(m, base, per, fam.warmup_hours)]
 
 
-def compare(params: SpotfleetParams) -> None:
+def compare(params: SpotfleetParams, families: tuple[str, ...] = TUNING_FAMILIES) -> None:
     pols = {k: v for k, v in builtin_policy_factories().items() if k != "on_demand"}
     print("| family | D/W | notice s | v5 / omniscient | candidate / omniscient | candidate / v5 [95 % CI] "
           "| best baseline | v5 / best [CI] | candidate / best [CI] | deadlines met |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for fname in ("v100", "h100", "volatile"):
+    for fname in families:
         for ratio in RATIOS:
             plan = tuning_plan(fname, ratio)
-            base = FAMILIES[fname].spec(ratio, 0.0)
+            base = family_of(fname).spec(ratio, 0.0)
             om = np.array([omniscient_bound(m, base, s).cost for m, s, _ in plan]).mean()
             for notice in NOTICES:
-                spec = FAMILIES[fname].spec(ratio, notice)
+                spec = family_of(fname).spec(ratio, notice)
                 costs = {n: np.array([simulate(f(), m, spec, s).cost for m, s, _ in plan])
                          for n, f in pols.items()}
                 runs = [simulate(SpotfleetPolicy(params), m, spec, s) for m, s, _ in plan]
@@ -123,10 +144,10 @@ def diagnose(cell: str, worst: int = 5, params: SpotfleetParams | None = None,
     pols["v5"] = SpotfleetPolicy
     if params is not None:
         pols["spotfleet"] = lambda: SpotfleetPolicy(params)
-    spec = FAMILIES[fname].spec(ratio, notice)
+    spec = family_of(fname).spec(ratio, notice)
     plan = report_plan(fname, ratio, report_starts) if report_starts else tuning_plan(fname, ratio)
     which = f"sweep starts of {fname}" if report_starts else "tuning set"
-    om = np.array([omniscient_bound(m, FAMILIES[fname].spec(ratio, 0.0), s).cost for m, s, _ in plan])
+    om = np.array([omniscient_bound(m, family_of(fname).spec(ratio, 0.0), s).cost for m, s, _ in plan])
     a = [simulate(pols["spotfleet"](), m, spec, s) for m, s, _ in plan]
     b = [simulate(pols[bname](), m, spec, s) for m, s, _ in plan]
     ca, cb = np.array([x.cost for x in a]), np.array([x.cost for x in b])
@@ -162,6 +183,8 @@ def main() -> int:
     ap.add_argument("--diagnose", nargs="*", default=[],
                     help="cells family:D/W:notice:baseline (baseline v5: the candidate against v5)")
     ap.add_argument("--no-compare", action="store_true", help="only the --diagnose cells")
+    ap.add_argument("--families", default=",".join(TUNING_FAMILIES),
+                    help=f"tuning families to compare (default: {','.join(TUNING_FAMILIES)})")
     ap.add_argument("--report-starts", type=int, default=0,
                     help="diagnose on the sweep's N starts per cell (any family) instead of "
                          "the tuning set")
@@ -175,7 +198,8 @@ def main() -> int:
     for cell in args.diagnose:
         diagnose(cell, params=params, report_starts=args.report_starts)
     if (args.params or not args.diagnose) and not args.no_compare:
-        compare(SpotfleetParams.from_assignments(args.params))
+        compare(SpotfleetParams.from_assignments(args.params),
+                tuple(f for f in args.families.split(",") if f))
     print(f"\n{time.perf_counter() - t0:.1f} s wall; load average at end: {os.getloadavg()}")
     return 0
 

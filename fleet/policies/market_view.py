@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,6 +132,79 @@ def run_stats(history: np.ndarray, gap_hours: float,
     mean_up = np.maximum(up_ticks * gap_hours / (pre + 1), gap_hours)
     mean_down = np.maximum((h.shape[1] - up_ticks) * gap_hours / (reg + 1), gap_hours)
     return up_ticks / h.shape[1], mean_up, mean_down
+
+
+def poisson_tail(lam: float, n: int) -> float:
+    """``P(N >= n)`` for ``N ~ Poisson(lam)`` (``n >= 0``; 1 for ``n <= 0``)."""
+    if n <= 0:
+        return 1.0
+    term = math.exp(-lam)
+    below = term
+    for k in range(1, n):
+        term *= lam / k
+        below += term
+    return max(0.0, 1.0 - below)
+
+
+SHIFT_ALPHA = 0.01
+"""Significance of :func:`shifted_up_runs`' test (structural: the usual 1 % level)."""
+SHIFT_MIN_PREEMPTIONS = 2
+"""Fewest preemptions :func:`shifted_up_runs` acts on: one early preemption is what a
+heavy-tailed run law produces often, whatever the mean."""
+
+
+def poisson_mean_lower(n: int, alpha: float) -> float:
+    """The smallest Poisson mean under which ``n`` or more events are not rejected at level
+    ``alpha``: the ``lam`` with ``P(N >= n | lam) = alpha`` (0 for ``n <= 0``; bisection)."""
+    if n <= 0:
+        return 0.0
+    lo, hi = 0.0, float(n) + 10.0 * math.sqrt(n) + 10.0
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        if poisson_tail(mid, n) < alpha:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def shifted_up_runs(mean_up_hours: np.ndarray, held_hours: np.ndarray, own_preemptions: np.ndarray,
+                    market_wide: bool = True, alpha: float = SHIFT_ALPHA,
+                    estimate: str = "mle") -> np.ndarray:
+    """The zones' mean up-runs (h) once the job's own experience is weighed against them.
+
+    A zone the job held ``H`` hours and lost ``n >= SHIFT_MIN_PREEMPTIONS`` times is
+    tested against the history: if ``P(Poisson(H / mean_up) >= n) < alpha`` the history's
+    mean no longer describes it, and its mean up-run becomes what the job saw, ``H / n``.
+    ``market_wide``: the same test on all held zones together (``sum n`` against ``sum H /
+    mean_up``); when it rejects, every zone not rejected on its own has its mean divided
+    by the observed rate multiplier ``sum n / sum (H / mean_up)`` (a shift seen in the held
+    zones is taken to concern the market). Otherwise the means are returned unchanged:
+    nothing moves until the evidence is strong, so a history that describes the job's
+    period gives v5's statistics exactly.
+
+    ``estimate="lower"``: a rejected zone's rate (and the market's multiplier) is the
+    least the evidence forces at level ``alpha`` (:func:`poisson_mean_lower`: the zone's
+    mean up-run ``H / lam_low(n)`` instead of ``H / n``), not the maximum-likelihood one:
+    a burst of preemptions in flapping zones moves the statistics only as far as it
+    must."""
+    mu = np.asarray(mean_up_hours, dtype=float)
+    held = np.asarray(held_hours, dtype=float)
+    n = np.asarray(own_preemptions, dtype=np.int64)
+    out = mu.copy()
+    lam = held / mu
+    rejected = np.zeros(mu.size, dtype=bool)
+    for z in range(mu.size):
+        if n[z] >= SHIFT_MIN_PREEMPTIONS and poisson_tail(float(lam[z]), int(n[z])) < alpha:
+            rejected[z] = True
+            events = poisson_mean_lower(int(n[z]), alpha) if estimate == "lower" else float(n[z])
+            out[z] = min(mu[z], held[z] / events)
+    total, expected = int(n.sum()), float(lam.sum())
+    if market_wide and total >= SHIFT_MIN_PREEMPTIONS and expected > 0 \
+            and poisson_tail(expected, total) < alpha:
+        k = (poisson_mean_lower(total, alpha) if estimate == "lower" else total) / expected
+        out[~rejected] = mu[~rejected] / max(1.0, k)
+    return out
 
 
 def current_down_hours(history: np.ndarray, gap_hours: float) -> np.ndarray:

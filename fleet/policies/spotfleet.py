@@ -73,6 +73,7 @@ from fleet.policies.market_view import (
     run_law,
     run_law_since,
     run_stats,
+    shifted_up_runs,
 )
 from fleet.policies.safety import (
     affordable_probes,
@@ -147,6 +148,9 @@ class SpotfleetParams:
     # replaces the statistics' mean up-run everywhere: ranking, beliefs, reserve, save
     # interval), "ranking" (the cost per useful hour only, where shorter than v5's
     # expected run), "reserve" (the slack burn share of the reserve only); "off": v5
+    shift_estimate: str = "mle"  # own_runs="test*": "mle" (rejected zones' up-run = held h /
+    # own preemptions) or "lower" (held h / the alpha-lower bound of the Poisson mean:
+    # the least the evidence forces; market_view.shifted_up_runs)
     patience_total: str = "off"  # v6 sixth round (issue 10): the patience rule's wait
     # counts the hours the job has already idled on it: it waits while spare slack above
     # the reserve > patience x (expected wait + patience idle so far), so the waits of one
@@ -232,8 +236,10 @@ class SpotfleetPolicy(Policy):
                                              run_lists=self.p.hold_ranking != "off",
                                              down_runs=self.p.patience_wait == "residual")
         self._laws = None
-        if self.p.own_runs not in ("off", "all", "ranking", "reserve"):
-            raise ValueError(f"own_runs {self.p.own_runs!r}: off, all, ranking or reserve")
+        if self.p.own_runs not in ("off", "all", "ranking", "reserve", "test", "test_zone",
+                                   "test_rank"):
+            raise ValueError(f"own_runs {self.p.own_runs!r}: off, all, ranking, reserve, "
+                             "test, test_zone or test_rank")
         if self.p.patience_total not in ("off", "passed", "up"):
             raise ValueError(f"patience_total {self.p.patience_total!r}: off, passed or up")
         if self.p.hold_ranking != "off":
@@ -333,7 +339,7 @@ class SpotfleetPolicy(Policy):
             moves = (not stay) and obs.moves_region(z)
             overs[z] = 0.0 if stay else spec.restart_hours + (obs.migration_hours if moves else 0.0)
         run = self.expected_runs(obs, neighbour, caps=rem + overs)
-        if self.p.own_runs == "ranking" and self._own_up is not None:
+        if self.p.own_runs in ("ranking", "test_rank") and self._own_up is not None:
             run = np.minimum(run, self._own_up)  # ranking only, not the save interval
         out = np.empty(obs.n_zones)
         for z in range(obs.n_zones):
@@ -589,9 +595,17 @@ class SpotfleetPolicy(Policy):
             self._own_n[state.last_preempted_zone] += 1
         self._at = (state.location, state.elapsed_hours)
         up = (self._up_h0 + self._held_h) / (self._pre1 + self._own_n)
-        self._own_up = np.maximum(up, self._gap)
+        self._own_up = np.maximum(up, self._gap) if not self.p.own_runs.startswith("test") else None
         if self.p.own_runs == "all":
             self.prior = dataclasses.replace(self._prior0, mean_up_hours=self._own_up)
+        elif self.p.own_runs in ("test", "test_zone", "test_rank") and self._own_n.any():
+            mu = np.maximum(shifted_up_runs(self._prior0.mean_up_hours, self._held_h, self._own_n,
+                                            market_wide=self.p.own_runs != "test_zone",
+                                            estimate=self.p.shift_estimate), self._gap)
+            if self.p.own_runs == "test_rank":
+                self._own_up = mu  # the ranking only (cost_per_useful_hour)
+            else:
+                self.prior = dataclasses.replace(self._prior0, mean_up_hours=mu)
 
     def patience_wait_hours(self, obs: Observation) -> np.ndarray:
         """Expected wait (h) for each zone, as the patience rule uses it: the prior's mean

@@ -42,6 +42,10 @@ Held out in session 6 (a regime shift, issue 10):
   crosses the shift or starts just after it. Same starts at every D/W (the market is long
   enough for the 36 h deadline of D/W 3 after 177 h).
 
+Held out in session 6, seventh round (fresh seeds, run once after the tuning-set verdict;
+the tuning set then gained a regime shift on seeds 80-84, ``benchmarks/fleet_tuning_set.py``):
+``volatile_holdout90`` / ``available_holdout90`` / ``shift_holdout90`` — seeds 90-94.
+
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
 with a paired bootstrap interval over starts, deadline-met share, and the ratio of the
@@ -205,6 +209,18 @@ FAMILIES: dict[str, Family] = {
                               "flaky from 171 h (seeds 70-74)", 12.0, 25.0, 168.0, _shift(range(70, 75)),
                               spot_price=1.0, on_demand_price=3.4,
                               last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
+    # session 6, seventh round: fresh seeds for the one-shot check of a rule chosen on the
+    # tuning set (which then included the regime shift on seeds 80-84)
+    "volatile_holdout90": Family("volatile_holdout90", "held-out synthetic volatile (seeds 90-94)",
+                                 12.0, 25.0, 168.0, _holdout("volatile_config", range(90, 95)),
+                                 spot_price=1.0, on_demand_price=3.4),
+    "available_holdout90": Family("available_holdout90", "held-out synthetic mostly-available "
+                                  "(seeds 90-94)", 12.0, 25.0, 168.0,
+                                  _holdout("available_config", range(90, 95)),
+                                  spot_price=1.0, on_demand_price=3.4),
+    "shift_holdout90": Family("shift_holdout90", "held-out regime shift (seeds 90-94)", 12.0, 25.0,
+                              168.0, _shift(range(90, 95)), spot_price=1.0, on_demand_price=3.4,
+                              last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
 }
 
 
@@ -322,6 +338,19 @@ def best_baseline(cell: Cell) -> str:
     on-demand) of the cell."""
     cands = [n for n in cell.costs if n not in (OURS, "on_demand") and not is_candidate(n)]
     return min(cands, key=lambda n: cell.costs[n].mean())
+
+
+def candidate_table(cells: Sequence[Cell], name: str) -> str:
+    """Markdown: a ``--candidate`` column against the project's policy, start by start
+    (paired bootstrap interval of candidate / spotfleet), per cell."""
+    lines = ["| family | D/W | notice s | spotfleet x bound | candidate x bound | candidate / spotfleet [95 % CI] |",
+             "|---|---|---|---|---|---|"]
+    for c in cells:
+        r, lo, hi = bootstrap_ratio(c.costs[name], c.costs[OURS])
+        om = c.omniscient.mean()
+        lines.append(f"| {c.family} | {c.ratio:g} | {c.notice:g} | {c.costs[OURS].mean() / om:.3f} | "
+                     f"{c.costs[name].mean() / om:.3f} | {r:.4f} [{lo:.4f}, {hi:.4f}] |")
+    return "\n".join(lines)
 
 
 def family_table(cells: Sequence[Cell], notice: float) -> str:

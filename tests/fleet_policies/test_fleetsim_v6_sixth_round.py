@@ -95,3 +95,57 @@ def test_own_runs_counts_the_jobs_holds_and_preemptions():
     # a shorter median up-run: more slack kept for the preemptions still to come
     assert burn["reserve"] == pytest.approx(burn["all"])
     assert burn["reserve"] > burn["off"]
+
+
+# ---------------------------------------- seventh round: own_runs="test" / "test_zone" / "test_rank"
+def test_poisson_tail_matches_the_distribution():
+    from math import exp, factorial
+
+    from fleet.policies.market_view import poisson_tail
+
+    for lam in (0.0, 0.05, 1.0, 3.7):
+        for n in range(0, 7):
+            want = 1.0 - sum(exp(-lam) * lam**k / factorial(k) for k in range(n))
+            assert poisson_tail(lam, n) == pytest.approx(max(0.0, want), abs=1e-12)
+    assert poisson_tail(2.0, 0) == 1.0
+
+
+def test_shifted_up_runs_moves_only_on_strong_evidence():
+    from fleet.policies.market_view import shifted_up_runs
+
+    mu = np.array([12.0, 12.0, 48.0])
+    # as the history says: 12 h held, 1 preemption -> unchanged (v5's statistics exactly)
+    np.testing.assert_array_equal(shifted_up_runs(mu, np.array([12.0, 0, 0]), np.array([1, 0, 0])), mu)
+    # one early preemption is never enough (SHIFT_MIN_PREEMPTIONS = 2)
+    np.testing.assert_array_equal(shifted_up_runs(mu, np.array([0.1, 0, 0]), np.array([1, 0, 0])), mu)
+    # 3 preemptions in 1.5 h of a 12 h zone: P(N >= 3 | 0.125) ~ 3e-4 < 1 %: the zone is
+    # what the job saw, 0.5 h; market-wide: the same evidence scales the other zones by
+    # 3 / 0.125 = 24
+    held, n = np.array([1.5, 0.0, 0.0]), np.array([3, 0, 0])
+    np.testing.assert_allclose(shifted_up_runs(mu, held, n, market_wide=False), [0.5, 12.0, 48.0])
+    np.testing.assert_allclose(shifted_up_runs(mu, held, n), [0.5, 0.5, 2.0])
+    # 2 preemptions in 12 h of a 12 h zone: P(N >= 2 | 1) = 0.26: unchanged
+    np.testing.assert_array_equal(shifted_up_runs(mu, np.array([12.0, 0, 0]), np.array([2, 0, 0])), mu)
+
+
+def test_test_rank_changes_the_ranking_not_the_statistics():
+    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
+    pol, _ = _start(SpotfleetParams(own_runs="test_rank"), spec)
+    v5, _ = _start(SpotfleetParams(), spec)
+    hist = np.ones((2, 130), dtype=bool)
+    obs = _obs(hist)
+    t = 120
+    for k in range(3):  # held zone 0 for one tick, then preempted, three times
+        on = JobState(tick=t, start_tick=119, elapsed_hours=(t - 119) * GAP, spec=spec, location=0)
+        off = JobState(tick=t + 1, start_tick=119, elapsed_hours=(t - 118) * GAP, spec=spec,
+                       location=IDLE, preemptions=k + 1, last_preempted_zone=0, just_preempted=True)
+        for p in (pol, v5):
+            p.decide(on, obs)
+            p.decide(off, obs)
+        t += 2
+    # 5 ticks held in zone 0 (each decision's interval is held where the next one finds
+    # the job), 3 preemptions: zone 0 is what the job saw, 5 ticks / 3; market-wide, zone 1
+    # (never held, same history) is scaled by the same multiplier
+    np.testing.assert_allclose(pol._own_up, [5 * GAP / 3, 5 * GAP / 3], rtol=1e-9)
+    np.testing.assert_array_equal(pol.prior.mean_up_hours, v5.prior.mean_up_hours)
+    assert pol.cost_per_useful_hour(off, obs)[0] > v5.cost_per_useful_hour(off, obs)[0]
