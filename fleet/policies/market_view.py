@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -170,7 +171,8 @@ def poisson_mean_lower(n: int, alpha: float) -> float:
 
 def shifted_up_runs(mean_up_hours: np.ndarray, held_hours: np.ndarray, own_preemptions: np.ndarray,
                     market_wide: bool = True, alpha: float = SHIFT_ALPHA,
-                    estimate: str = "mle") -> np.ndarray:
+                    estimate: str = "mle", regions: Sequence[str] | None = None,
+                    scale_mask: np.ndarray | None = None) -> np.ndarray:
     """The zones' mean up-runs (h) once the job's own experience is weighed against them.
 
     A zone the job held ``H`` hours and lost ``n >= SHIFT_MIN_PREEMPTIONS`` times is
@@ -182,6 +184,14 @@ def shifted_up_runs(mean_up_hours: np.ndarray, held_hours: np.ndarray, own_preem
     zones is taken to concern the market). Otherwise the means are returned unchanged:
     nothing moves until the evidence is strong, so a history that describes the job's
     period gives v5's statistics exactly.
+
+    ``regions`` (with ``market_wide``): the joint test is made per region (the held zones
+    of each region together) and scales only that region's zones: a capacity pool that
+    changes is a region's, and a shift seen in one region says nothing of another's.
+
+    ``scale_mask``: the zones the market-wide multiplier may scale (default: all), e.g.
+    the zones no dearer than the dearest one that preempted the job: the evidence is
+    about capacity at that price, not about dearer pools.
 
     ``estimate="lower"``: a rejected zone's rate (and the market's multiplier) is the
     least the evidence forces at level ``alpha`` (:func:`poisson_mean_lower`: the zone's
@@ -199,11 +209,16 @@ def shifted_up_runs(mean_up_hours: np.ndarray, held_hours: np.ndarray, own_preem
             rejected[z] = True
             events = poisson_mean_lower(int(n[z]), alpha) if estimate == "lower" else float(n[z])
             out[z] = min(mu[z], held[z] / events)
-    total, expected = int(n.sum()), float(lam.sum())
-    if market_wide and total >= SHIFT_MIN_PREEMPTIONS and expected > 0 \
-            and poisson_tail(expected, total) < alpha:
-        k = (poisson_mean_lower(total, alpha) if estimate == "lower" else total) / expected
-        out[~rejected] = mu[~rejected] / max(1.0, k)
+    if not market_wide:
+        return out
+    groups = [np.ones(mu.size, dtype=bool)] if regions is None else \
+        [np.array([r == g for r in regions]) for g in dict.fromkeys(regions)]
+    for members in groups:
+        total, expected = int(n[members].sum()), float(lam[members].sum())
+        if total >= SHIFT_MIN_PREEMPTIONS and expected > 0 and poisson_tail(expected, total) < alpha:
+            k = (poisson_mean_lower(total, alpha) if estimate == "lower" else total) / expected
+            scale = members & ~rejected & (True if scale_mask is None else np.asarray(scale_mask))
+            out[scale] = mu[scale] / max(1.0, k)
     return out
 
 

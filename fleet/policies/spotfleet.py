@@ -141,16 +141,22 @@ class SpotfleetParams:
     # or "residual" (v6 fifth round, fourth candidate: the zone's conditional residual
     # down time given the outage in progress while the history has seen enough outages
     # that long, else as long again as it has lasted; see residual_wait_ticks)
-    own_runs: str = "off"  # v6 sixth round (issue 10): each zone's mean up-run counting
-    # this job's own holds there (hours held, preemptions suffered) as more observations of
-    # the same kind as the history's: (up h before + held h) / (preemptions before + own
-    # preemptions + 1) (SpotfleetPolicy._own_run_update). Where it is used: "all" (it
-    # replaces the statistics' mean up-run everywhere: ranking, beliefs, reserve, save
-    # interval), "ranking" (the cost per useful hour only, where shorter than v5's
-    # expected run), "reserve" (the slack burn share of the reserve only); "off": v5
-    shift_estimate: str = "mle"  # own_runs="test*": "mle" (rejected zones' up-run = held h /
-    # own preemptions) or "lower" (held h / the alpha-lower bound of the Poisson mean:
-    # the least the evidence forces; market_view.shifted_up_runs)
+    own_runs: str = "off"  # v6 candidates, sixth and seventh rounds (issue 10; none
+    # adopted, docs/fleet-policies-tuning-log.md): how a zone's mean up-run takes the job's
+    # own holds there (hours held, preemptions suffered) into account. "off": v5.
+    # Sixth round, pooled without a test ((up h before + held h) / (preemptions before +
+    # own + 1)): "all" (every use: ranking, beliefs, reserve, save interval), "ranking" (the
+    # cost per useful hour, where shorter than v5's expected run), "reserve" (the reserve's
+    # slack-burn share only). Seventh round, only where a Poisson test rejects the
+    # history's mean up-run (market_view.shifted_up_runs): "test" / "test_zone" (every use,
+    # with / without the joint test over all held zones), "test_rank" (ranking only, joint
+    # test over all held zones scaling every zone), "test_rank_zone" (ranking only, per
+    # zone), "test_rank_region" (joint test per region, scaling that region's zones),
+    # "test_rank_price" (joint test over all held zones, scaling the zones no dearer than
+    # the dearest that preempted the job) (SpotfleetPolicy._own_run_update)
+    shift_estimate: str = "mle"  # own_runs="test*": a rejected zone's up-run is held h /
+    # preemptions ("mle") or held h / the 1 %-lower bound of the Poisson mean of its
+    # preemptions ("lower": the least the evidence forces)
     patience_total: str = "off"  # v6 sixth round (issue 10): the patience rule's wait
     # counts the hours the job has already idled on it: it waits while spare slack above
     # the reserve > patience x (expected wait + patience idle so far), so the waits of one
@@ -237,9 +243,11 @@ class SpotfleetPolicy(Policy):
                                              down_runs=self.p.patience_wait == "residual")
         self._laws = None
         if self.p.own_runs not in ("off", "all", "ranking", "reserve", "test", "test_zone",
-                                   "test_rank"):
+                                   "test_rank", "test_rank_zone", "test_rank_region",
+                                   "test_rank_price"):
             raise ValueError(f"own_runs {self.p.own_runs!r}: off, all, ranking, reserve, "
-                             "test, test_zone or test_rank")
+                             "test, test_zone, test_rank, test_rank_zone, test_rank_region "
+                             "or test_rank_price")
         if self.p.patience_total not in ("off", "passed", "up"):
             raise ValueError(f"patience_total {self.p.patience_total!r}: off, passed or up")
         if self.p.hold_ranking != "off":
@@ -275,6 +283,7 @@ class SpotfleetPolicy(Policy):
         self._own_n = np.zeros(obs.n_zones)
         self._at: tuple[int, float] | None = None  # (location, elapsed h) at the last decision
         self._own_up: np.ndarray | None = None
+        self._regions = tuple(obs.regions) if obs.regions else None
 
     def expected_runs(self, obs: Observation, neighbour: bool = True,
                       caps: np.ndarray | None = None) -> np.ndarray:
@@ -339,7 +348,8 @@ class SpotfleetPolicy(Policy):
             moves = (not stay) and obs.moves_region(z)
             overs[z] = 0.0 if stay else spec.restart_hours + (obs.migration_hours if moves else 0.0)
         run = self.expected_runs(obs, neighbour, caps=rem + overs)
-        if self.p.own_runs in ("ranking", "test_rank") and self._own_up is not None:
+        if self.p.own_runs in ("ranking", "test_rank", "test_rank_zone", "test_rank_region",
+                               "test_rank_price") and self._own_up is not None:
             run = np.minimum(run, self._own_up)  # ranking only, not the save interval
         out = np.empty(obs.n_zones)
         for z in range(obs.n_zones):
@@ -522,7 +532,7 @@ class SpotfleetPolicy(Policy):
         if state.just_preempted and state.last_preempted_zone >= 0:
             self._own_pre[state.last_preempted_zone] = obs.tick
         if self.p.own_runs != "off":
-            self._own_run_update(state)
+            self._own_run_update(state, obs.spot_prices(spec))
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
         run = self.expected_runs(obs)
@@ -581,7 +591,7 @@ class SpotfleetPolicy(Policy):
                 order = kept
         return launch_action(order, IDLE, interval, obs.tick + 1)
 
-    def _own_run_update(self, state: JobState) -> None:
+    def _own_run_update(self, state: JobState, price: np.ndarray | None = None) -> None:
         """``own_runs``: add the hours held since the last decision to that zone, count a
         preemption this job suffered there, and set the zones' mean up-run to
         ``(up h before the job + held h) / (preemptions before + own + 1)`` (the history's
@@ -598,11 +608,16 @@ class SpotfleetPolicy(Policy):
         self._own_up = np.maximum(up, self._gap) if not self.p.own_runs.startswith("test") else None
         if self.p.own_runs == "all":
             self.prior = dataclasses.replace(self._prior0, mean_up_hours=self._own_up)
-        elif self.p.own_runs in ("test", "test_zone", "test_rank") and self._own_n.any():
+        elif self.p.own_runs.startswith("test") and self._own_n.any():
+            mask = None
+            if self.p.own_runs.endswith("price") and price is not None:
+                mask = price <= price[self._own_n > 0].max() * (1.0 + 1e-9)
             mu = np.maximum(shifted_up_runs(self._prior0.mean_up_hours, self._held_h, self._own_n,
-                                            market_wide=self.p.own_runs != "test_zone",
-                                            estimate=self.p.shift_estimate), self._gap)
-            if self.p.own_runs == "test_rank":
+                                            market_wide=not self.p.own_runs.endswith("zone"),
+                                            estimate=self.p.shift_estimate,
+                                            regions=self._regions if self.p.own_runs.endswith(
+                                                "region") else None, scale_mask=mask), self._gap)
+            if self.p.own_runs.startswith("test_rank"):
                 self._own_up = mu  # the ranking only (cost_per_useful_hour)
             else:
                 self.prior = dataclasses.replace(self._prior0, mean_up_hours=mu)

@@ -130,8 +130,9 @@ def test_shifted_up_runs_moves_only_on_strong_evidence():
 
 def test_test_rank_changes_the_ranking_not_the_statistics():
     spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
-    pol, _ = _start(SpotfleetParams(own_runs="test_rank"), spec)
-    v5, _ = _start(SpotfleetParams(), spec)
+    pol, _ = _start(SpotfleetParams(own_runs="test_rank", shift_estimate="mle"), spec)
+    v5, _ = _start(SpotfleetParams(own_runs="off"), spec)
+    v6, _ = _start(SpotfleetParams(own_runs="test_rank", shift_estimate="lower"), spec)
     hist = np.ones((2, 130), dtype=bool)
     obs = _obs(hist)
     t = 120
@@ -139,7 +140,7 @@ def test_test_rank_changes_the_ranking_not_the_statistics():
         on = JobState(tick=t, start_tick=119, elapsed_hours=(t - 119) * GAP, spec=spec, location=0)
         off = JobState(tick=t + 1, start_tick=119, elapsed_hours=(t - 118) * GAP, spec=spec,
                        location=IDLE, preemptions=k + 1, last_preempted_zone=0, just_preempted=True)
-        for p in (pol, v5):
+        for p in (pol, v5, v6):
             p.decide(on, obs)
             p.decide(off, obs)
         t += 2
@@ -149,3 +150,32 @@ def test_test_rank_changes_the_ranking_not_the_statistics():
     np.testing.assert_allclose(pol._own_up, [5 * GAP / 3, 5 * GAP / 3], rtol=1e-9)
     np.testing.assert_array_equal(pol.prior.mean_up_hours, v5.prior.mean_up_hours)
     assert pol.cost_per_useful_hour(off, obs)[0] > v5.cost_per_useful_hour(off, obs)[0]
+    # "lower": the 1 %-lower bound of the Poisson mean of 3 events (0.436) instead of 3: the
+    # least the evidence forces, so a milder shortening than the maximum-likelihood one
+    from fleet.policies.market_view import poisson_mean_lower
+
+    np.testing.assert_allclose(v6._own_up[0], 5 * GAP / poisson_mean_lower(3, 0.01), rtol=1e-9)
+    assert pol._own_up[0] < v6._own_up[0] < v5.prior.mean_up_hours[0]
+    np.testing.assert_array_equal(v6.prior.mean_up_hours, v5.prior.mean_up_hours)
+
+
+def test_region_and_price_scopes_limit_the_joint_test():
+    from fleet.policies.market_view import shifted_up_runs
+
+    mu = np.array([12.0, 12.0, 12.0, 12.0])
+    # one preemption each in 0.5 h of three 12 h zones: no zone alone (fewer than 2), but
+    # together P(N >= 3 | 0.125) ~ 3e-4: every zone's mean up-run / (3 / 0.125)
+    held, n = np.array([0.5, 0.5, 0.5, 0.0]), np.array([1, 1, 1, 0])
+    np.testing.assert_allclose(shifted_up_runs(mu, held, n), [0.5] * 4)
+    # per region: region "a" (2 in 1 h) rejects; region "b" (1 preemption) keeps its statistics
+    np.testing.assert_allclose(shifted_up_runs(mu, held, n, regions=("a", "a", "b", "b")),
+                               [0.5, 0.5, 12.0, 12.0])
+    # by price: only the zones no dearer than the dearest that preempted the job
+    np.testing.assert_allclose(shifted_up_runs(mu, held, n, scale_mask=np.array([1, 1, 1, 0], bool)),
+                               [0.5, 0.5, 0.5, 12.0])
+    # the lower estimate: 12 / (poisson_mean_lower(3) / 0.125), milder than the MLE
+    from fleet.policies.market_view import poisson_mean_lower
+
+    np.testing.assert_allclose(shifted_up_runs(mu, held, n, estimate="lower"),
+                               12.0 * 0.125 / poisson_mean_lower(3, 0.01))
+    assert poisson_mean_lower(3, 0.01) < 3.0
