@@ -3,7 +3,10 @@
 The tuning set of docs/fleet-policies.md (*Tuning discipline*; every candidate's figures in
 docs/fleet-policies-tuning-log.md): the first half of each
 real window at start times interleaved with the report starts
-(``spread_starts(..., 80, offset=0.5)[:40]``) and synthetic seeds 0-4 (8 starts each).
+(``spread_starts(..., 80, offset=0.5)[:40]``), synthetic seeds 0-4 (8 starts each) and, since
+session 6, the regime shift on seeds 80-84 (``--families`` picks a subset). SkyNomad's 6 H100
+zones at D/W 1.05-1.2 are part of the tuning set too and are run by
+``fleet_skynomad_settings.py --settings h100_6 --candidate NAME:...``.
 
     # every cell: v5 vs a candidate (SpotfleetParams fields), and both vs the best baseline
     nice -n 10 python benchmarks/fleet_tuning_set.py --params move_survives_preemption=true
