@@ -157,6 +157,9 @@ class SpotfleetParams:
     shift_estimate: str = "mle"  # own_runs="test*": a rejected zone's up-run is held h /
     # preemptions ("mle") or held h / the 1 %-lower bound of the Poisson mean of its
     # preemptions ("lower": the least the evidence forces)
+    forced_risk: bool = False  # True (v6 eighth round, issue 10): where one preemption
+    # would send the job to on-demand for the rest, the cost per useful hour counts that
+    # risk (SpotfleetPolicy._forced_risk_per_useful_hour); False: v5
     patience_total: str = "off"  # v6 sixth round (issue 10): the patience rule's wait
     # counts the hours the job has already idled on it: it waits while spare slack above
     # the reserve > patience x (expected wait + patience idle so far), so the waits of one
@@ -367,6 +370,31 @@ class SpotfleetPolicy(Policy):
             else:
                 useful = r - over - self._lost_per_preemption(spec, r)
                 out[z] = (price[z] * r + extra) / useful if useful > 0.05 * r else math.inf
+        if self.p.forced_risk:
+            out = out + self._forced_risk_per_useful_hour(state, obs, overs, price, rem, neighbour)
+        return out
+
+    def _forced_risk_per_useful_hour(self, state: JobState, obs: Observation, overs: np.ndarray,
+                                     price: np.ndarray, rem: float, neighbour: bool) -> np.ndarray:
+        """``forced_risk`` (eighth round): where the slack left after launching in a zone
+        cannot absorb one preemption (the relaunch's restart and a tick), a preemption there
+        sends the job to on-demand for the rest; the expected on-demand premium of that,
+        ``(on-demand $/h - spot $/h) x E[(rem - T)+]`` with ``T`` ~ exponential of the
+        zone's mean up-run (``rem - r (1 - exp(-rem / r))``), is spread over the work left
+        ($ per useful hour). Zero wherever one preemption is survivable: the ranking is
+        v5's until the slack is that short."""
+        g = obs.gap_hours
+        spare = safe_slack_hours(state) - safety_threshold_hours(state, g)
+        loss = state.spec.restart_hours + g
+        od = self._od_price(state, obs)
+        mean = self.expected_runs(obs, neighbour)
+        out = np.zeros(obs.n_zones)
+        for z in range(obs.n_zones):
+            if spare - overs[z] >= loss or not math.isfinite(mean[z]):
+                continue
+            r = max(float(mean[z]), 1e-6)
+            left = rem - r * (1.0 - math.exp(-rem / r))
+            out[z] = max(0.0, od - float(price[z])) * left / rem
         return out
 
     def _hold_law(self, obs: Observation, z: int, stay: bool, neighbour: bool) -> np.ndarray | None:

@@ -22,6 +22,8 @@ OFF_SETTINGS = {
     "v4/v5 on-demand exit, no move guard": SpotfleetParams(leave_od_rule="slack_run",
                                                            move_survives_preemption=False),
     "sixth round off": SpotfleetParams(patience_total="off", own_runs="off"),
+    "seventh / eighth round off": SpotfleetParams(own_runs="off", shift_estimate="mle",
+                                                  forced_risk=False),
 }
 
 

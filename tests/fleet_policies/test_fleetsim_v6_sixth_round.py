@@ -179,3 +179,28 @@ def test_region_and_price_scopes_limit_the_joint_test():
     np.testing.assert_allclose(shifted_up_runs(mu, held, n, estimate="lower"),
                                12.0 * 0.125 / poisson_mean_lower(3, 0.01))
     assert poisson_mean_lower(3, 0.01) < 3.0
+
+
+# ---------------------------------------------------- eighth round: forced_risk
+def test_forced_risk_prices_a_preemption_only_where_the_slack_cannot_absorb_it():
+    from fleet.policies.market_view import PriorStats
+
+    pre = np.ones((2, 120), dtype=bool)
+    pre[0, ::10] = False  # zone 0: preempted every 10 ticks (short up-runs)
+    obs = _obs(pre)
+    for slack_h, expect_penalty in ((10.0, False), (0.1, True)):
+        spec = JobSpec(4.0, 4.0 + slack_h, notice_seconds=120.0)
+        state = JobState(tick=119, start_tick=119, elapsed_hours=0.0, spec=spec, location=IDLE)
+        eff = {}
+        for on in (False, True):
+            pol = SpotfleetPolicy(SpotfleetParams(forced_risk=on))
+            pol.reset(spec, obs)
+            assert isinstance(pol.prior, PriorStats)
+            eff[on] = pol.cost_per_useful_hour(state, obs)
+        if expect_penalty:
+            # 0.1 h of slack: one preemption means on-demand for the rest; the flaky zone
+            # pays more of that risk than the steady one
+            extra = eff[True] - eff[False]
+            assert extra[0] > extra[1] >= 0.0 and extra[0] > 0.0
+        else:
+            np.testing.assert_array_equal(eff[True], eff[False])  # v5 exactly
