@@ -69,3 +69,34 @@ def test_params_from_assignments_converts_each_field_to_its_type():
     assert SpotfleetParams.from_assignments([]) == SpotfleetParams()
     with pytest.raises(ValueError, match="'patiense=1' is not a SpotfleetParams field=value"):
         SpotfleetParams.from_assignments(["patiense=1"])
+
+
+def test_candidate_table_pairs_the_candidate_with_spotfleet_start_by_start():
+    from fleet.simulation.families import candidate_table
+
+    om = np.array([10.0, 20.0, 30.0])
+    c = Cell("fam", 1.5, 120.0, om)
+    c.costs = {"spotfleet": np.array([11.0, 22.0, 33.0]), "candidate:same": np.array([11.0, 22.0, 33.0]),
+               "candidate:half": np.array([5.5, 11.0, 16.5])}
+    rows = candidate_table([c], "candidate:same").splitlines()
+    assert rows[2] == "| fam | 1.5 | 120 | 1.100 | 1.100 | 1.0000 [1.0000, 1.0000] |"
+    assert candidate_table([c], "candidate:half").splitlines()[2].endswith(
+        "| 1.100 | 0.550 | 0.5000 [0.5000, 0.5000] |")
+
+
+def test_tuning_set_shift_family_uses_its_own_seeds_and_window():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import fleet_tuning_set as ts
+
+    from fleet.simulation.families import FAMILIES, SHIFT_HOURS
+
+    plan = ts.tuning_plan("shift", 1.5)
+    assert sorted({seed for _, _, seed in plan}) == [80, 81, 82, 83, 84]
+    assert len(plan) == 40
+    fam = FAMILIES["shift_holdout70"]
+    for m, s, _ in plan:
+        assert fam.warmup_hours <= s * m.gap_hours < SHIFT_HOURS + 0.5 * 12.0
+    assert ts.family_of("shift") is fam and ts.family_of("v100") is FAMILIES["v100"]
