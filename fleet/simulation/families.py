@@ -170,57 +170,48 @@ def _shift(seeds: range) -> Callable[[Path, int], list[tuple[Market, list[int] |
     return load
 
 
+def _synthetic(name: str, title: str, load: Callable[[Path, int], list[tuple[Market, list[int] | None]]],
+               **kw) -> Family:
+    """A synthetic family: W = 12 h, 25 GB checkpoints, 168 h of history, spot 1.0 $/h and
+    on-demand 3.4 $/h reference prices (the regimes' own prices are what runs)."""
+    return Family(name, title, 12.0, 25.0, 168.0, load, spot_price=1.0, on_demand_price=3.4, **kw)
+
+
+def _held_out_pair(suffix: str, seeds: range) -> dict[str, Family]:
+    """``volatile_holdout<suffix>`` and ``available_holdout<suffix>`` on ``seeds``."""
+    span = f"seeds {seeds.start}-{seeds.stop - 1}"
+    return {f"volatile_holdout{suffix}": _synthetic(
+                f"volatile_holdout{suffix}", f"held-out synthetic volatile ({span})",
+                _holdout("volatile_config", seeds)),
+            f"available_holdout{suffix}": _synthetic(
+                f"available_holdout{suffix}", f"held-out synthetic mostly-available ({span})",
+                _holdout("available_config", seeds))}
+
+
 FAMILIES: dict[str, Family] = {
     "v100": Family("v100", "9-zone AWS V100, real per-tick prices", 12.0, 25.0, 168.0, _v100),
     "h100": Family("h100", "13-zone GCP H100 (8 regions), file prices", 8.0, 100.0, 12.0, _h100,
                    spot_price=18.0, on_demand_price=85.0),
-    "volatile": Family("volatile", "synthetic volatile (9 zones, 3 regions)", 12.0, 25.0, 168.0,
-                       _holdout("volatile_config", range(10, 15)), spot_price=1.0,
-                       on_demand_price=3.4),
+    "volatile": _synthetic("volatile", "synthetic volatile (9 zones, 3 regions)",
+                           _holdout("volatile_config", range(10, 15))),
     # held out: seeds never looked at while the policy was written
     # (20-24 held out v1 at 8ec51fd, 30-34 v2 at 61e4473, 40-44 v3)
-    "volatile_holdout": Family("volatile_holdout", "held-out synthetic volatile (seeds 40-44)",
-                               12.0, 25.0, 168.0, _holdout("volatile_config", range(40, 45)),
-                               spot_price=1.0, on_demand_price=3.4),
-    "available_holdout": Family("available_holdout", "held-out synthetic mostly-available "
-                                "(seeds 40-44)", 12.0, 25.0, 168.0,
-                                _holdout("available_config", range(40, 45)),
-                                spot_price=1.0, on_demand_price=3.4),
+    **_held_out_pair("", range(40, 45)),
     # v4 (never seen before v4 was committed)
-    "volatile_holdout50": Family("volatile_holdout50", "held-out synthetic volatile (seeds 50-54)",
-                                 12.0, 25.0, 168.0, _holdout("volatile_config", range(50, 55)),
-                                 spot_price=1.0, on_demand_price=3.4),
-    "available_holdout50": Family("available_holdout50", "held-out synthetic mostly-available "
-                                  "(seeds 50-54)", 12.0, 25.0, 168.0,
-                                  _holdout("available_config", range(50, 55)),
-                                  spot_price=1.0, on_demand_price=3.4),
+    **_held_out_pair("50", range(50, 55)),
     # session 5 (spotfleet v5): a real trace and seeds nobody had looked at
     "v100_apr": Family("v100_apr", "held-out 4-zone AWS V100, Apr 2023 (2 regions, 32 s ticks, "
                        "flat prices)", 12.0, 25.0, 48.0, _v100_apr),
-    "volatile_holdout60": Family("volatile_holdout60", "held-out synthetic volatile (seeds 60-64)",
-                                 12.0, 25.0, 168.0, _holdout("volatile_config", range(60, 65)),
-                                 spot_price=1.0, on_demand_price=3.4),
-    "available_holdout60": Family("available_holdout60", "held-out synthetic mostly-available "
-                                  "(seeds 60-64)", 12.0, 25.0, 168.0,
-                                  _holdout("available_config", range(60, 65)),
-                                  spot_price=1.0, on_demand_price=3.4),
+    **_held_out_pair("60", range(60, 65)),
     # session 6: a regime shift (calm history, flaky cheap zones during the job)
-    "shift_holdout70": Family("shift_holdout70", "held-out regime shift: calm history, cheap zones "
-                              "flaky from 171 h (seeds 70-74)", 12.0, 25.0, 168.0, _shift(range(70, 75)),
-                              spot_price=1.0, on_demand_price=3.4,
-                              last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
+    "shift_holdout70": _synthetic("shift_holdout70", "held-out regime shift: calm history, cheap "
+                                  "zones flaky from 171 h (seeds 70-74)", _shift(range(70, 75)),
+                                  last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
     # session 6, seventh round: fresh seeds for the one-shot check of a rule chosen on the
     # tuning set (which then included the regime shift on seeds 80-84)
-    "volatile_holdout90": Family("volatile_holdout90", "held-out synthetic volatile (seeds 90-94)",
-                                 12.0, 25.0, 168.0, _holdout("volatile_config", range(90, 95)),
-                                 spot_price=1.0, on_demand_price=3.4),
-    "available_holdout90": Family("available_holdout90", "held-out synthetic mostly-available "
-                                  "(seeds 90-94)", 12.0, 25.0, 168.0,
-                                  _holdout("available_config", range(90, 95)),
-                                  spot_price=1.0, on_demand_price=3.4),
-    "shift_holdout90": Family("shift_holdout90", "held-out regime shift (seeds 90-94)", 12.0, 25.0,
-                              168.0, _shift(range(90, 95)), spot_price=1.0, on_demand_price=3.4,
-                              last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
+    **_held_out_pair("90", range(90, 95)),
+    "shift_holdout90": _synthetic("shift_holdout90", "held-out regime shift (seeds 90-94)",
+                                  _shift(range(90, 95)), last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
 }
 
 
