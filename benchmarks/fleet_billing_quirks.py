@@ -45,7 +45,7 @@ from fleet.market.regions import spec_migration  # noqa: E402
 from fleet.policies.base import IDLE, Action, JobSpec, JobState, Observation, Policy  # noqa: E402
 from fleet.policies.baselines import builtin_policy_factories  # noqa: E402
 from fleet.simulation.engine import region_on_demand_prices, simulate  # noqa: E402
-from fleet.simulation.families import FAMILIES, NOTICES, RATIOS, spread_starts  # noqa: E402
+from fleet.simulation.families import FAMILIES, NOTICES, RATIOS  # noqa: E402
 from fleet.simulation.market import Market  # noqa: E402
 from fleet.simulation.omniscient import omniscient_bound  # noqa: E402
 
@@ -140,7 +140,7 @@ def run_family(fname: str, starts: int, policies: list[str],
     out = []
     for ratio in ratios:
         base = fam.spec(ratio, 0.0)
-        plan = [(m, spread_starts(m, base, per_market, fam.warmup_hours)) for m in markets]
+        plan = [(m, fam.starts(m, base, per_market)) for m in markets]
         t0 = time.perf_counter()
         om, rs = [], []
         for m, ss in plan:

@@ -112,7 +112,7 @@ def decomposition(starts: int, ratios: list[float]) -> list[str]:
         (m, _), = fam.load(DATA, starts)
         for ratio in ratios:
             base = fam.spec(ratio, 0.0)
-            ss = spread_starts(m, base, starts, fam.warmup_hours)
+            ss = fam.starts(m, base, starts)
             om = np.array([omniscient_bound(m, base, s).cost for s in ss]).mean()
             for notice in (0.0, 120.0):
                 spec = fam.spec(ratio, notice)
@@ -167,7 +167,7 @@ def floor(starts: int, ratios: list[float]) -> list[str]:
                    for k, f in (("min", np.minimum(ex[False], ex[True])), ("residual", ex[True]))}
         for ratio in ratios:
             base = fam.spec(ratio, 0.0)
-            ss = spread_starts(m, base, starts, fam.warmup_hours)
+            ss = fam.starts(m, base, starts)
             om = np.array([omniscient_bound(m, base, s).cost for s in ss]).mean()
             r = {k: np.array([omniscient_bound(mk, base, s).cost for s in ss]).mean() / om
                  for k, mk in markets.items()}

@@ -95,7 +95,7 @@ def report_plan(fname: str, ratio: float, starts: int) -> list[tuple]:
     markets = fam.load(DATA, starts)
     per = max(1, -(-starts // len(markets)))
     return [(m, s, k) for k, (m, _) in enumerate(markets)
-            for s in spread_starts(m, base, per, fam.warmup_hours)]
+            for s in fam.starts(m, base, per)]
 
 
 def compare(params: SpotfleetParams, families: tuple[str, ...] = TUNING_FAMILIES) -> None:

@@ -18,7 +18,7 @@ from fleet.policies.baselines import (
 )
 from fleet.policies.spotfleet import SpotfleetPolicy
 from fleet.simulation.engine import simulate
-from fleet.simulation.families import FAMILIES, spread_starts
+from fleet.simulation.families import FAMILIES
 from fleet.simulation.market import Market
 from fleet.simulation.sweep import start_ticks
 
@@ -191,7 +191,7 @@ def test_every_deadline_policy_meets_every_deadline(shared_data, family, notice)
     for m, _ in fam.load(shared_data, 10)[:2]:
         for ratio in (1.05, 1.5, 3.0):
             spec = fam.spec(ratio, notice)
-            for s in spread_starts(m, spec, 5, fam.warmup_hours):
+            for s in fam.starts(m, spec, 5):
                 for name, factory in builtin_policy_factories().items():
                     r = simulate(factory(), m, spec, s)
                     assert r.deadline_met, (family, ratio, notice, name, s)
