@@ -169,6 +169,16 @@ def poisson_mean_lower(n: int, alpha: float) -> float:
     return 0.5 * (lo + hi)
 
 
+def history_rejected(mean_up_hours: np.ndarray, held_hours: np.ndarray,
+                     own_preemptions: np.ndarray, alpha: float = SHIFT_ALPHA) -> bool:
+    """Whether the job's own preemptions, over all the zones it held together, reject the
+    history's mean up-runs: ``P(Poisson(sum H / mean_up) >= sum n) < alpha`` with at least
+    ``SHIFT_MIN_PREEMPTIONS`` preemptions (the joint test of :func:`shifted_up_runs`)."""
+    n = int(np.asarray(own_preemptions).sum())
+    lam = float((np.asarray(held_hours, dtype=float) / np.asarray(mean_up_hours, dtype=float)).sum())
+    return n >= SHIFT_MIN_PREEMPTIONS and lam > 0 and poisson_tail(lam, n) < alpha
+
+
 def shifted_up_runs(mean_up_hours: np.ndarray, held_hours: np.ndarray, own_preemptions: np.ndarray,
                     market_wide: bool = True, alpha: float = SHIFT_ALPHA,
                     estimate: str = "mle", regions: Sequence[str] | None = None,

@@ -66,6 +66,7 @@ from fleet.policies.market_view import (
     PriorStats,
     belief_up,
     current_down_hours,
+    history_rejected,
     hold_hours,
     launch_action,
     mean_down_with_current,
@@ -153,7 +154,10 @@ class SpotfleetParams:
     # test over all held zones scaling every zone), "test_rank_zone" (ranking only, per
     # zone), "test_rank_region" (joint test per region, scaling that region's zones),
     # "test_rank_price" (joint test over all held zones, scaling the zones no dearer than
-    # the dearest that preempted the job) (SpotfleetPolicy._own_run_update)
+    # the dearest that preempted the job); "switch" (ninth round: once the joint test
+    # rejects the history, the ranking drops it: a zone that preempted the job is ranked by
+    # the hours it held per preemption, any other as if it holds to the end)
+    # (SpotfleetPolicy._own_run_update)
     shift_estimate: str = "mle"  # own_runs="test*": a rejected zone's up-run is held h /
     # preemptions ("mle") or held h / the 1 %-lower bound of the Poisson mean of its
     # preemptions ("lower": the least the evidence forces)
@@ -247,10 +251,10 @@ class SpotfleetPolicy(Policy):
         self._laws = None
         if self.p.own_runs not in ("off", "all", "ranking", "reserve", "test", "test_zone",
                                    "test_rank", "test_rank_zone", "test_rank_region",
-                                   "test_rank_price"):
+                                   "test_rank_price", "switch"):
             raise ValueError(f"own_runs {self.p.own_runs!r}: off, all, ranking, reserve, "
                              "test, test_zone, test_rank, test_rank_zone, test_rank_region "
-                             "or test_rank_price")
+                             "test_rank_price or switch")
         if self.p.patience_total not in ("off", "passed", "up"):
             raise ValueError(f"patience_total {self.p.patience_total!r}: off, passed or up")
         if self.p.hold_ranking != "off":
@@ -287,6 +291,7 @@ class SpotfleetPolicy(Policy):
         self._at: tuple[int, float] | None = None  # (location, elapsed h) at the last decision
         self._own_up: np.ndarray | None = None
         self._regions = tuple(obs.regions) if obs.regions else None
+        self._switched = False  # own_runs="switch": the history was rejected
 
     def expected_runs(self, obs: Observation, neighbour: bool = True,
                       caps: np.ndarray | None = None) -> np.ndarray:
@@ -354,6 +359,13 @@ class SpotfleetPolicy(Policy):
         if self.p.own_runs in ("ranking", "test_rank", "test_rank_zone", "test_rank_region",
                                "test_rank_price") and self._own_up is not None:
             run = np.minimum(run, self._own_up)  # ranking only, not the save interval
+        elif self.p.own_runs == "switch" and self._switched:
+            # history-free: a zone that preempted the job is what the job saw there (held h
+            # per preemption), any other as if it holds to the end (price, restart and
+            # egress rank it, as failover ranks)
+            seen = self._own_n > 0
+            run = np.where(seen, np.minimum(run, self._held_h / np.maximum(self._own_n, 1)),
+                           rem + overs)
         out = np.empty(obs.n_zones)
         for z in range(obs.n_zones):
             stay = held is not None and z == held
@@ -636,6 +648,10 @@ class SpotfleetPolicy(Policy):
         self._own_up = np.maximum(up, self._gap) if not self.p.own_runs.startswith("test") else None
         if self.p.own_runs == "all":
             self.prior = dataclasses.replace(self._prior0, mean_up_hours=self._own_up)
+        elif self.p.own_runs == "switch":
+            # ninth round: once the joint test rejects the history, rank without it
+            self._switched = self._switched or history_rejected(
+                self._prior0.mean_up_hours, self._held_h, self._own_n)
         elif self.p.own_runs.startswith("test") and self._own_n.any():
             mask = None
             if self.p.own_runs.endswith("price") and price is not None:

@@ -204,3 +204,42 @@ def test_forced_risk_prices_a_preemption_only_where_the_slack_cannot_absorb_it()
             assert extra[0] > extra[1] >= 0.0 and extra[0] > 0.0
         else:
             np.testing.assert_array_equal(eff[True], eff[False])  # v5 exactly
+
+
+# ---------------------------------------------------- ninth round: own_runs="switch"
+def test_history_rejected_is_the_joint_test():
+    from fleet.policies.market_view import history_rejected
+
+    mu = np.array([12.0, 12.0])
+    assert not history_rejected(mu, np.array([12.0, 0.0]), np.array([1, 0]))   # as expected
+    assert not history_rejected(mu, np.array([0.1, 0.0]), np.array([1, 0]))    # one is never enough
+    assert history_rejected(mu, np.array([0.5, 1.0]), np.array([1, 2]))        # 3 in 1.5 h of 12 h runs
+    assert not history_rejected(mu, np.array([12.0, 12.0]), np.array([2, 2]))  # 4 in 24 h: P = 0.14
+
+
+def test_switch_ranks_without_the_history_once_it_is_rejected():
+    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
+    pre = np.ones((2, 120), dtype=bool)
+    pre[1, ::12] = False  # zone 1: dearer and, by the history, flakier than zone 0
+    prices = np.array([10.0, 12.0])
+    obs0 = Observation(tick=119, gap_hours=GAP, zones=("a", "b"), available=pre[:, -1], history=pre,
+                       spot_price=prices, on_demand_price=OD)
+    pol = SpotfleetPolicy(SpotfleetParams(own_runs="switch"))
+    pol.reset(spec, obs0)
+    hist = np.hstack([pre, np.ones((2, 10), dtype=bool)])
+    obs = Observation(tick=129, gap_hours=GAP, zones=("a", "b"), available=hist[:, -1], history=hist,
+                      spot_price=prices, on_demand_price=OD)
+    before = pol.cost_per_useful_hour(JobState(tick=129, start_tick=119, elapsed_hours=0.0,
+                                               spec=spec, location=IDLE), obs)
+    t = 120
+    for k in range(3):  # zone 0 preempts the job after one tick, three times
+        on = JobState(tick=t, start_tick=119, elapsed_hours=(t - 119) * GAP, spec=spec, location=0)
+        off = JobState(tick=t + 1, start_tick=119, elapsed_hours=(t - 118) * GAP, spec=spec,
+                       location=IDLE, preemptions=k + 1, last_preempted_zone=0, just_preempted=True)
+        pol.decide(on, obs)
+        pol.decide(off, obs)
+        t += 2
+    assert pol._switched
+    after = pol.cost_per_useful_hour(off, obs)
+    assert before[0] < before[1]   # the history: zone 0 cheaper per useful hour
+    assert after[0] > after[1]     # rejected: zone 0 is what the job saw, zone 1 ranks by price
