@@ -179,6 +179,30 @@ def history_rejected(mean_up_hours: np.ndarray, held_hours: np.ndarray,
     return n >= SHIFT_MIN_PREEMPTIONS and lam > 0 and poisson_tail(lam, n) < alpha
 
 
+def hold_p_value(hold_hours: float, mean_up_hours: float, runs_hours: np.ndarray) -> float:
+    """How surprising a hold of ``hold_hours`` that ended in a preemption is to the history:
+    the larger of ``P(T <= hold)`` for ``T`` exponential with the history's mean up-run and
+    the share of the zone's history up-runs no longer than the hold, ``(count + 0.5) /
+    (runs + 1)`` (the empirical law; heavy-tailed histories with many short runs make short
+    holds unsurprising). The larger of the two: a hold is evidence only when both models
+    call it rare."""
+    expo = 1.0 - math.exp(-max(hold_hours, 0.0) / max(mean_up_hours, 1e-9))
+    runs = np.asarray(runs_hours, dtype=float)
+    emp = (np.count_nonzero(runs <= hold_hours + 1e-9) + 0.5) / (runs.size + 1)
+    return min(1.0, max(expo, emp))
+
+
+def fisher_rejects(p_values: Sequence[float], alpha: float = SHIFT_ALPHA) -> bool:
+    """Fisher's combined test of ``p_values`` (at least ``SHIFT_MIN_PREEMPTIONS``): ``X =
+    -2 sum ln p`` against chi-squared with ``2k`` degrees of freedom, whose survival for
+    even degrees of freedom is ``P(Poisson(X / 2) < k)``."""
+    k = len(p_values)
+    if k < SHIFT_MIN_PREEMPTIONS:
+        return False
+    x = -2.0 * sum(math.log(max(p, 1e-300)) for p in p_values)
+    return 1.0 - poisson_tail(x / 2.0, k) < alpha
+
+
 def shifted_up_runs(mean_up_hours: np.ndarray, held_hours: np.ndarray, own_preemptions: np.ndarray,
                     market_wide: bool = True, alpha: float = SHIFT_ALPHA,
                     estimate: str = "mle", regions: Sequence[str] | None = None,

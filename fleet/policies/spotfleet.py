@@ -66,8 +66,10 @@ from fleet.policies.market_view import (
     PriorStats,
     belief_up,
     current_down_hours,
+    fisher_rejects,
     history_rejected,
     hold_hours,
+    hold_p_value,
     launch_action,
     mean_down_with_current,
     residual_wait_ticks,
@@ -75,6 +77,7 @@ from fleet.policies.market_view import (
     run_law_since,
     run_stats,
     shifted_up_runs,
+    up_run_ticks,
 )
 from fleet.policies.safety import (
     affordable_probes,
@@ -142,9 +145,9 @@ class SpotfleetParams:
     # or "residual" (v6 fifth round, fourth candidate: the zone's conditional residual
     # down time given the outage in progress while the history has seen enough outages
     # that long, else as long again as it has lasted; see residual_wait_ticks)
-    own_runs: str = "off"  # v6 candidates, sixth and seventh rounds (issue 10; none
-    # adopted, docs/fleet-policies-tuning-log.md): how a zone's mean up-run takes the job's
-    # own holds there (hours held, preemptions suffered) into account. "off": v5.
+    own_runs: str = "off"  # v5. How the job's own holds (hours held, preemptions
+    # suffered) change the statistics: the rejected candidates of the sixth to tenth rounds
+    # (issue 10, docs/fleet-policies-tuning-log.md).
     # Sixth round, pooled without a test ((up h before + held h) / (preemptions before +
     # own + 1)): "all" (every use: ranking, beliefs, reserve, save interval), "ranking" (the
     # cost per useful hour, where shorter than v5's expected run), "reserve" (the reserve's
@@ -156,7 +159,9 @@ class SpotfleetParams:
     # "test_rank_price" (joint test over all held zones, scaling the zones no dearer than
     # the dearest that preempted the job); "switch" (ninth round: once the joint test
     # rejects the history, the ranking drops it: a zone that preempted the job is ranked by
-    # the hours it held per preemption, any other as if it holds to the end)
+    # the hours it held per preemption, any other as if it holds to the end); "switch_emp"
+    # (tenth round: the same, with Fisher's test of each hold against the larger of the
+    # exponential and the empirical run-law p-values, market_view.hold_p_value)
     # (SpotfleetPolicy._own_run_update)
     shift_estimate: str = "mle"  # own_runs="test*": a rejected zone's up-run is held h /
     # preemptions ("mle") or held h / the 1 %-lower bound of the Poisson mean of its
@@ -251,10 +256,10 @@ class SpotfleetPolicy(Policy):
         self._laws = None
         if self.p.own_runs not in ("off", "all", "ranking", "reserve", "test", "test_zone",
                                    "test_rank", "test_rank_zone", "test_rank_region",
-                                   "test_rank_price", "switch"):
+                                   "test_rank_price", "switch", "switch_emp"):
             raise ValueError(f"own_runs {self.p.own_runs!r}: off, all, ranking, reserve, "
-                             "test, test_zone, test_rank, test_rank_zone, test_rank_region "
-                             "test_rank_price or switch")
+                             "test, test_zone, test_rank, test_rank_zone, test_rank_region, "
+                             "test_rank_price, switch or switch_emp")
         if self.p.patience_total not in ("off", "passed", "up"):
             raise ValueError(f"patience_total {self.p.patience_total!r}: off, passed or up")
         if self.p.hold_ranking != "off":
@@ -291,7 +296,12 @@ class SpotfleetPolicy(Policy):
         self._at: tuple[int, float] | None = None  # (location, elapsed h) at the last decision
         self._own_up: np.ndarray | None = None
         self._regions = tuple(obs.regions) if obs.regions else None
-        self._switched = False  # own_runs="switch": the history was rejected
+        self._switched = False  # own_runs="switch*": the history was rejected
+        if self.p.own_runs == "switch_emp":
+            window = np.asarray(hist[:, -max(2, int(self.p.lookback_hours / obs.gap_hours)):], bool)
+            self._runs_h = [up_run_ticks(row) * obs.gap_hours for row in window]
+            self._mark = np.zeros(obs.n_zones)  # held h at each zone's last preemption
+            self._pvals: list[float] = []
 
     def expected_runs(self, obs: Observation, neighbour: bool = True,
                       caps: np.ndarray | None = None) -> np.ndarray:
@@ -359,7 +369,7 @@ class SpotfleetPolicy(Policy):
         if self.p.own_runs in ("ranking", "test_rank", "test_rank_zone", "test_rank_region",
                                "test_rank_price") and self._own_up is not None:
             run = np.minimum(run, self._own_up)  # ranking only, not the save interval
-        elif self.p.own_runs == "switch" and self._switched:
+        elif self.p.own_runs in ("switch", "switch_emp") and self._switched:
             # history-free: a zone that preempted the job is what the job saw there (held h
             # per preemption), any other as if it holds to the end (price, restart and
             # egress rank it, as failover ranks)
@@ -652,6 +662,15 @@ class SpotfleetPolicy(Policy):
             # ninth round: once the joint test rejects the history, rank without it
             self._switched = self._switched or history_rejected(
                 self._prior0.mean_up_hours, self._held_h, self._own_n)
+        elif self.p.own_runs == "switch_emp":
+            # tenth round: the same switch, tested against the empirical run law too
+            if state.just_preempted and state.last_preempted_zone >= 0:
+                z = state.last_preempted_zone
+                hold = self._held_h[z] - self._mark[z]
+                self._mark[z] = self._held_h[z]
+                self._pvals.append(hold_p_value(hold, float(self._prior0.mean_up_hours[z]),
+                                                self._runs_h[z]))
+            self._switched = self._switched or fisher_rejects(self._pvals)
         elif self.p.own_runs.startswith("test") and self._own_n.any():
             mask = None
             if self.p.own_runs.endswith("price") and price is not None:

@@ -44,7 +44,9 @@ Held out in session 6 (a regime shift, issue 10):
 
 Held out in session 6, seventh round (fresh seeds, run once after the tuning-set verdict;
 the tuning set then gained a regime shift on seeds 80-84, ``benchmarks/fleet_tuning_set.py``):
-``volatile_holdout90`` / ``available_holdout90`` / ``shift_holdout90`` — seeds 90-94.
+``volatile_holdout90`` / ``available_holdout90`` / ``shift_holdout90`` — seeds 90-94;
+``volatile_holdout100`` / ``available_holdout100`` / ``shift_holdout100`` — seeds 100-104
+(tenth round).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -212,6 +214,10 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("90", range(90, 95)),
     "shift_holdout90": _synthetic("shift_holdout90", "held-out regime shift (seeds 90-94)",
                                   _shift(range(90, 95)), last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
+    # session 6, tenth round: fresh seeds for the one-shot check of own_runs=switch_emp
+    **_held_out_pair("100", range(100, 105)),
+    "shift_holdout100": _synthetic("shift_holdout100", "held-out regime shift (seeds 100-104)",
+                                   _shift(range(100, 105)), last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
 }
 
 

@@ -14,6 +14,7 @@ from fleet.policies.spotfleet import SpotfleetParams
 OFF_SETTINGS = {
     "default": None,
     "explicit default": SpotfleetParams(),
+    "v5": SpotfleetParams(own_runs="off"),
     "recovery off (observed scope)": SpotfleetParams(recovery_window_hours=0.0,
                                                      recovery_scope="observed"),
     "hold ranking off": SpotfleetParams(hold_ranking="off"),
