@@ -32,6 +32,21 @@ def _start(params: SpotfleetParams, spec: JobSpec) -> tuple[SpotfleetPolicy, np.
     return pol, pre
 
 
+def _preempted_in_zone_0(pols, spec: JobSpec, obs: Observation, start: int, times: int) -> JobState:
+    """Drive ``pols`` through ``times`` cycles of: the job holds zone 0 for a tick, zone 0
+    preempts it (decisions at every tick from ``start + 1``); return the last state."""
+    t = start + 1
+    for k in range(times):
+        on = JobState(tick=t, start_tick=start, elapsed_hours=(t - start) * GAP, spec=spec, location=0)
+        off = JobState(tick=t + 1, start_tick=start, elapsed_hours=(t + 1 - start) * GAP, spec=spec,
+                       location=IDLE, preemptions=k + 1, last_preempted_zone=0, just_preempted=True)
+        for p in pols:
+            p.decide(on, obs)
+            p.decide(off, obs)
+        t += 2
+    return off
+
+
 def test_invalid_values_name_the_field_and_the_choices():
     spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
     for bad in (SpotfleetParams(patience_total="yes"), SpotfleetParams(own_runs="on")):
@@ -135,15 +150,7 @@ def test_test_rank_changes_the_ranking_not_the_statistics():
     v6, _ = _start(SpotfleetParams(own_runs="test_rank", shift_estimate="lower"), spec)
     hist = np.ones((2, 130), dtype=bool)
     obs = _obs(hist)
-    t = 120
-    for k in range(3):  # held zone 0 for one tick, then preempted, three times
-        on = JobState(tick=t, start_tick=119, elapsed_hours=(t - 119) * GAP, spec=spec, location=0)
-        off = JobState(tick=t + 1, start_tick=119, elapsed_hours=(t - 118) * GAP, spec=spec,
-                       location=IDLE, preemptions=k + 1, last_preempted_zone=0, just_preempted=True)
-        for p in (pol, v5, v6):
-            p.decide(on, obs)
-            p.decide(off, obs)
-        t += 2
+    off = _preempted_in_zone_0((pol, v5, v6), spec, obs, 119, 3)
     # 5 ticks held in zone 0 (each decision's interval is held where the next one finds
     # the job), 3 preemptions: zone 0 is what the job saw, 5 ticks / 3; market-wide, zone 1
     # (never held, same history) is scaled by the same multiplier
@@ -231,14 +238,7 @@ def test_switch_ranks_without_the_history_once_it_is_rejected():
                       spot_price=prices, on_demand_price=OD)
     before = pol.cost_per_useful_hour(JobState(tick=129, start_tick=119, elapsed_hours=0.0,
                                                spec=spec, location=IDLE), obs)
-    t = 120
-    for k in range(3):  # zone 0 preempts the job after one tick, three times
-        on = JobState(tick=t, start_tick=119, elapsed_hours=(t - 119) * GAP, spec=spec, location=0)
-        off = JobState(tick=t + 1, start_tick=119, elapsed_hours=(t - 118) * GAP, spec=spec,
-                       location=IDLE, preemptions=k + 1, last_preempted_zone=0, just_preempted=True)
-        pol.decide(on, obs)
-        pol.decide(off, obs)
-        t += 2
+    off = _preempted_in_zone_0((pol,), spec, obs, 119, 3)
     assert pol._switched
     after = pol.cost_per_useful_hour(off, obs)
     assert before[0] < before[1]   # the history: zone 0 cheaper per useful hour
@@ -281,14 +281,7 @@ def test_switch_emp_keeps_the_history_where_short_holds_are_its_habit():
         obs = _obs(pre)
         pol = SpotfleetPolicy(SpotfleetParams(own_runs="switch_emp"))
         pol.reset(spec, obs)
-        t = 2400
-        for k in range(4):  # zone 0 preempts the job after a tick or two, four times
-            on = JobState(tick=t, start_tick=2399, elapsed_hours=(t - 2399) * GAP, spec=spec, location=0)
-            off = JobState(tick=t + 1, start_tick=2399, elapsed_hours=(t - 2398) * GAP, spec=spec,
-                           location=IDLE, preemptions=k + 1, last_preempted_zone=0, just_preempted=True)
-            pol.decide(on, obs)
-            pol.decide(off, obs)
-            t += 2
+        _preempted_in_zone_0((pol,), spec, obs, 2399, 4)
         assert len(pol._pvals) == 4
         assert pol._switched is switched, (bursty, pol._pvals)
 
