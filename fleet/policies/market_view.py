@@ -248,8 +248,8 @@ def shifted_up_runs(mean_up_hours: np.ndarray, held_hours: np.ndarray, own_preem
     groups = [np.ones(mu.size, dtype=bool)] if regions is None else \
         [np.array([r == g for r in regions]) for g in dict.fromkeys(regions)]
     for members in groups:
-        total, expected = int(n[members].sum()), float(lam[members].sum())
-        if total >= SHIFT_MIN_PREEMPTIONS and expected > 0 and poisson_tail(expected, total) < alpha:
+        if history_rejected(mu[members], held[members], n[members], alpha):
+            total, expected = int(n[members].sum()), float(lam[members].sum())
             k = (poisson_mean_lower(total, alpha) if estimate == "lower" else total) / expected
             scale = members & ~rejected & (True if scale_mask is None else np.asarray(scale_mask))
             out[scale] = mu[scale] / max(1.0, k)

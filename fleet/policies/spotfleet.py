@@ -193,6 +193,15 @@ class SpotfleetParams:
         return cls(**kw)
 
 
+OWN_RUNS = ("off", "all", "ranking", "reserve", "test", "test_zone", "test_rank", "test_rank_zone",
+            "test_rank_region", "test_rank_price", "switch", "switch_emp")
+"""The values of ``SpotfleetParams.own_runs`` (see its comment)."""
+POOLED_OWN_RUNS = ("all", "ranking", "reserve")
+"""The sixth-round values that pool the job's holds with the history (no test)."""
+RANKING_OWN_RUNS = ("ranking", "test_rank", "test_rank_zone", "test_rank_region", "test_rank_price")
+"""The values whose estimate changes only the cost per useful hour (``_own_up``)."""
+
+
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
                     spare: float, hold: float | None = None) -> float:
     """Checkpoint interval without a notice: the optimum ``t_opt`` moved into the range
@@ -254,12 +263,8 @@ class SpotfleetPolicy(Policy):
                                              run_lists=self.p.hold_ranking != "off",
                                              down_runs=self.p.patience_wait == "residual")
         self._laws = None
-        if self.p.own_runs not in ("off", "all", "ranking", "reserve", "test", "test_zone",
-                                   "test_rank", "test_rank_zone", "test_rank_region",
-                                   "test_rank_price", "switch", "switch_emp"):
-            raise ValueError(f"own_runs {self.p.own_runs!r}: off, all, ranking, reserve, "
-                             "test, test_zone, test_rank, test_rank_zone, test_rank_region, "
-                             "test_rank_price, switch or switch_emp")
+        if self.p.own_runs not in OWN_RUNS:
+            raise ValueError(f"own_runs {self.p.own_runs!r}: one of {', '.join(OWN_RUNS)}")
         if self.p.patience_total not in ("off", "passed", "up"):
             raise ValueError(f"patience_total {self.p.patience_total!r}: off, passed or up")
         if self.p.hold_ranking != "off":
@@ -288,8 +293,7 @@ class SpotfleetPolicy(Policy):
         self._patience_since: float | None = None
         # own_runs: the prior's up hours and (preemptions + 1) per zone, and the job's own
         self._prior0 = self.prior
-        window = min(hist.shape[1], max(2, int(self.p.lookback_hours / obs.gap_hours)))
-        self._up_h0 = self.prior.availability * window * obs.gap_hours
+        self._up_h0 = self.prior.availability * min(hist.shape[1], n) * obs.gap_hours
         self._pre1 = np.maximum(self._up_h0 / self.prior.mean_up_hours, 1.0)
         self._held_h = np.zeros(obs.n_zones)
         self._own_n = np.zeros(obs.n_zones)
@@ -298,8 +302,8 @@ class SpotfleetPolicy(Policy):
         self._regions = tuple(obs.regions) if obs.regions else None
         self._switched = False  # own_runs="switch*": the history was rejected
         if self.p.own_runs == "switch_emp":
-            window = np.asarray(hist[:, -max(2, int(self.p.lookback_hours / obs.gap_hours)):], bool)
-            self._runs_h = [up_run_ticks(row) * obs.gap_hours for row in window]
+            self._runs_h = [up_run_ticks(row) * obs.gap_hours
+                            for row in np.asarray(hist[:, -n:], dtype=bool)]
             self._mark = np.zeros(obs.n_zones)  # held h at each zone's last preemption
             self._pvals: list[float] = []
 
@@ -366,8 +370,7 @@ class SpotfleetPolicy(Policy):
             moves = (not stay) and obs.moves_region(z)
             overs[z] = 0.0 if stay else spec.restart_hours + (obs.migration_hours if moves else 0.0)
         run = self.expected_runs(obs, neighbour, caps=rem + overs)
-        if self.p.own_runs in ("ranking", "test_rank", "test_rank_zone", "test_rank_region",
-                               "test_rank_price") and self._own_up is not None:
+        if self.p.own_runs in RANKING_OWN_RUNS and self._own_up is not None:
             run = np.minimum(run, self._own_up)  # ranking only, not the save interval
         elif self.p.own_runs in ("switch", "switch_emp") and self._switched:
             # history-free: a zone that preempted the job is what the job saw there (held h
@@ -634,10 +637,11 @@ class SpotfleetPolicy(Policy):
                     not self.p.patience_pays
                     or self.waiting_pays(state, obs, eff, order, od_eff) is not None):
                 kept = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
-                passed = [z for z in order if z not in kept]
-                if passed and (self.p.patience_total != "up"
-                               or belief_up(obs, self.prior)[passed].max() >= 0.5):
-                    self._patience_since = state.elapsed_hours
+                if self.p.patience_total != "off":
+                    passed = [z for z in order if z not in kept]
+                    if passed and (self.p.patience_total != "up"
+                                   or belief_up(obs, self.prior)[passed].max() >= 0.5):
+                        self._patience_since = state.elapsed_hours
                 order = kept
         return launch_action(order, IDLE, interval, obs.tick + 1)
 
@@ -654,8 +658,9 @@ class SpotfleetPolicy(Policy):
         if state.just_preempted and state.last_preempted_zone >= 0:
             self._own_n[state.last_preempted_zone] += 1
         self._at = (state.location, state.elapsed_hours)
-        up = (self._up_h0 + self._held_h) / (self._pre1 + self._own_n)
-        self._own_up = np.maximum(up, self._gap) if not self.p.own_runs.startswith("test") else None
+        if self.p.own_runs in POOLED_OWN_RUNS:
+            up = (self._up_h0 + self._held_h) / (self._pre1 + self._own_n)
+            self._own_up = np.maximum(up, self._gap)
         if self.p.own_runs == "all":
             self.prior = dataclasses.replace(self._prior0, mean_up_hours=self._own_up)
         elif self.p.own_runs == "switch":
