@@ -25,7 +25,10 @@ A market is keyed by (cloud, region, zone, instance type, nodes needed): a zone 
 a tick when the count is >= the nodes the job needs (``nodes``: argument, else
 ``metadata.nodes``, else the ``N-node`` folder the file is in, else 1). Anything the
 loader cannot interpret raises :class:`TraceFormatError` naming the file and the fix;
-a zone that never has the nodes needed is reported with a warning, never silently.
+a zone that never has the nodes needed is reported with a warning, never silently. A
+folder is checked as one market by :func:`check_trace_set` in :func:`load_trace_dir`, the
+one path every consumer takes (different ``gap_seconds``, one entry in two files, different
+node counts, no zone ever up: refused).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import json
 import math
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -275,22 +279,91 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     return tr
 
 
+def check_trace_set(traces: Sequence[Trace], where: str | Path = "", *,
+                    require_up: bool = True) -> None:
+    """The checks a set of traces must pass to be read as one market, for every consumer.
+
+    :func:`load_trace_dir` runs them on every folder (``spotfleet stats / market /
+    forecast / fleet-sim``, the pipeline's ``MarketConfig``, the local fleet);
+    ``Market.from_traces`` runs them (without ``require_up``) on traces made in memory.
+    Raises :class:`TraceFormatError` (``where``: the folder, for the message) when
+
+    * the files have different ``gap_seconds`` (two collections mixed in one folder);
+    * one market entry (cloud, region, zone, instance, nodes) appears in two files;
+    * the files need different node counts (``metadata.nodes``): one job needs one;
+    * ``require_up``: no zone ever has the nodes needed. Every statistic would then be
+      zero (or a forecast extrapolated from nothing) and a job could only run on-demand,
+      which is a wrong node count far more often than a market worth reading.
+    """
+    if not traces:
+        return
+    at = f"{where}: " if str(where) else ""
+    gaps = {t.gap_seconds for t in traces}
+    if len(gaps) != 1:
+        srcs = {t.gap_seconds: t.source or t.zone for t in traces}
+        raise TraceFormatError(
+            f"{at}traces have different gap_seconds {sorted(gaps)} (e.g. {srcs}); load one "
+            "collection (one folder of the data) at a time")
+    keys = [t.key for t in traces]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        files = [t.source or t.zone for t in traces if t.key == dup[0]]
+        raise TraceFormatError(f"{at}the same market entry (cloud, region, zone, instance, "
+                               f"nodes) appears twice: {dup} (files {files}); keep one file "
+                               "per entry")
+    nodes = {t.nodes for t in traces}
+    if len(nodes) != 1:
+        by = {n: next(t.source or t.zone for t in traces if t.nodes == n) for n in sorted(nodes)}
+        raise TraceFormatError(
+            f"{at}traces need different node counts {sorted(nodes)} (e.g. {by}, from "
+            "metadata.nodes); one job needs one node count: give every file the same "
+            "metadata.nodes, or pass nodes (--nodes N) to use N for every file")
+    if require_up and not any(t.up().any() for t in traces):
+        most = max(int(t.available.max()) for t in traces)
+        if most >= 1:
+            raise TraceFormatError(
+                f"{at}no zone ever has {traces[0].nodes} instance(s) available (the largest "
+                f"count in any file is {most}); the job could only run on-demand. Lower "
+                f"nodes (--nodes) to at most {most}")
+        raise TraceFormatError(f"{at}no zone is ever available (every count is 0; in "
+                               "inverted SkyNomad files every value is 1); check the folder")
+
+
 def load_trace_dir(directory: str | Path, cloud: str | None = None, nodes: int | None = None,
-                   inverted: bool | None = None) -> list[Trace]:
-    """Load every ``*.json`` trace in a directory, sorted by file name (zone first)."""
+                   inverted: bool | None = None,
+                   instance_types: Sequence[str] | None = None) -> list[Trace]:
+    """Load every ``*.json`` trace in a directory, sorted by file name (zone first).
+
+    ``instance_types``: keep only traces of these instance types (the file's instance
+    label or ``price_info.machine_type``, or its accelerator). The traces kept then pass
+    :func:`check_trace_set` (one gap, one entry per file, one node count, some zone up);
+    the per-file warnings are given only when the folder is not refused.
+    """
     d = Path(directory)
     if d.is_file():
         raise TraceFormatError(f"{d}: is a file; pass the folder that holds it (one folder of "
                                "the collection = one market)")
     if not d.is_dir():
         raise TraceFormatError(f"{d}: not a directory of trace files")
-    traces = [load_trace(f, cloud=cloud, nodes=nodes, inverted=inverted)
-              for f in sorted(d.glob("*.json"))]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traces = [load_trace(f, cloud=cloud, nodes=nodes, inverted=inverted)
+                  for f in sorted(d.glob("*.json"))]
     if not traces:
         below = sorted({str(f.parent.relative_to(d)) for f in d.rglob("*.json")})
         hint = (f"; its subfolders hold traces: pass one of {below[:8]}" if below
                 else "; pass a folder of <zone>_<instance>.json files")
         raise TraceFormatError(f"{d}: no *.json trace files found{hint}")
+    if instance_types:
+        have = sorted({t.instance_type or t.accelerator for t in traces})
+        traces = [t for t in traces if (t.instance_type or t.accelerator) in instance_types
+                  or t.accelerator in instance_types]
+        if not traces:
+            raise ValueError(f"no trace in {d} has instance type {list(instance_types)}; "
+                             f"it has {have}")
+    check_trace_set(traces, d)
+    for w in caught:  # the per-file warnings, now that the folder is not refused
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     other = sorted(f.name for f in d.iterdir() if f.is_file() and f.suffix != ".json"
                    and not f.name.startswith(".") and not f.name.lower().startswith("readme"))
     if other:

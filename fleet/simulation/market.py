@@ -18,6 +18,7 @@ import numpy as np
 from fleet.market.traces import (
     Trace,
     TraceFormatError,
+    check_trace_set,
     load_trace_dir,
     price_series,
     zone_region,
@@ -204,29 +205,13 @@ class Market:
     def from_traces(cls, traces: Sequence[Trace]) -> Market:
         """Stack traces of one gap; longer ones are cut to the shortest.
 
-        Several instance types in one zone are separate market entries, named
-        ``zone/instance``. Prices are attached when every trace carries them.
+        The traces pass ``check_trace_set`` (one gap, one entry each, one node count;
+        ``TraceFormatError`` otherwise), as a loaded folder does. Several instance types
+        in one zone are separate market entries, named ``zone/instance``. Prices are attached when every trace carries them.
         """
         if not traces:
             raise ValueError("Market.from_traces needs at least one trace")
-        gaps = {t.gap_seconds for t in traces}
-        if len(gaps) != 1:
-            srcs = {t.gap_seconds: t.source for t in traces}
-            raise ValueError(
-                f"traces have different gap_seconds {sorted(gaps)} (e.g. {srcs}); load one "
-                "collection (one folder of the data) at a time")
-        keys = [t.key for t in traces]
-        if len(set(keys)) != len(keys):
-            dup = sorted({k for k in keys if keys.count(k) > 1})
-            files = [t.source or t.zone for t in traces if t.key == dup[0]]
-            raise ValueError(f"the same market entry (cloud, region, zone, instance, nodes) "
-                             f"appears twice: {dup} (files {files}); keep one file per entry")
-        nodes = {t.nodes for t in traces}
-        if len(nodes) != 1:
-            by = {n: next(t.source or t.zone for t in traces if t.nodes == n) for n in sorted(nodes)}
-            raise ValueError(f"traces need different node counts {sorted(nodes)} (e.g. {by}, "
-                             "from metadata.nodes); one job needs one node count: pass nodes "
-                             "(--nodes N) to use N for every file")
+        check_trace_set(traces, require_up=False)
         _warn_partial(traces)
         zone_count: dict[str, int] = {}
         for t in traces:
@@ -241,10 +226,10 @@ class Market:
         od = None
         if all(t.on_demand_price is not None for t in traces):
             od = np.array([t.on_demand_price for t in traces], dtype=float)
-        return cls(zones=names, gap_seconds=float(gaps.pop()), available=avail,
+        return cls(zones=names, gap_seconds=float(traces[0].gap_seconds), available=avail,
                    regions=tuple(t.region for t in traces), clouds=tuple(t.cloud for t in traces),
                    instance_types=tuple(t.instance_type or t.accelerator for t in traces),
-                   nodes=nodes.pop(), spot_price=sp, on_demand_price=od)
+                   nodes=traces[0].nodes, spot_price=sp, on_demand_price=od)
 
     @classmethod
     def from_dir(cls, directory: str | Path, zones: Sequence[str] | None = None,
@@ -256,30 +241,13 @@ class Market:
         ``N-node``, else 1); ``prices``: a per-tick spot price file to attach;
         ``inverted``: force the 0/1 convention (default: per file, see ``load_trace``).
 
-        Refuses (``TraceFormatError``) a folder where no zone ever has the nodes needed:
-        the job could only run on-demand, which is a wrong ``nodes`` far more often than
-        a market worth simulating."""
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            traces = load_trace_dir(directory, nodes=nodes, inverted=inverted)
-        never = [t for t in traces if not t.up().any()]
-        if traces and len(never) == len(traces):
-            most = max(int(t.available.max()) for t in traces)
-            raise TraceFormatError(
-                f"{directory}: no zone ever has {traces[0].nodes} instance(s) available (the "
-                f"largest count in any file is {most}); the job could only run on-demand. "
-                f"Lower nodes (--nodes) to at most {most}" if most >= 1 else
-                f"{directory}: no zone is ever available (every count is 0; in inverted "
-                "SkyNomad files every value is 1); check the folder")
-        for w in caught:  # pass the per-file warnings on, now that they are not all zones
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        if instance_types:
-            have = sorted({t.instance_type or t.accelerator for t in traces})
-            traces = [t for t in traces if (t.instance_type or t.accelerator) in instance_types
-                      or t.accelerator in instance_types]
-            if not traces:
-                raise ValueError(f"no trace in {directory} has instance type "
-                                 f"{list(instance_types)}; it has {have}")
+        The folder passes ``load_trace_dir``'s checks (``check_trace_set``), the same for
+        every consumer of the collection: ``TraceFormatError`` for files of different
+        ticks, one entry in two files, different node counts, or no zone ever having the
+        nodes needed (the job could only run on-demand, which is a wrong ``nodes`` far
+        more often than a market worth simulating)."""
+        traces = load_trace_dir(directory, nodes=nodes, inverted=inverted,
+                                instance_types=instance_types)
         with warnings.catch_warnings():
             if prices is not None:  # the price file replaces whatever prices the files carry
                 warnings.filterwarnings("ignore", message=r"only \d+ of \d+ traces carry per-tick")

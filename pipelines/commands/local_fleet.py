@@ -74,7 +74,7 @@ def register(subparsers) -> None:
 
 def _schedule(args):
     from fleet.emulation.injector import CapacitySchedule
-    from fleet.market.traces import load_trace_dir
+    from fleet.market.traces import check_trace_set, load_trace_dir
 
     if args.zones < 1:
         raise ValueError(f"--zones {args.zones}: need at least 1 zone")
@@ -90,6 +90,9 @@ def _schedule(args):
             raise ValueError("--market traces needs --traces-dir DIR (a folder of "
                              "<zone>_<accelerator>_<count>.json spot traces)")
         traces = load_trace_dir(args.traces_dir)[: args.zones]
+        # the folder passed load_trace_dir's checks; the zones replayed must pass them too
+        check_trace_set(traces, f"{args.traces_dir} (its first {len(traces)} zone(s), "
+                                f"--zones {args.zones})")
         return CapacitySchedule(traces, offset_seconds=args.start_hour * 3600.0)
     from fleet.market.synthetic import default_market_config, generate_market
 
