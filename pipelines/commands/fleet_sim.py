@@ -61,7 +61,8 @@ def register(subparsers) -> None:
                    help="changeover delay R on every (re)launch (min; default fleet.contract's, 6)")
     p.add_argument("--checkpoint-minutes", type=number("--checkpoint-minutes", allow_zero=True),
                    default=DEFAULT_CHECKPOINT_SECONDS / 60.0,
-                   help="time one checkpoint blocks training (min; default fleet.contract's, 1)")
+                   help="time one checkpoint blocks training (min; default fleet.contract's, 1; "
+                        "0 only with a notice, --notice-seconds > 0)")
     p.add_argument("--on-demand-price", type=number("--on-demand-price"),
                    default=DEFAULT_ON_DEMAND_PRICE,
                    help="$/h when the data has no on-demand prices")
@@ -94,6 +95,16 @@ def _run(args: argparse.Namespace) -> int:
                    notice_seconds=args.notice_seconds, on_demand_price=args.on_demand_price,
                    spot_price=args.spot_price, checkpoint_gb=args.checkpoint_gb,
                    egress_usd_per_gb=args.egress_usd_per_gb)
+    if spec.checkpoint_hours <= 0 and not spec.notice_saves:
+        # without a notice, 0 would mean two things: the policies never save (no interval
+        # at zero cost) while the omniscient bound saves for free before every preemption
+        raise ValueError(
+            "--checkpoint-minutes 0 without a preemption notice (--notice-seconds 0) is "
+            "refused: the policies would never checkpoint (a preemption loses all work since "
+            "the start) while the omniscient bound saves for free before each one, so the "
+            "comparison would be meaningless; for nearly free checkpoints give a small "
+            "positive value (e.g. --checkpoint-minutes 0.01), or give the notice window "
+            "(e.g. --notice-seconds 120), in which a 0-minute save is free for both")
     if args.plot:  # refuse a format matplotlib cannot write before the run, not after
         from pathlib import Path
 
@@ -115,12 +126,6 @@ def _run(args: argparse.Namespace) -> int:
             f"--restart-minutes ({spec.restart_hours * 60:g} min): no schedule can finish "
             f"{spec.work_hours:g} h of work in time; give a deadline of at least "
             f"{spec.work_hours + spec.restart_hours:g} h")
-    if spec.checkpoint_hours <= 0 and not spec.notice_saves:
-        warnings.warn(
-            "--checkpoint-minutes 0: the policies then never checkpoint periodically (their "
-            "interval is infinite at zero cost), so a preemption without a usable notice loses "
-            "all work since the start; for nearly free checkpoints give a small positive value "
-            "(e.g. 0.01)", stacklevel=1)
     if market.gap_hours >= min(spec.work_hours, slack):
         warnings.warn(
             f"a tick ({market.gap_hours:g} h) is as long as the job's work ({spec.work_hours:g} h) "

@@ -134,13 +134,27 @@ def test_deadline_without_room_for_a_restart_is_refused_up_front(tmp_path, capsy
     assert "tick" not in cap.err and "fleet-sim:" not in cap.out
 
 
-def test_zero_checkpoint_time_warns_that_policies_never_save(tmp_path, capsys):
+def test_zero_checkpoint_time_without_a_notice_is_refused_with_one_meaning_for_both(
+        tmp_path, capsys):
+    # without a notice 0 min meant "never save" to the policies but "free saves" to the
+    # omniscient bound: refused up front, naming the flag and both fixes
     d = _folder(tmp_path / "t")
     rc = main(["fleet-sim", "--traces", str(d), "--checkpoint-minutes", "0", *ARGS])
-    assert rc == 0 and "never checkpoint periodically" in capsys.readouterr().err
+    cap = capsys.readouterr()
+    assert rc == 2 and cap.err.startswith("spotfleet fleet-sim: error: --checkpoint-minutes 0")
+    assert "--checkpoint-minutes 0.01" in cap.err and "--notice-seconds 120" in cap.err
+    assert "fleet-sim:" not in cap.out and "Traceback" not in cap.err  # nothing simulated
+    # with the omniscient bound on (its side of the old disagreement) the same refusal
+    no_flag = [a for a in ARGS if a != "--no-omniscient"]
+    assert main(["fleet-sim", "--traces", str(d), "--checkpoint-minutes", "0", *no_flag]) == 2
+    assert "--checkpoint-minutes 0" in capsys.readouterr().err
+    # with a notice a 0-minute save is the notice's free emergency save for both: it runs
     rc = main(["fleet-sim", "--traces", str(d), "--checkpoint-minutes", "0",
                "--notice-seconds", "120", *ARGS])
-    assert rc == 0 and "never checkpoint" not in capsys.readouterr().err
+    cap = capsys.readouterr()
+    assert rc == 0 and "error" not in cap.err and "notice 120 s" in cap.out
+    rc = main(["fleet-sim", "--traces", str(d), "--checkpoint-minutes", "0.01", *ARGS])
+    assert rc == 0 and "error" not in capsys.readouterr().err
 
 
 def test_output_piped_into_head_stops_quietly(tmp_path, monkeypatch, capsys):
