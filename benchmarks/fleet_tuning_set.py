@@ -9,11 +9,11 @@ zones at D/W 1.05-1.2 are part of the tuning set too and are run by
 ``fleet_skynomad_settings.py --settings h100_6 --candidate NAME:...``.
 
     # every cell: v5 vs a candidate (SpotfleetParams fields), and both vs the best baseline
-    nice -n 10 python benchmarks/fleet_tuning_set.py --params move_survives_preemption=true
+    nice -n 10 python benchmarks/fleet_tuning_set.py --params own_runs=switch_emp
     # paired per-start diagnosis of cells against a baseline (what differs, the worst starts)
     nice -n 10 python benchmarks/fleet_tuning_set.py --diagnose v100:1.5:120:failover_sky
     # the candidate (--params) start by start against v5 (baseline name "v5"), no sweep
-    nice -n 10 python benchmarks/fleet_tuning_set.py --params recovery_window_hours=1 \
+    nice -n 10 python benchmarks/fleet_tuning_set.py --params own_runs=switch_emp \
         --diagnose v100:1.5:120:v5 --no-compare
     # the same diagnosis on the sweep's own starts of any family (held-out data, after
     # the one-shot sweep: nothing may be tuned on what this prints)

@@ -65,18 +65,10 @@ from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Obse
 from fleet.policies.market_view import (
     PriorStats,
     belief_up,
-    current_down_hours,
     fisher_rejects,
     history_rejected,
-    hold_hours,
     hold_p_value,
     launch_action,
-    mean_down_with_current,
-    residual_wait_ticks,
-    run_law,
-    run_law_since,
-    run_stats,
-    shifted_up_runs,
     up_run_ticks,
 )
 from fleet.policies.safety import (
@@ -98,83 +90,15 @@ class SpotfleetParams:
     min_belief: float = 0.02  # do not try zones whose launch almost surely fails
     notice_failure_prob: float = 0.0  # share of notices assumed lost (> 0: insurance saves)
     patience: float = 2.0  # wait for a better zone while spare slack > this x its mean wait (0: off)
-    burn_model: str = "full"  # "full": outages + restarts + lost work + saves; "outages"
     neighbour_window_hours: float = 1.0  # after a preemption, its region's zones use the
     # prior's up-time measured after a neighbour's preemption for this long
-    risk_fraction: float = 0.4  # interval_rule="risk_fraction" (v3): share of spare slack at risk
-    affordable_moves: bool = True  # voluntary moves only while the slack pays for them
-    bridge_rule: str = "chance"  # "chance" (v4, see SpotfleetPolicy.bridge) or "mean" (v3)
-    interval_rule: str = "budget"  # without notice: "budget" (v4, see budget_interval) or
-    # "risk_fraction" (v3: min(optimum, risk_fraction x spare slack), at least 2 saves' time)
-    # v6 candidates, tried 2026-11-26 and not adopted (docs/fleet-policies.md, *Tuning
-    # discipline*); opt-in so that the figures there can be reproduced
-    leave_od_rule: str = "slack_run"  # "slack_run" (v4/v5) or "round_trip": leaving
-    # on-demand also pays the way back (SpotfleetPolicy._leaving_on_demand_pays)
-    move_survives_preemption: bool = False  # True: a voluntary move must leave slack for
-    # one preemption in the new zone (restart + work lost + a tick)
-    recovery_window_hours: float = 0.0  # > 0 (v6 candidate, issue 10): for this long after
-    # this job was preempted in a zone, the zone's expected run is what the job would hold
-    # of the up-runs that, in its history, began that soon after it lost capacity
-    # (SpotfleetPolicy.expected_runs); 0: off (v5)
-    recovery_scope: str = "own"  # which zones recovery_window_hours judges: "own" (the
-    # zones that preempted this job) or "observed" (any zone whose last up -> down change
-    # in the job's observed history, before its start included, is that recent)
-    recovery_rule: str = "hold"  # "hold": the zone's expected run is E[min(L, need)] of
-    # its runs after a recovery that soon; "relative": v5's expected run scaled by that
-    # hold over the same hold of its runs after any outage (only a zone whose runs after a
-    # quick recovery are shorter than its runs in general is marked down)
-    hold_ranking: str = "off"  # v6 fourth round (issue 10; tried 2026-11-26, not adopted):
-    # "off" (v5) ranks zones by the mean up-run capped at the need; "renewal" by the hours
-    # the job can expect to hold each zone and the progress it keeps, over the zone's own
-    # up-runs before the job, met as a residual run (launch at an arbitrary time) or a
-    # fresh one (the job saw the zone come back up); "fresh": the plain run law for every
-    # zone; "renewal_since": as "renewal", but a zone last seen down a ticks ago is met in
-    # a run younger than a (market_view.run_law_since: the plain law at a = 1, the
-    # residual law as a grows) (SpotfleetPolicy._hold_cost_per_useful_hour)
-    stats_rule: str = "prior"  # "prior" (v5: zone statistics from the history before the
-    # job only) or "online" (v6 candidate, issue 10, not adopted: availability, mean up- and down-run
-    # recomputed at every decision over the lookback window ending now, the job's own
-    # observations since its start included; see market_view.run_stats)
-    patience_pays: bool = False  # True (v6 candidate, issue 10): the patience rule also
-    # needs the no-deadline test to hold (SpotfleetPolicy.waiting_pays: the job's idle
-    # hours so far plus the expected wait, priced at the best other zone's rate, below
-    # what the cheapest zone saves on the work left); False: v5
-    patience_wait: str = "prior"  # the expected wait of the patience rule: "prior" (v5: the
-    # zone's mean down time before the job) or "observed" (v6 candidate, issue 10, not adopted: the
-    # same counting the outage in progress as the job sees it, see mean_down_with_current)
-    # or "residual" (v6 fifth round, fourth candidate: the zone's conditional residual
-    # down time given the outage in progress while the history has seen enough outages
-    # that long, else as long again as it has lasted; see residual_wait_ticks)
-    own_runs: str = "off"  # v5. How the job's own holds (hours held, preemptions
-    # suffered) change the statistics: the rejected candidates of the sixth to tenth rounds
-    # (issue 10, docs/fleet-policies-tuning-log.md).
-    # Sixth round, pooled without a test ((up h before + held h) / (preemptions before +
-    # own + 1)): "all" (every use: ranking, beliefs, reserve, save interval), "ranking" (the
-    # cost per useful hour, where shorter than v5's expected run), "reserve" (the reserve's
-    # slack-burn share only). Seventh round, only where a Poisson test rejects the
-    # history's mean up-run (market_view.shifted_up_runs): "test" / "test_zone" (every use,
-    # with / without the joint test over all held zones), "test_rank" (ranking only, joint
-    # test over all held zones scaling every zone), "test_rank_zone" (ranking only, per
-    # zone), "test_rank_region" (joint test per region, scaling that region's zones),
-    # "test_rank_price" (joint test over all held zones, scaling the zones no dearer than
-    # the dearest that preempted the job); "switch" (ninth round: once the joint test
-    # rejects the history, the ranking drops it: a zone that preempted the job is ranked by
-    # the hours it held per preemption, any other as if it holds to the end); "switch_emp"
-    # (tenth round: the same, with Fisher's test of each hold against the larger of the
-    # exponential and the empirical run-law p-values, market_view.hold_p_value)
-    # (SpotfleetPolicy._own_run_update)
-    shift_estimate: str = "mle"  # own_runs="test*": a rejected zone's up-run is held h /
-    # preemptions ("mle") or held h / the 1 %-lower bound of the Poisson mean of its
-    # preemptions ("lower": the least the evidence forces)
-    forced_risk: bool = False  # True (v6 eighth round, issue 10): where one preemption
-    # would send the job to on-demand for the rest, the cost per useful hour counts that
-    # risk (SpotfleetPolicy._forced_risk_per_useful_hour); False: v5
-    patience_total: str = "off"  # v6 sixth round (issue 10): the patience rule's wait
-    # counts the hours the job has already idled on it: it waits while spare slack above
-    # the reserve > patience x (expected wait + patience idle so far), so the waits of one
-    # job together use at most about 1 / (1 + patience) of its spare slack. Which idle
-    # hours count: "passed" (the decision passed over a zone it could have tried), "up" (a
-    # zone passed over was believed up, belief >= 0.5); "off": v5
+    own_runs: str = "off"  # "off": v5. Not adopted (docs/fleet-policies-tuning-log.md, ninth
+    # and tenth rounds): "switch": once the job's own preemptions, over all the zones it
+    # held, reject the history's mean up-runs (market_view.history_rejected), the ranking
+    # drops the history: a zone that preempted the job is ranked by the hours it held per
+    # preemption, any other as if it holds to the end; "switch_emp": the same switch, with
+    # Fisher's test of each hold against the larger of the exponential and the empirical
+    # run-law p-values (market_view.hold_p_value, fisher_rejects)
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -193,13 +117,8 @@ class SpotfleetParams:
         return cls(**kw)
 
 
-OWN_RUNS = ("off", "all", "ranking", "reserve", "test", "test_zone", "test_rank", "test_rank_zone",
-            "test_rank_region", "test_rank_price", "switch", "switch_emp")
+OWN_RUNS = ("off", "switch", "switch_emp")
 """The values of ``SpotfleetParams.own_runs`` (see its comment)."""
-POOLED_OWN_RUNS = ("all", "ranking", "reserve")
-"""The sixth-round values that pool the job's holds with the history (no test)."""
-RANKING_OWN_RUNS = ("ranking", "test_rank", "test_rank_zone", "test_rank_region", "test_rank_price")
-"""The values whose estimate changes only the cost per useful hour (``_own_up``)."""
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -236,16 +155,6 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
     return max(t, 2.0 * c)
 
 
-HOLD_MIN_PREEMPTIONS = 3
-"""``hold_ranking``: a zone with fewer preemptions than this in the statistics' window
-keeps v5's estimate (mean up-run = held hours / (preemptions + 1)). Structural, not
-fitted: with 0-2 preemptions the zone's run list is 1-3 runs of which one or two are cut
-by the window's ends, so the empirical law is a censoring artefact rather than a
-distribution (a zone up the whole window has one "run" of the window's length), while
-v5's estimate is the censoring-aware exponential one; 3 is also the minimum number of
-samples the neighbour statistic (``PriorStats.up_after_neighbour_hours``) uses."""
-
-
 class SpotfleetPolicy(Policy):
     """The spotfleet policy (see the module docstring)."""
 
@@ -254,52 +163,24 @@ class SpotfleetPolicy(Policy):
     def __init__(self, params: SpotfleetParams | None = None) -> None:
         self.p = params or SpotfleetParams()
         self.prior: PriorStats | None = None
-        self._laws: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] | None = None
 
     def reset(self, spec: JobSpec, obs: Observation) -> None:
         hist = obs.history[:, : obs.tick] if obs.tick > 1 else obs.history
         self.prior = PriorStats.from_history(hist, obs.gap_hours, self.p.lookback_hours,
-                                             tuple(obs.regions), self.p.recovery_window_hours,
-                                             run_lists=self.p.hold_ranking != "off",
-                                             down_runs=self.p.patience_wait == "residual")
-        self._laws = None
+                                             tuple(obs.regions))
         if self.p.own_runs not in OWN_RUNS:
             raise ValueError(f"own_runs {self.p.own_runs!r}: one of {', '.join(OWN_RUNS)}")
-        if self.p.patience_total not in ("off", "passed", "up"):
-            raise ValueError(f"patience_total {self.p.patience_total!r}: off, passed or up")
-        if self.p.hold_ranking != "off":
-            if self.p.hold_ranking not in ("renewal", "fresh", "renewal_since"):
-                raise ValueError(f"hold_ranking {self.p.hold_ranking!r}: off, renewal, "
-                                 "renewal_since or fresh")
-            self._start_tick = obs.tick
-            self._since_cache: dict[tuple[int, int], np.ndarray] = {}
-            pr = self.prior
-            self._laws = [None] * obs.n_zones
-            if pr.up_runs_ticks is not None:
-                for z in range(obs.n_zones):
-                    if pr.preemptions[z] >= HOLD_MIN_PREEMPTIONS:
-                        self._laws[z] = (run_law(pr.up_runs_ticks[z], residual=False),
-                                         run_law(pr.up_runs_ticks[z], residual=True),
-                                         run_law(pr.neighbour_remaining_ticks[z], residual=False))
         n = max(2, int(self.p.lookback_hours / obs.gap_hours))
         self._down = ~np.asarray(hist[:, -n:], dtype=bool).any(axis=0)  # no zone up, per tick
         self._gap = obs.gap_hours
         self._pre_tick = -(10**9)
         self._pre_region: str | None = None
-        self._own_pre: dict[int, int] = {}  # zone -> tick this job was last preempted there
         self._idle_h = 0.0  # hours spent idle so far (the no-deadline delay budget)
         self._idle_since: float | None = None
-        self._patience_idle_h = 0.0  # hours idled on the patience rule (patience_total)
-        self._patience_since: float | None = None
-        # own_runs: the prior's up hours and (preemptions + 1) per zone, and the job's own
-        self._prior0 = self.prior
-        self._up_h0 = self.prior.availability * min(hist.shape[1], n) * obs.gap_hours
-        self._pre1 = np.maximum(self._up_h0 / self.prior.mean_up_hours, 1.0)
+        # own_runs: the job's own holds and preemptions per zone
         self._held_h = np.zeros(obs.n_zones)
         self._own_n = np.zeros(obs.n_zones)
         self._at: tuple[int, float] | None = None  # (location, elapsed h) at the last decision
-        self._own_up: np.ndarray | None = None
-        self._regions = tuple(obs.regions) if obs.regions else None
         self._switched = False  # own_runs="switch*": the history was rejected
         if self.p.own_runs == "switch_emp":
             self._runs_h = [up_run_ticks(row) * obs.gap_hours
@@ -307,48 +188,18 @@ class SpotfleetPolicy(Policy):
             self._mark = np.zeros(obs.n_zones)  # held h at each zone's last preemption
             self._pvals: list[float] = []
 
-    def expected_runs(self, obs: Observation, neighbour: bool = True,
-                      caps: np.ndarray | None = None) -> np.ndarray:
+    def expected_runs(self, obs: Observation, neighbour: bool = True) -> np.ndarray:
         """Expected up-run (h) of each zone if launched now: the prior's mean up-run, or,
         for zones of a region that just lost an instance of this job, the shorter of that
         and the prior's up-time after a neighbour's preemption (correlated reclaims;
-        ``neighbour=False``: the prior's mean up-run everywhere).
-
-        With ``recovery_window_hours > 0`` (v6 candidate): a zone that preempted this job
-        at most that long ago is judged by its up-runs that began that soon after it lost
-        capacity (``PriorStats.runs_after_recovery_hours``, at least 3 of them): the
-        shorter of the above and ``E[min(L, caps[z])]`` (h the job would hold it, needing
-        ``caps[z]`` at most; ``caps=None``: the runs' mean). A relaunch there meets a
-        fresh run after a short outage, and the mean up-run of the whole history (capped
-        at the work left) rates such a run by its few very long ones."""
+        ``neighbour=False``: the prior's mean up-run everywhere)."""
         run = np.array(self.prior.mean_up_hours, dtype=float)
         after = self.prior.up_after_neighbour_hours
         recent = (obs.tick - self._pre_tick) * obs.gap_hours <= self.p.neighbour_window_hours
         if neighbour and after is not None and recent and self._pre_region is not None and obs.regions:
             same = np.array([r == self._pre_region for r in obs.regions])
             run = np.where(same, np.minimum(run, after), run)
-        rec = self.prior.runs_after_recovery_hours
-        if rec is not None:
-            for z in self._recent_drops(obs):
-                if rec[z].size >= 3:
-                    cap = math.inf if caps is None else float(caps[z])
-                    hold = hold_hours(rec[z], cap)
-                    if self.p.recovery_rule == "relative":
-                        hold = run[z] * hold / max(hold_hours(self.prior.runs_after_outage_hours[z], cap), 1e-9)
-                    run[z] = min(run[z], hold)
         return run
-
-    def _recent_drops(self, obs: Observation) -> list[int]:
-        """Zones that lost capacity at most ``recovery_window_hours`` ago: those that
-        preempted this job (``recovery_scope="own"``), or any zone with an up -> down
-        change that recent in the observed history (``"observed"``: the market before the
-        job, then what the job saw by holding or probing)."""
-        w = self.p.recovery_window_hours
-        if self.p.recovery_scope == "observed":
-            n = int(w / obs.gap_hours + 1e-9)
-            h = np.asarray(obs.history[:, -(n + 1):], dtype=bool)
-            return [int(z) for z in np.flatnonzero((h[:, :-1] & ~h[:, 1:]).any(axis=1))]
-        return [z for z, t in self._own_pre.items() if (obs.tick - t) * obs.gap_hours <= w]
 
     # ------------------------------------------------------------------ costs
     def _lost_per_preemption(self, spec: JobSpec, run_hours: float) -> float:
@@ -369,10 +220,8 @@ class SpotfleetPolicy(Policy):
             stay = held is not None and z == held
             moves = (not stay) and obs.moves_region(z)
             overs[z] = 0.0 if stay else spec.restart_hours + (obs.migration_hours if moves else 0.0)
-        run = self.expected_runs(obs, neighbour, caps=rem + overs)
-        if self.p.own_runs in RANKING_OWN_RUNS and self._own_up is not None:
-            run = np.minimum(run, self._own_up)  # ranking only, not the save interval
-        elif self.p.own_runs in ("switch", "switch_emp") and self._switched:
+        run = self.expected_runs(obs, neighbour)
+        if self._switched:
             # history-free: a zone that preempted the job is what the job saw there (held h
             # per preemption), any other as if it holds to the end (price, restart and
             # egress rank it, as failover ranks)
@@ -386,119 +235,12 @@ class SpotfleetPolicy(Policy):
             over = overs[z]
             extra = obs.migration_usd if moves else 0.0
             r = run[z]
-            law = self._hold_law(obs, z, stay, neighbour) if self._laws is not None else None
-            if law is not None:
-                out[z] = self._hold_cost_per_useful_hour(law, spec, obs.gap_hours, rem, over,
-                                                         float(price[z]), extra, r)
-            elif r >= rem + over:  # expected to finish before the next preemption
+            if r >= rem + over:  # expected to finish before the next preemption
                 out[z] = (price[z] * (rem + over) + extra) / rem
             else:
                 useful = r - over - self._lost_per_preemption(spec, r)
                 out[z] = (price[z] * r + extra) / useful if useful > 0.05 * r else math.inf
-        if self.p.forced_risk:
-            out = out + self._forced_risk_per_useful_hour(state, obs, overs, price, rem, neighbour)
         return out
-
-    def _forced_risk_per_useful_hour(self, state: JobState, obs: Observation, overs: np.ndarray,
-                                     price: np.ndarray, rem: float, neighbour: bool) -> np.ndarray:
-        """``forced_risk`` (eighth round): where the slack left after launching in a zone
-        cannot absorb one preemption (the relaunch's restart and a tick), a preemption there
-        sends the job to on-demand for the rest; the expected on-demand premium of that,
-        ``(on-demand $/h - spot $/h) x E[(rem - T)+]`` with ``T`` ~ exponential of the
-        zone's mean up-run (``rem - r (1 - exp(-rem / r))``), is spread over the work left
-        ($ per useful hour). Zero wherever one preemption is survivable: the ranking is
-        v5's until the slack is that short."""
-        g = obs.gap_hours
-        spare = safe_slack_hours(state) - safety_threshold_hours(state, g)
-        loss = state.spec.restart_hours + g
-        od = self._od_price(state, obs)
-        mean = self.expected_runs(obs, neighbour)
-        out = np.zeros(obs.n_zones)
-        for z in range(obs.n_zones):
-            if spare - overs[z] >= loss or not math.isfinite(mean[z]):
-                continue
-            r = max(float(mean[z]), 1e-6)
-            left = rem - r * (1.0 - math.exp(-rem / r))
-            out[z] = max(0.0, od - float(price[z])) * left / rem
-        return out
-
-    def _hold_law(self, obs: Observation, z: int, stay: bool, neighbour: bool) -> np.ndarray | None:
-        """``hold_ranking``: the law of the run the job meets in zone ``z`` (:func:`run_law`),
-        or None (v5's estimate: fewer than :data:`HOLD_MIN_PREEMPTIONS` preemptions).
-
-        * Right after this job lost an instance in ``z``'s region, where v5's neighbour
-          rule applies (the prior's up-time after a neighbour's preemption is below the
-          mean up-run): the ticks ``z`` stayed up after each such preemption before the
-          job (the samples of that statistic, measured from the moment, so already a
-          remaining run).
-        * ``"fresh"``: the plain run law.
-        * ``"renewal"``: the held zone, and a zone believed up that the job did not see
-          come back up, are met at an arbitrary time: the residual (length-biased) law; a
-          zone believed down now (a launch that succeeds meets a run that began since the
-          job last saw it) or seen coming back up at this tick: the plain run law."""
-        laws = self._laws[z]
-        if laws is None:
-            return None
-        fresh, resid, neigh = laws
-        if neighbour and neigh.size and self._pre_region is not None and obs.regions \
-                and obs.regions[z] == self._pre_region \
-                and (obs.tick - self._pre_tick) * obs.gap_hours <= self.p.neighbour_window_hours \
-                and self.prior.up_after_neighbour_hours[z] < self.prior.mean_up_hours[z]:
-            return neigh
-        if self.p.hold_ranking == "fresh":
-            return fresh
-        if stay:
-            return resid
-        h = obs.history[z]
-        came_back = (not bool(h[-1])) or (h.shape[0] >= 2 and not bool(h[-2]))
-        if not came_back:
-            return resid
-        if self.p.hold_ranking == "renewal":
-            return fresh
-        # "renewal_since": the job last saw z down ``a`` ticks ago (by a preemption or a
-        # failed launch; a zone never observed since the start: at the start), so a launch
-        # that succeeds meets a run younger than ``a`` ticks
-        seen = -1 if obs.last_seen_tick is None else int(obs.last_seen_tick[z])
-        if not obs.probed or bool(h[-1]):
-            seen = obs.tick - 1  # seen down at the previous tick, up now
-        elif seen < 0:
-            seen = self._start_tick - 1
-        a = max(obs.tick - seen, 1)
-        key = (z, a)
-        if key not in self._since_cache:
-            self._since_cache[key] = run_law_since(self.prior.up_runs_ticks[z], a)
-        return self._since_cache[key]
-
-    def _hold_cost_per_useful_hour(self, law: np.ndarray, spec: JobSpec, gap_hours: float,
-                                   rem: float, over: float, price: float, extra: float,
-                                   run_v5: float) -> float:
-        """``hold_ranking``: $ per hour of progress kept from a launch (or a stay) whose run
-        ``R`` (h) has the law ``law``: ``(price E[min(R, need)] + extra) / E[kept]`` with
-        ``need = rem + over`` (the work left plus the restart / transfer of this launch).
-        A run that lasts the need finishes the job (keeps ``rem``); a shorter one keeps
-        what was saved of its ``x = R - over`` hours of work: with a notice all but the
-        emergency save (``x - C``, v5's loss ``C``); without one the whole intervals of
-        the cost-model period ``T = sqrt(2 C M)`` (``M`` = v5's expected run, as in v5's
-        loss ``T / 2 + C``), each followed by its save: ``floor(x / (T + C)) T`` — a run
-        shorter than one interval keeps nothing. inf when it keeps less than 5 % of the
-        hours it holds (v5's guard)."""
-        need = rem + over
-        n = int(np.searchsorted(np.arange(1, law.size + 1) * gap_hours, need, side="left"))
-        p = law[:n]
-        r = np.arange(1, n + 1) * gap_hours
-        tail = max(0.0, 1.0 - float(p.sum()))
-        x = np.maximum(r - over, 0.0)
-        c = spec.checkpoint_hours
-        if spec.notice_saves:
-            kept = np.maximum(x - c, 0.0)
-        else:
-            t = math.sqrt(2.0 * max(c, 1e-6) * max(run_v5, 1e-3))
-            kept = np.floor(x / (t + c)) * t
-        hold = float(np.dot(p, r)) + tail * need
-        useful = float(np.dot(p, kept)) + tail * rem
-        if useful <= 0.05 * hold:
-            return math.inf
-        return (price * hold + extra) / useful
 
     def checkpoint_interval(self, run_hours: float, state: JobState, gap_hours: float) -> float | None:
         """Cost-model optimum for the zone's hazard; with a notice stretched by the share of
@@ -524,8 +266,6 @@ class SpotfleetPolicy(Policy):
             # insurance saves only while they cost at most half the spare slack (each one
             # burns C of slack; near the deadline they would push the job onto on-demand)
             return t_opt if rem / t_opt * c <= 0.5 * max(spare, 0.0) else None
-        if self.p.interval_rule == "risk_fraction":  # v3, kept for comparison
-            return max(min(t_opt, self.p.risk_fraction * spare), 2.0 * c)
         # the most unsaved work the net lets the job hold: the slack above its threshold
         # (which already covers the tick in flight) less the save (``spare`` keeps one
         # tick more as a margin for the range above)
@@ -567,25 +307,15 @@ class SpotfleetPolicy(Policy):
         spec = state.spec
         if must_go_on_demand(state, g):
             return Action(ON_DEMAND, None, obs.tick + 1, watch=())
-        if self.p.stats_rule == "online":
-            a, up, down = run_stats(obs.history, g, self.p.lookback_hours)
-            self.prior = dataclasses.replace(self.prior, availability=a, mean_up_hours=up,
-                                             mean_down_hours=down)
         k = ticks_until_unsafe(state, g)
         if self._idle_since is not None:
             self._idle_h += max(0.0, state.elapsed_hours - self._idle_since)
         self._idle_since = state.elapsed_hours if state.location == IDLE else None
-        if self._patience_since is not None and state.location == IDLE:
-            # the last decision passed over zones to wait for the best and the launch failed
-            self._patience_idle_h += max(0.0, state.elapsed_hours - self._patience_since)
-        self._patience_since = None
         if state.just_preempted and state.last_preempted_zone >= 0 and obs.regions:
             self._pre_tick = obs.tick
             self._pre_region = obs.regions[state.last_preempted_zone]
-        if state.just_preempted and state.last_preempted_zone >= 0:
-            self._own_pre[state.last_preempted_zone] = obs.tick
         if self.p.own_runs != "off":
-            self._own_run_update(state, obs.spot_prices(spec))
+            self._own_run_update(state)
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
         run = self.expected_runs(obs)
@@ -597,8 +327,7 @@ class SpotfleetPolicy(Policy):
             eff = self.cost_per_useful_hour(state, obs)
             better = [c for c in self._candidates(state, obs, eff, od_eff, exclude=z)
                       if eff[c] < (1.0 - self.p.move_margin) * eff_here]
-            if self.p.affordable_moves:
-                better = self._affordable_moves(state, obs, better)
+            better = self._affordable_moves(state, obs, better)
             if better:
                 return Action(better[0], self.checkpoint_interval(run[better[0]], state, g),
                               recheck, watch=(z,), fallbacks=(*better[1:], z))
@@ -630,27 +359,17 @@ class SpotfleetPolicy(Policy):
             # they are believed up) and otherwise wait for them, while the expected wait
             # fits ``patience`` times over in the slack to spare
             best = int(np.argmin(eff))
-            wait = self.patience_wait_hours(obs)[best]
-            if self.p.patience_total != "off":
-                wait = wait + self._patience_idle_h
-            if spare - reserve > self.p.patience * wait and (
-                    not self.p.patience_pays
-                    or self.waiting_pays(state, obs, eff, order, od_eff) is not None):
-                kept = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
-                if self.p.patience_total != "off":
-                    passed = [z for z in order if z not in kept]
-                    if passed and (self.p.patience_total != "up"
-                                   or belief_up(obs, self.prior)[passed].max() >= 0.5):
-                        self._patience_since = state.elapsed_hours
-                order = kept
+            wait = self.prior.mean_down_hours[best]  # its mean down time before the job
+            if spare - reserve > self.p.patience * wait:
+                order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
 
-    def _own_run_update(self, state: JobState, price: np.ndarray | None = None) -> None:
+    def _own_run_update(self, state: JobState) -> None:
         """``own_runs``: add the hours held since the last decision to that zone, count a
-        preemption this job suffered there, and set the zones' mean up-run to
-        ``(up h before the job + held h) / (preemptions before + own + 1)`` (the history's
-        estimate with the job's holds as more observations; censored runs count as up
-        time, as in :class:`PriorStats`)."""
+        preemption this job suffered there, and test the history against them
+        (``switch``: :func:`history_rejected`; ``switch_emp``: each hold's p-value,
+        :func:`hold_p_value`, combined by :func:`fisher_rejects`). Once rejected, the
+        history stays rejected for the rest of the job."""
         held = state.location if state.location >= 0 else (
             state.last_preempted_zone if state.just_preempted else -1)
         if self._at is not None and held >= 0:
@@ -658,63 +377,19 @@ class SpotfleetPolicy(Policy):
         if state.just_preempted and state.last_preempted_zone >= 0:
             self._own_n[state.last_preempted_zone] += 1
         self._at = (state.location, state.elapsed_hours)
-        if self.p.own_runs in POOLED_OWN_RUNS:
-            up = (self._up_h0 + self._held_h) / (self._pre1 + self._own_n)
-            self._own_up = np.maximum(up, self._gap)
-        if self.p.own_runs == "all":
-            self.prior = dataclasses.replace(self._prior0, mean_up_hours=self._own_up)
-        elif self.p.own_runs == "switch":
+        if self.p.own_runs == "switch":
             # ninth round: once the joint test rejects the history, rank without it
             self._switched = self._switched or history_rejected(
-                self._prior0.mean_up_hours, self._held_h, self._own_n)
+                self.prior.mean_up_hours, self._held_h, self._own_n)
         elif self.p.own_runs == "switch_emp":
             # tenth round: the same switch, tested against the empirical run law too
             if state.just_preempted and state.last_preempted_zone >= 0:
                 z = state.last_preempted_zone
                 hold = self._held_h[z] - self._mark[z]
                 self._mark[z] = self._held_h[z]
-                self._pvals.append(hold_p_value(hold, float(self._prior0.mean_up_hours[z]),
+                self._pvals.append(hold_p_value(hold, float(self.prior.mean_up_hours[z]),
                                                 self._runs_h[z]))
             self._switched = self._switched or fisher_rejects(self._pvals)
-        elif self.p.own_runs.startswith("test") and self._own_n.any():
-            mask = None
-            if self.p.own_runs.endswith("price") and price is not None:
-                mask = price <= price[self._own_n > 0].max() * (1.0 + 1e-9)
-            mu = np.maximum(shifted_up_runs(self._prior0.mean_up_hours, self._held_h, self._own_n,
-                                            market_wide=not self.p.own_runs.endswith("zone"),
-                                            estimate=self.p.shift_estimate,
-                                            regions=self._regions if self.p.own_runs.endswith(
-                                                "region") else None, scale_mask=mask), self._gap)
-            if self.p.own_runs.startswith("test_rank"):
-                self._own_up = mu  # the ranking only (cost_per_useful_hour)
-            else:
-                self.prior = dataclasses.replace(self._prior0, mean_up_hours=mu)
-
-    def patience_wait_hours(self, obs: Observation) -> np.ndarray:
-        """Expected wait (h) for each zone, as the patience rule uses it: the prior's mean
-        down time (v5), or with ``patience_wait="observed"`` the same counting the outage
-        in progress in the job's observation (:func:`mean_down_with_current`). v5 on
-        SkyNomad's 6 H100 zones waited for europe-west1-c, never down in the 12-52 h
-        before the job (mean down = one 10-min tick), for 7.7 h in all with
-        us-central1-a up at 16 % more, and ended on on-demand. The part of the outage
-        before the job is counted in both terms (a small conservative bias).
-
-        ``patience_wait="residual"``: for a zone down ``a`` ticks so far,
-        :func:`residual_wait_ticks` over its down-runs before the job (the history's
-        ``E[D - a | D > a]`` while at least 3 of them outlasted ``a``, else ``max(a,
-        v5's wait)``): a one-tick outage of a zone whose history has short outages keeps
-        v5's one-tick wait, a zone never seen down gets a wait that grows with the wait."""
-        if self.p.patience_wait == "residual" and self.prior.down_runs_ticks is not None:
-            g = obs.gap_hours
-            age = np.rint(current_down_hours(obs.history, g) / g).astype(np.int64)
-            return np.array([residual_wait_ticks(runs, int(a), float(m) / g) * g
-                             for runs, a, m in zip(self.prior.down_runs_ticks, age,
-                                                   self.prior.mean_down_hours, strict=True)])
-        if self.p.patience_wait != "observed" or self.prior.down_total_hours is None:
-            return self.prior.mean_down_hours
-        cur = current_down_hours(obs.history, obs.gap_hours)
-        return mean_down_with_current(self.prior.down_total_hours, self.prior.regains, cur,
-                                      obs.gap_hours)
 
     def waiting_pays(self, state: JobState, obs: Observation, eff: np.ndarray,
                      order: list[int], od_eff: float) -> int | None:
@@ -757,11 +432,7 @@ class SpotfleetPolicy(Policy):
         out = []
         for c in better:
             over = spec.restart_hours + (obs.migration_hours if obs.moves_region(c) else 0.0)
-            need = 0.0
-            if self.p.move_survives_preemption:
-                run = float(self.expected_runs(obs)[c])
-                need = spec.restart_hours + self._lost_per_preemption(spec, run) + obs.gap_hours
-            if spare - over - len(out) * probe_h > need:
+            if spare - over - len(out) * probe_h > 0.0:
                 out.append(c)
         return out
 
@@ -779,28 +450,13 @@ class SpotfleetPolicy(Policy):
         if useful <= 0:
             return False
         price = float(obs.spot_prices(spec)[z])
-        back = 0.0
-        if self.p.leave_od_rule == "round_trip":
-            # v6 candidate: the hop ends at the first preemption too (expected run less
-            # what it loses), and a hop that does not finish the job pays the way back: a
-            # restart on on-demand in z's region, and that region's on-demand price for
-            # the rest of the job
-            run = float(self.expected_runs(obs)[z])
-            useful = min(useful, run - over - self._lost_per_preemption(spec, run))
-            if useful <= 0:
-                return False
-            if useful < rem:
-                od = obs.on_demand_prices(spec)
-                od_new = float(min(od[c] for c in range(obs.n_zones)
-                                   if not obs.regions or obs.regions[c] == obs.regions[z]))
-                back = od_new * spec.restart_hours + (od_new - od_price) * (rem - useful)
-        return price * (useful + over) + extra + back < od_price * useful
+        return price * (useful + over) + extra < od_price * useful
 
     def bridge(self, state: JobState, spare: float, at_hours: float) -> bool:
         """While idle: True when the job should make progress on on-demand now rather
         than wait for spot.
 
-        v3 (``bridge_rule="mean"``) went on-demand as soon as the *expected* slack burn of
+        v3 went on-demand as soon as the *expected* slack burn of
         the time left exceeded the spare slack. But on-demand hours spent now are spent for
         sure, while waiting keeps the option: they save money only if the job is later
         forced onto on-demand for the rest. In a fluid model (spot available a share ``a``
@@ -818,8 +474,6 @@ class SpotfleetPolicy(Policy):
         reserve = self.reserve_hours(state, at_hours)
         if spare >= reserve:
             return False
-        if self.p.bridge_rule == "mean":
-            return True
         left = max(0.0, state.spec.deadline_hours - at_hours)
         theta = 1.0 - float(np.max(self.prior.availability))
         return self.forced_probability(state.spec, spare, left) > theta
@@ -855,12 +509,8 @@ class SpotfleetPolicy(Policy):
         """Expected share of wall-clock time that burns slack off on-demand, from the
         statistics before the job: time with no zone up, plus per preemption (rate of the
         zones' mean up-runs) a restart and the work lost, plus periodic saves without a
-        notice (``burn_model="outages"``: the first term only)."""
-        if self.p.burn_model == "outages":
-            return self.prior.all_down
-        ups = self._own_up if self.p.own_runs == "reserve" and self._own_up is not None \
-            else self.prior.mean_up_hours
-        run = float(np.median(ups))
+        notice."""
+        run = float(np.median(self.prior.mean_up_hours))
         lost = self._lost_per_preemption(spec, run)
         saves = 0.0 if spec.notice_saves else spec.checkpoint_hours / max(
             math.sqrt(2.0 * max(spec.checkpoint_hours, 1e-6) * run), 2.0 * spec.checkpoint_hours)

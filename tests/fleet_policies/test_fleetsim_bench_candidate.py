@@ -28,9 +28,9 @@ def test_candidate_columns_are_not_baselines_and_leave_the_default_tables_alone(
     fam = Family("tiny", "tiny volatile", 2.0, 5.0, 24.0, _tiny, spot_price=1.0, on_demand_price=3.4)
     base = {k: v for k, v in builtin_policy_factories().items()
             if k in ("on_demand", "failover", "spotfleet")}
-    cand = candidate_factories(["res:patience_wait=residual", "cheap:patience=0.5"])
+    cand = candidate_factories(["res:own_runs=switch_emp", "cheap:patience=0.5"])
     assert list(cand) == ["candidate:res", "candidate:cheap"]
-    assert cand["candidate:res"]().p.patience_wait == "residual"
+    assert cand["candidate:res"]().p.own_runs == "switch_emp"
     assert cand["candidate:cheap"]().p.patience == 0.5
     cells = run_family(fam, None, {**base, **cand}, 2, [1.5], [0.0])
     plain = run_family(fam, None, base, 2, [1.5], [0.0])
@@ -57,15 +57,14 @@ def test_candidate_strings_are_checked(bad):
 
 
 def test_candidate_policy_is_spotfleet():
-    (f,) = candidate_factories(["a:patience_wait=residual"]).values()
+    (f,) = candidate_factories(["a:own_runs=switch"]).values()
     assert isinstance(f(), SpotfleetPolicy)
 
 
 def test_params_from_assignments_converts_each_field_to_its_type():
-    p = SpotfleetParams.from_assignments(["patience=0.5", "move_survives_preemption=yes",
-                                          "hold_ranking=renewal", "affordable_moves=false"])
-    assert p == SpotfleetParams(patience=0.5, move_survives_preemption=True,
-                                hold_ranking="renewal", affordable_moves=False)
+    p = SpotfleetParams.from_assignments(["patience=0.5", "own_runs=switch"])
+    assert p == SpotfleetParams(patience=0.5, own_runs="switch")
+    assert isinstance(p.patience, float)
     assert SpotfleetParams.from_assignments([]) == SpotfleetParams()
     with pytest.raises(ValueError, match="'patiense=1' is not a SpotfleetParams field=value"):
         SpotfleetParams.from_assignments(["patiense=1"])

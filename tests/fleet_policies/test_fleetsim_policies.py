@@ -307,12 +307,11 @@ def _frequent_outages(gap: float = 0.5, days: int = 14) -> np.ndarray:
 def test_bridging_needs_the_chance_of_being_forced_not_just_the_mean(history, v4_bridges):
     """An hour on on-demand during an outage is spent for sure; it saves money only if the
     job would otherwise be forced onto on-demand later. v3 bridged as soon as the expected
-    burn exceeded the spare slack; v4 also needs the share of past windows that burnt more
-    than the spare slack to exceed 1 - (best zone's availability). One rare drought: the
-    mean says bridge, the chance says wait (failover_sky's win at D/W 3 in the volatile
-    family); outages in every window: both say bridge."""
+    burn exceeded the spare slack (the reserve); v4 also needs the share of past windows
+    that burnt more than the spare slack to exceed 1 - (best zone's availability). One rare
+    drought: the mean says bridge, the chance says wait (failover_sky's win at D/W 3 in the
+    volatile family); outages in every window: both say bridge."""
     from fleet.policies.base import JobState, Observation
-    from fleet.policies.spotfleet import SpotfleetParams
 
     gap = 0.5
     hist = history(gap)
@@ -321,12 +320,9 @@ def test_bridging_needs_the_chance_of_being_forced_not_just_the_mean(history, v4
     spec = JobSpec(12.0, 36.0, notice_seconds=120.0)
     state = JobState(tick=obs.tick, start_tick=obs.tick, elapsed_hours=10.0, spec=spec,
                      location=IDLE, committed_hours=8.0)
-    v3 = SpotfleetPolicy(SpotfleetParams(bridge_rule="mean"))
     v4 = SpotfleetPolicy()
-    for pol in (v3, v4):
-        pol.reset(spec, obs)
-    spare = 0.8 * v3.reserve_hours(state, state.elapsed_hours)
-    assert v3.bridge(state, spare, state.elapsed_hours)  # expected burn > spare slack
+    v4.reset(spec, obs)
+    spare = 0.8 * v4.reserve_hours(state, state.elapsed_hours)  # expected burn > spare: v3 bridges
     assert v4.bridge(state, spare, state.elapsed_hours) is v4_bridges
 
 
@@ -353,3 +349,33 @@ def test_spotfleet_moves_to_a_cheaper_zone_only_while_the_slack_pays_for_it():
 
     assert decide(0.0) == 1  # 0.5 h of slack: the move to the 50 % cheaper zone pays
     assert decide(0.3) == 0  # 0.2 h: the restart would use up the spare slack
+
+
+def test_spotfleet_waits_for_the_cheapest_zone_only_while_the_slack_covers_its_wait():
+    """The patience rule (v5): with ample spare slack the job tries only the zone cheapest
+    per useful hour and otherwise idles for it (its mean down time before the job, one
+    tick here, fits ``patience`` times over); with ``patience=0`` it falls back to the
+    next zone believed up."""
+    from fleet.policies.base import JobState, Observation
+    from fleet.policies.spotfleet import SpotfleetParams
+
+    gap = 1.0 / 6
+    pre = np.ones((2, 120), dtype=bool)
+    prices, od = np.array([10.0, 12.0]), np.array([80.0, 80.0])
+    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
+    obs0 = Observation(tick=119, gap_hours=gap, zones=("a", "b"), available=pre[:, -1],
+                       history=pre, spot_price=prices, on_demand_price=od)
+    # zone 0 (cheapest) was seen down a tick ago and may be back; zone 1 is up
+    hist = np.hstack([pre, np.vstack([np.zeros(2, dtype=bool), np.ones(2, dtype=bool)])])
+    obs = Observation(tick=121, gap_hours=gap, zones=("a", "b"), available=hist[:, -1],
+                      history=hist, spot_price=prices, on_demand_price=od, probed=True,
+                      last_seen_tick=np.array([120, 121]))
+    state = JobState(tick=121, start_tick=119, elapsed_hours=2 * gap, spec=spec, location=IDLE)
+    acts = {}
+    for patience in (2.0, 0.0):
+        pol = SpotfleetPolicy(SpotfleetParams(patience=patience))
+        pol.reset(spec, obs0)
+        a = pol.decide(state, obs)
+        acts[patience] = (a.target, tuple(a.fallbacks))
+    assert acts[2.0] == (0, (IDLE,))
+    assert acts[0.0] == (0, (1, IDLE))

@@ -1,7 +1,9 @@
-"""Every opt-in v6 candidate of ``SpotfleetParams``, at its default / off value, is v5 bit for bit.
+"""spotfleet's default, and ``own_runs="off"`` (the opt-in ``own_runs`` candidates' off value),
+are v5 bit for bit.
 
-The candidates (docs/fleet-policies.md, *Tuning discipline*) were all rejected; they stay
-opt-in so that their figures can be reproduced, and must never move the default policy.
+The other rejected v6 candidates were removed from ``SpotfleetParams`` (their figures
+reproduce at commit e1c45df, docs/fleet-policies-tuning-log.md); ``own_runs`` stays opt-in
+and must never move the default policy.
 """
 
 from __future__ import annotations
@@ -15,16 +17,6 @@ OFF_SETTINGS = {
     "default": None,
     "explicit default": SpotfleetParams(),
     "v5": SpotfleetParams(own_runs="off"),
-    "recovery off (observed scope)": SpotfleetParams(recovery_window_hours=0.0,
-                                                     recovery_scope="observed"),
-    "hold ranking off": SpotfleetParams(hold_ranking="off"),
-    "patience prior": SpotfleetParams(patience_wait="prior", stats_rule="prior",
-                                      patience_pays=False),
-    "v4/v5 on-demand exit, no move guard": SpotfleetParams(leave_od_rule="slack_run",
-                                                           move_survives_preemption=False),
-    "sixth round off": SpotfleetParams(patience_total="off", own_runs="off"),
-    "seventh / eighth round off": SpotfleetParams(own_runs="off", shift_estimate="mle",
-                                                  forced_risk=False),
 }
 
 

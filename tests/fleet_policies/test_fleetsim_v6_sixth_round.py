@@ -1,8 +1,9 @@
-"""spotfleet's v6 sixth-round candidates (issue 10, tried 2026-11-26):
-``SpotfleetParams.patience_total`` (the patience rule's wait counts the job's earlier waits)
-and ``SpotfleetParams.own_runs`` (a zone's mean up-run counts the job's own holds there).
-Their arithmetic and wiring on hand-made observations; that their off values are v5 bit
-for bit is pinned in ``test_fleetsim_v5_pins.py``."""
+"""spotfleet's opt-in ``SpotfleetParams.own_runs="switch"`` / ``"switch_emp"`` (v6 ninth and
+tenth rounds, issue 10, not adopted; docs/fleet-policies-tuning-log.md): the tests of the
+job's own preemptions against the history and their wiring on hand-made observations; that
+``own_runs="off"`` is v5 bit for bit is pinned in ``test_fleetsim_v5_pins.py``. The other
+candidates of the sixth to tenth rounds were removed from the code (their tests with them;
+they reproduce at commit e1c45df)."""
 
 from __future__ import annotations
 
@@ -49,70 +50,11 @@ def _preempted_in_zone_0(pols, spec: JobSpec, obs: Observation, start: int, time
 
 def test_invalid_values_name_the_field_and_the_choices():
     spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
-    for bad in (SpotfleetParams(patience_total="yes"), SpotfleetParams(own_runs="on")):
-        with pytest.raises(ValueError, match="patience_total|own_runs"):
-            _start(bad, spec)
+    for bad in ("on", "test_rank", "reserve"):  # "test_rank" / "reserve": removed candidates
+        with pytest.raises(ValueError, match="own_runs '.*': one of off, switch, switch_emp"):
+            _start(SpotfleetParams(own_runs=bad), spec)
 
 
-def test_patience_total_counts_earlier_waits_against_the_slack():
-    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
-    acts = {}
-    for total, waited in (("off", 9.0), ("passed", 0.0), ("passed", 9.0)):
-        pol, pre = _start(SpotfleetParams(patience_total=total), spec)
-        # zone 0 seen down a tick ago (may be back), zone 1 up
-        hist = np.hstack([pre, np.vstack([np.zeros(2, dtype=bool), np.ones(2, dtype=bool)])])
-        state = JobState(tick=121, start_tick=119, elapsed_hours=2 * GAP, spec=spec,
-                         location=IDLE)
-        pol._patience_idle_h = waited
-        a = pol.decide(state, _obs(hist, seen=(120, 121)))
-        acts[(total, waited)] = (a.target, tuple(a.fallbacks))
-    assert acts[("off", 9.0)] == (0, (IDLE,))       # v5 ignores earlier waits: waits again
-    assert acts[("passed", 0.0)] == (0, (IDLE,))    # no wait yet: as v5
-    # 10 h of slack, 9 h already waited: 2 x (1 tick + 9 h) > spare: try zone 1 too
-    assert acts[("passed", 9.0)] == (0, (1, IDLE))
-
-
-def test_patience_idle_accumulates_only_after_passing_over_a_zone():
-    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
-    pol, pre = _start(SpotfleetParams(patience_total="passed"), spec)
-    hist = np.hstack([pre, np.vstack([np.zeros(2, dtype=bool), np.ones(2, dtype=bool)])])
-    s1 = JobState(tick=121, start_tick=119, elapsed_hours=2 * GAP, spec=spec, location=IDLE)
-    a = pol.decide(s1, _obs(hist, seen=(120, 121)))
-    assert a.fallbacks == (IDLE,)  # passed over zone 1 to wait for zone 0
-    assert pol._patience_idle_h == 0.0
-    hist2 = np.hstack([hist, np.array([[False], [True]])])
-    s2 = JobState(tick=122, start_tick=119, elapsed_hours=3 * GAP, spec=spec, location=IDLE)
-    pol.decide(s2, _obs(hist2, seen=(122, 121)))  # the launch failed: one tick idle on it
-    assert pol._patience_idle_h == pytest.approx(GAP)
-
-
-def test_own_runs_counts_the_jobs_holds_and_preemptions():
-    spec = JobSpec(20.0, 30.0, notice_seconds=0.0)
-    pols = {r: _start(SpotfleetParams(own_runs=r), spec)[0] for r in ("off", "reserve", "all")}
-    up0 = 119 * GAP  # the history before the start tick: up throughout, no preemption
-    for pol in pols.values():
-        assert pol.prior.mean_up_hours[0] == pytest.approx(up0)  # up h / (0 + 1)
-    hist = np.ones((2, 126), dtype=bool)
-    hist[0, -1] = False
-    held = JobState(tick=122, start_tick=119, elapsed_hours=0.5, spec=spec, location=0)
-    lost = JobState(tick=125, start_tick=119, elapsed_hours=1.0, spec=spec, location=IDLE,
-                    preemptions=1, last_preempted_zone=0, just_preempted=True)
-    burn = {}
-    for r, pol in pols.items():
-        pol.decide(held, _obs(hist[:, :123]))
-        pol.decide(lost, _obs(hist, seen=(125, 125)))
-        burn[r] = pol.slack_burn_share(spec)
-    # (up h before + 0.5 h held) / (0 + 1 own + 1)
-    np.testing.assert_allclose(pols["reserve"]._own_up, [(up0 + 0.5) / 2, up0])
-    assert pols["off"]._own_up is None
-    assert pols["all"].prior.mean_up_hours[0] == pytest.approx((up0 + 0.5) / 2)
-    assert pols["reserve"].prior.mean_up_hours[0] == pytest.approx(up0)  # ranking untouched
-    # a shorter median up-run: more slack kept for the preemptions still to come
-    assert burn["reserve"] == pytest.approx(burn["all"])
-    assert burn["reserve"] > burn["off"]
-
-
-# ---------------------------------------- seventh round: own_runs="test" / "test_zone" / "test_rank"
 def test_poisson_tail_matches_the_distribution():
     from math import exp, factorial
 
@@ -123,94 +65,6 @@ def test_poisson_tail_matches_the_distribution():
             want = 1.0 - sum(exp(-lam) * lam**k / factorial(k) for k in range(n))
             assert poisson_tail(lam, n) == pytest.approx(max(0.0, want), abs=1e-12)
     assert poisson_tail(2.0, 0) == 1.0
-
-
-def test_shifted_up_runs_moves_only_on_strong_evidence():
-    from fleet.policies.market_view import shifted_up_runs
-
-    mu = np.array([12.0, 12.0, 48.0])
-    # as the history says: 12 h held, 1 preemption -> unchanged (v5's statistics exactly)
-    np.testing.assert_array_equal(shifted_up_runs(mu, np.array([12.0, 0, 0]), np.array([1, 0, 0])), mu)
-    # one early preemption is never enough (SHIFT_MIN_PREEMPTIONS = 2)
-    np.testing.assert_array_equal(shifted_up_runs(mu, np.array([0.1, 0, 0]), np.array([1, 0, 0])), mu)
-    # 3 preemptions in 1.5 h of a 12 h zone: P(N >= 3 | 0.125) ~ 3e-4 < 1 %: the zone is
-    # what the job saw, 0.5 h; market-wide: the same evidence scales the other zones by
-    # 3 / 0.125 = 24
-    held, n = np.array([1.5, 0.0, 0.0]), np.array([3, 0, 0])
-    np.testing.assert_allclose(shifted_up_runs(mu, held, n, market_wide=False), [0.5, 12.0, 48.0])
-    np.testing.assert_allclose(shifted_up_runs(mu, held, n), [0.5, 0.5, 2.0])
-    # 2 preemptions in 12 h of a 12 h zone: P(N >= 2 | 1) = 0.26: unchanged
-    np.testing.assert_array_equal(shifted_up_runs(mu, np.array([12.0, 0, 0]), np.array([2, 0, 0])), mu)
-
-
-def test_test_rank_changes_the_ranking_not_the_statistics():
-    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
-    pol, _ = _start(SpotfleetParams(own_runs="test_rank", shift_estimate="mle"), spec)
-    v5, _ = _start(SpotfleetParams(own_runs="off"), spec)
-    v6, _ = _start(SpotfleetParams(own_runs="test_rank", shift_estimate="lower"), spec)
-    hist = np.ones((2, 130), dtype=bool)
-    obs = _obs(hist)
-    off = _preempted_in_zone_0((pol, v5, v6), spec, obs, 119, 3)
-    # 5 ticks held in zone 0 (each decision's interval is held where the next one finds
-    # the job), 3 preemptions: zone 0 is what the job saw, 5 ticks / 3; market-wide, zone 1
-    # (never held, same history) is scaled by the same multiplier
-    np.testing.assert_allclose(pol._own_up, [5 * GAP / 3, 5 * GAP / 3], rtol=1e-9)
-    np.testing.assert_array_equal(pol.prior.mean_up_hours, v5.prior.mean_up_hours)
-    assert pol.cost_per_useful_hour(off, obs)[0] > v5.cost_per_useful_hour(off, obs)[0]
-    # "lower": the 1 %-lower bound of the Poisson mean of 3 events (0.436) instead of 3: the
-    # least the evidence forces, so a milder shortening than the maximum-likelihood one
-    from fleet.policies.market_view import poisson_mean_lower
-
-    np.testing.assert_allclose(v6._own_up[0], 5 * GAP / poisson_mean_lower(3, 0.01), rtol=1e-9)
-    assert pol._own_up[0] < v6._own_up[0] < v5.prior.mean_up_hours[0]
-    np.testing.assert_array_equal(v6.prior.mean_up_hours, v5.prior.mean_up_hours)
-
-
-def test_region_and_price_scopes_limit_the_joint_test():
-    from fleet.policies.market_view import shifted_up_runs
-
-    mu = np.array([12.0, 12.0, 12.0, 12.0])
-    # one preemption each in 0.5 h of three 12 h zones: no zone alone (fewer than 2), but
-    # together P(N >= 3 | 0.125) ~ 3e-4: every zone's mean up-run / (3 / 0.125)
-    held, n = np.array([0.5, 0.5, 0.5, 0.0]), np.array([1, 1, 1, 0])
-    np.testing.assert_allclose(shifted_up_runs(mu, held, n), [0.5] * 4)
-    # per region: region "a" (2 in 1 h) rejects; region "b" (1 preemption) keeps its statistics
-    np.testing.assert_allclose(shifted_up_runs(mu, held, n, regions=("a", "a", "b", "b")),
-                               [0.5, 0.5, 12.0, 12.0])
-    # by price: only the zones no dearer than the dearest that preempted the job
-    np.testing.assert_allclose(shifted_up_runs(mu, held, n, scale_mask=np.array([1, 1, 1, 0], bool)),
-                               [0.5, 0.5, 0.5, 12.0])
-    # the lower estimate: 12 / (poisson_mean_lower(3) / 0.125), milder than the MLE
-    from fleet.policies.market_view import poisson_mean_lower
-
-    np.testing.assert_allclose(shifted_up_runs(mu, held, n, estimate="lower"),
-                               12.0 * 0.125 / poisson_mean_lower(3, 0.01))
-    assert poisson_mean_lower(3, 0.01) < 3.0
-
-
-# ---------------------------------------------------- eighth round: forced_risk
-def test_forced_risk_prices_a_preemption_only_where_the_slack_cannot_absorb_it():
-    from fleet.policies.market_view import PriorStats
-
-    pre = np.ones((2, 120), dtype=bool)
-    pre[0, ::10] = False  # zone 0: preempted every 10 ticks (short up-runs)
-    obs = _obs(pre)
-    for slack_h, expect_penalty in ((10.0, False), (0.1, True)):
-        spec = JobSpec(4.0, 4.0 + slack_h, notice_seconds=120.0)
-        state = JobState(tick=119, start_tick=119, elapsed_hours=0.0, spec=spec, location=IDLE)
-        eff = {}
-        for on in (False, True):
-            pol = SpotfleetPolicy(SpotfleetParams(forced_risk=on))
-            pol.reset(spec, obs)
-            assert isinstance(pol.prior, PriorStats)
-            eff[on] = pol.cost_per_useful_hour(state, obs)
-        if expect_penalty:
-            # 0.1 h of slack: one preemption means on-demand for the rest; the flaky zone
-            # pays more of that risk than the steady one
-            extra = eff[True] - eff[False]
-            assert extra[0] > extra[1] >= 0.0 and extra[0] > 0.0
-        else:
-            np.testing.assert_array_equal(eff[True], eff[False])  # v5 exactly
 
 
 # ---------------------------------------------------- ninth round: own_runs="switch"

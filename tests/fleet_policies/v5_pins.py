@@ -1,7 +1,7 @@
 """spotfleet v5's decisions and costs on a small synthetic market, pinned.
 
-Every opt-in candidate field of ``SpotfleetParams`` must leave v5 bit for bit when it is at its
-default / off value; ``test_fleetsim_v5_pins.py`` checks them all here, in one place.
+The opt-in ``SpotfleetParams.own_runs`` must leave v5 bit for bit at its off value;
+``test_fleetsim_v5_pins.py`` checks that and the default here, in one place.
 """
 
 from __future__ import annotations
