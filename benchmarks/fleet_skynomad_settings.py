@@ -59,6 +59,7 @@ from fleet.simulation.families import (  # noqa: E402
     candidate_table,
     family_table,
     goal_table,
+    start_blocks,
 )
 from fleet.simulation.market import Market  # noqa: E402
 from fleet.simulation.omniscient import omniscient_bound  # noqa: E402
@@ -148,7 +149,8 @@ def run_setting(setting: Setting, data: Path, starts: int,
         omni = np.array([omniscient_bound(market, spec, s).cost for s in ss])
         progress(f"{setting.name} D/W={ratio:g} (W={spec.work_hours:.2f} h, D={deadline:.2f} h): "
                  f"omniscient x{len(ss)} ({time.perf_counter() - t0:.1f} s)")
-        cell = Cell(setting.name, ratio, NOTICE, omni)
+        cell = Cell(setting.name, ratio, NOTICE, omni,
+                    blocks=start_blocks([ss], [market.gap_hours], spec.deadline_hours))
         t1 = time.perf_counter()
         for name, factory in factories.items():
             runs = [simulate(factory(), market, spec, s) for s in ss]

@@ -38,7 +38,7 @@ def test_candidate_columns_are_not_baselines_and_leave_the_default_tables_alone(
     assert c.costs["candidate:res"].size == 2
     np.testing.assert_array_equal(c.costs["spotfleet"], p.costs["spotfleet"])
     # a candidate cheaper than every baseline still is not the best baseline
-    fake = Cell(c.family, c.ratio, c.notice, c.omniscient)
+    fake = Cell(c.family, c.ratio, c.notice, c.omniscient, blocks=c.blocks)
     fake.costs = {**c.costs, "candidate:res": c.costs["failover"] * 0.01}
     fake.met = dict(c.met)
     assert best_baseline(fake) == "failover"
@@ -78,9 +78,9 @@ def test_candidate_table_pairs_the_candidate_with_spotfleet_start_by_start():
     c.costs = {"spotfleet": np.array([11.0, 22.0, 33.0]), "candidate:same": np.array([11.0, 22.0, 33.0]),
                "candidate:half": np.array([5.5, 11.0, 16.5])}
     rows = candidate_table([c], "candidate:same").splitlines()
-    assert rows[2] == "| fam | 1.5 | 120 | 1.100 | 1.100 | 1.0000 [1.0000, 1.0000] |"
+    assert rows[2] == "| fam | 1.5 | 120 | 1.100 | 1.100 | 1.0000 [1.0000, 1.0000] | - |"
     assert candidate_table([c], "candidate:half").splitlines()[2].endswith(
-        "| 1.100 | 0.550 | 0.5000 [0.5000, 0.5000] |")
+        "| 1.100 | 0.550 | 0.5000 [0.5000, 0.5000] | - |")
 
 
 def test_tuning_set_shift_family_uses_its_own_seeds_and_window():
