@@ -33,7 +33,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from fleet.market.traces import Trace
+from fleet.market.traces import Trace, cut_to_common_length
 
 Cloud = Literal["signal", "aws", "gcp", "azure"]
 
@@ -76,19 +76,52 @@ class TimeScale:
         return wall_seconds * self.factor
 
 
+#: how to keep one instance type, for both ways of starting the local fleet
+INSTANCE_TYPE_FIX = ("keep one instance type: --instance-types TYPE (spotfleet local-fleet "
+                     "run) or instance_types: [TYPE] in the pipeline's market: section")
+
+
+def one_instance_type_per_zone(traces: Iterable[Trace], fix: str = INSTANCE_TYPE_FIX) -> None:
+    """Refuse (``ValueError`` naming the zone, the types and ``fix``) traces with two
+    entries in one zone.
+
+    The local fleet runs a job on one instance type and names its nodes' places by zone:
+    a folder with several instance types in one zone (the public aws-10-26-2022 has k80_1,
+    k80_8, v100_1, v100_8 in each zone) must be filtered to one type, not replayed as if
+    the job could move between a K80 and a V100 machine.
+    """
+    traces = list(traces)
+    by_zone: dict[str, list[Trace]] = {}
+    for tr in traces:
+        by_zone.setdefault(tr.zone, []).append(tr)
+    mixed = {z: ts for z, ts in by_zone.items() if len(ts) > 1}
+    if not mixed:
+        return
+    zone, ts = next(iter(mixed.items()))
+    labels = sorted({t.instance_type or t.accelerator for t in ts})
+    choices = sorted({t.instance_type or t.accelerator for t in traces})
+    raise ValueError(
+        f"{len(mixed)} zone(s) have several traces, e.g. {zone}: instance types {labels} "
+        f"(files {[t.source or t.zone for t in ts][:4]}); the local fleet replays one trace "
+        f"per zone (a job runs on one instance type): {fix}; the types here: {choices}")
+
+
 class CapacitySchedule:
     """Which zones have spot capacity at a trace time (seconds from the trace start).
 
-    Built from ``Trace`` objects (one per zone); a trace shorter than the replay wraps
-    around. A zone is up in a tick when at least ``trace.count`` instances are available.
+    Built from ``Trace`` objects, one per zone (``one_instance_type_per_zone``: a folder
+    with several instance types in a zone is refused, naming the filter). Traces of
+    different lengths are cut to the shortest with one warning (``cut_to_common_length``,
+    the rule of ``Market``), so every zone's tick ``i`` is the same moment; the replay
+    wraps around at that common length. A zone is up in a tick when at least
+    ``trace.count`` instances are available.
     """
 
     def __init__(self, traces: Iterable[Trace], offset_seconds: float = 0.0):
-        self.traces: dict[str, Trace] = {}
-        for tr in traces:
-            if tr.zone in self.traces:
-                raise ValueError(f"two traces for zone {tr.zone!r}; pass one trace per zone")
-            self.traces[tr.zone] = tr
+        traces = list(traces)
+        one_instance_type_per_zone(traces)
+        self.traces: dict[str, Trace] = {
+            tr.zone: tr for tr in cut_to_common_length(traces, "the local fleet's market")}
         if not self.traces:
             raise ValueError("a capacity schedule needs at least one zone trace")
         self.offset_seconds = float(offset_seconds)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import pickle
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fleet.market.prices import PriceBook
@@ -42,6 +44,9 @@ class MarketConfig(BaseModel):
     future_hours: float = Field(
         48.0, gt=0, description="synthetic: market hours after the history that the local fleet replays")
     trace_dir: str | None = None
+    instance_types: tuple[str, ...] | None = Field(
+        None, description="traces: keep only these instance types (file label, e.g. v100_1, "
+                          "or accelerator); the local fleet needs one type per zone")
     wall_seconds_per_market_hour: float = Field(10.0, gt=0)
     cloud: Literal["aws", "gcp", "azure", "signal"] = Field(
         "signal", description="notice protocol the local fleet emulates")
@@ -61,6 +66,8 @@ class MarketConfig(BaseModel):
     def _traces(self) -> MarketConfig:
         if self.kind == "traces" and not self.trace_dir:
             raise ValueError("kind 'traces' needs trace_dir: a folder of spot-trace JSON files")
+        if self.instance_types and self.kind != "traces":
+            raise ValueError("instance_types filters trace files: it needs kind 'traces'")
         return self
 
     @property
@@ -82,7 +89,7 @@ class MarketConfig(BaseModel):
         if self.kind == "traces":
             from fleet.market.traces import load_trace_dir
 
-            traces = load_trace_dir(self.trace_dir)
+            traces = load_trace_dir(self.trace_dir, instance_types=self.instance_types)
         else:
             traces = self._synthetic(cache_dir)
         if part == "all":
@@ -92,7 +99,28 @@ class MarketConfig(BaseModel):
             n = max(1, min(t.n_ticks, int(round(self.hours * 3600.0 / t.gap_seconds))))
             sp = None if t.spot_prices is None else t.spot_prices[:n]
             out.append(dataclasses.replace(t, available=t.available[:n], spot_prices=sp))
+        self._check_history_up(traces, out)
         return out
+
+    def _check_history_up(self, full: list[Trace], history: list[Trace]) -> None:
+        """Refuse a history window in which no zone is ever up (the folder check saw the
+        whole traces; statistics and forecasts of an all-down window would all be zero),
+        naming the window and the ``hours`` that would let it see the first capacity."""
+        if any(t.up().any() for t in history):
+            return
+        where = self.trace_dir if self.kind == "traces" else f"the synthetic market (seed {self.seed})"
+        ends = [((int(np.argmax(t.up())) + 1) * t.gap_seconds / 3600.0, t.zone)
+                for t in full if t.up().any()]
+        fix = "; no zone is up in the whole market either"
+        if ends:
+            first, zone = min(ends)
+            fix = (f"; the first capacity is in {zone}, in the tick that ends at hour "
+                   f"{first:.2f}: set the market's hours to at least "
+                   f"{math.ceil(first * 100 - 1e-9) / 100:g} (more for statistics worth "
+                   "reading)")
+        raise ValueError(
+            f"market history window: no zone of {where} is ever up in the first "
+            f"{self.hours:g} h (hours: {self.hours:g}){fix}")
 
     def _synthetic(self, cache_dir: str | Path | None) -> list[Trace]:
         from fleet.market import synthetic

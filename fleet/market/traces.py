@@ -38,7 +38,7 @@ import math
 import re
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -327,6 +327,50 @@ def check_trace_set(traces: Sequence[Trace], where: str | Path = "", *,
                 f"nodes (--nodes) to at most {most}")
         raise TraceFormatError(f"{at}no zone is ever available (every count is 0; in "
                                "inverted SkyNomad files every value is 1); check the folder")
+
+
+def _file_label(t: Trace) -> str:
+    """The file name of a loaded trace (its zone for a trace made in memory)."""
+    return Path(t.source).name if t.source.endswith(".json") else t.zone
+
+
+def cut_to_common_length(traces: Sequence[Trace], where: str | Path = "",
+                         stacklevel: int = 2) -> list[Trace]:
+    """The traces cut to the time they all cover (the shortest one), with one warning.
+
+    Every trace of a folder starts at the same moment (tick 0); when the files differ in
+    length, the ticks after the shortest one's end exist for some zones only. A market,
+    the local fleet's replay and the forecast's "now" (its default: the end) must read
+    every zone over the same hours, so each trace keeps ``floor(shortest seconds /
+    gap_seconds)`` ticks (its spot prices too) and one ``UserWarning`` names the files and
+    their lengths. Traces of one length come back unchanged, with no warning. The rule of
+    ``Market.from_traces``, the local fleet (``CapacitySchedule``) and ``forecast_zones``.
+    """
+    traces = list(traces)
+    if not traces:
+        return traces
+    common_s = min(t.n_ticks * t.gap_seconds for t in traces)
+    keep = [min(t.n_ticks, int(math.floor(common_s / t.gap_seconds + 1e-9))) for t in traces]
+    if all(k == t.n_ticks for k, t in zip(keep, traces, strict=True)):
+        return traces
+    by_len: dict[int, list[str]] = {}
+    for t in traces:
+        by_len.setdefault(t.n_ticks, []).append(_file_label(t))
+    listing = "; ".join(
+        f"{n} ticks: {', '.join(names[:4])}{f' (+{len(names) - 4} more)' if len(names) > 4 else ''}"
+        for n, names in sorted(by_len.items()))
+    gaps = "/".join(f"{g:g}" for g in sorted({t.gap_seconds for t in traces}))
+    short = min(traces, key=lambda t: t.n_ticks * t.gap_seconds)
+    at = f"{where}: " if str(where) else ""
+    warnings.warn(
+        f"{at}traces differ in length ({listing}; ticks of {gaps} s): every zone is cut to "
+        f"the shortest, {_file_label(short)} ({short.duration_hours:.1f} h), so that all "
+        f"zones cover the same hours; {sum(k < t.n_ticks for k, t in zip(keep, traces, strict=True))} "
+        "zone(s) lose their later ticks", stacklevel=stacklevel + 1)
+    return [t if k == t.n_ticks else replace(
+        t, available=t.available[:k],
+        spot_prices=None if t.spot_prices is None else t.spot_prices[:k])
+        for k, t in zip(keep, traces, strict=True)]
 
 
 def load_trace_dir(directory: str | Path, cloud: str | None = None, nodes: int | None = None,

@@ -19,6 +19,7 @@ from fleet.market.traces import (
     Trace,
     TraceFormatError,
     check_trace_set,
+    cut_to_common_length,
     load_trace_dir,
     price_series,
     zone_region,
@@ -203,7 +204,9 @@ class Market:
 
     @classmethod
     def from_traces(cls, traces: Sequence[Trace]) -> Market:
-        """Stack traces of one gap; longer ones are cut to the shortest.
+        """Stack traces of one gap; longer ones are cut to the shortest, with one warning
+        naming the files and their lengths (``cut_to_common_length``, the rule the local
+        fleet and the forecast follow too).
 
         The traces pass ``check_trace_set`` (one gap, one entry each, one node count;
         ``TraceFormatError`` otherwise), as a loaded folder does. Several instance types
@@ -212,17 +215,17 @@ class Market:
         if not traces:
             raise ValueError("Market.from_traces needs at least one trace")
         check_trace_set(traces, require_up=False)
+        traces = cut_to_common_length(traces, stacklevel=2)
         _warn_partial(traces)
         zone_count: dict[str, int] = {}
         for t in traces:
             zone_count[t.zone] = zone_count.get(t.zone, 0) + 1
         names = tuple(t.zone if zone_count[t.zone] == 1 else f"{t.zone}/{t.instance_type or t.accelerator}"
                       for t in traces)
-        n = min(t.n_ticks for t in traces)
-        avail = np.stack([t.up()[:n] for t in traces])
+        avail = np.stack([t.up() for t in traces])
         sp = None
         if all(t.spot_prices is not None for t in traces):
-            sp = np.stack([np.asarray(t.spot_prices)[:n] for t in traces])
+            sp = np.stack([np.asarray(t.spot_prices) for t in traces])
         od = None
         if all(t.on_demand_price is not None for t in traces):
             od = np.array([t.on_demand_price for t in traces], dtype=float)
@@ -261,17 +264,8 @@ class Market:
 
 
 def _warn_partial(traces: Sequence[Trace]) -> None:
-    """Warn (naming the files) when traces differ in length (the market is cut to the
-    shortest) or only some carry prices (the flat job prices then apply everywhere)."""
-    lens = [t.n_ticks for t in traces]
-    if len(set(lens)) > 1:
-        short = min(traces, key=lambda t: t.n_ticks)
-        warnings.warn(
-            f"traces differ in length ({min(lens)}..{max(lens)} ticks of "
-            f"{traces[0].gap_seconds:g} s): every zone is cut to the shortest, "
-            f"{short.source or short.zone} ({short.duration_hours:.1f} h); "
-            f"{sum(n > min(lens) for n in lens)} zone(s) lose their later ticks",
-            stacklevel=3)
+    """Warn (naming the files) when only some traces carry prices (the flat job prices
+    then apply everywhere). Files of different lengths: ``cut_to_common_length``."""
     for what, has in (("per-tick spot prices", [t.spot_prices is not None for t in traces]),
                       ("an on-demand price", [t.on_demand_price is not None for t in traces])):
         if any(has) and not all(has):

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from fleet.market.traces import Trace
+from fleet.market.traces import Trace, cut_to_common_length
 from fleet.stats.preemption import instance_type_for, runs
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -323,13 +323,18 @@ def forecast_zones(traces: Sequence[Trace], now_tick: int | None, horizon_hours:
     """Forecast every trace's zone for ``horizon_hours`` after tick ``now_tick``.
 
     Only ticks ``< now_tick`` are used (fit and current state); ``None`` = the end of
-    each trace. Traces may have different gaps; ``now_tick`` counts each trace's ticks.
-    ``start_hour_utc`` is the UTC hour of tick 0 (for the hour-of-day profile).
+    the time every trace covers: traces of different lengths are cut to the shortest
+    (``cut_to_common_length``, one warning naming the files and lengths), so that every
+    zone is forecast from the same moment, not each from its own last tick. Traces may
+    have different gaps; ``now_tick`` counts each trace's ticks. ``start_hour_utc`` is the
+    UTC hour of tick 0 (for the hour-of-day profile).
     """
     if horizon_hours <= 0:
         raise ValueError(f"horizon_hours must be positive, got {horizon_hours}")
     if not traces:
         raise ValueError("forecast_zones needs at least one trace")
+    if now_tick is None:
+        traces = cut_to_common_length(traces)
     ticks = [t.n_ticks if now_tick is None else int(now_tick) for t in traces]
     for t, k in zip(traces, ticks, strict=True):
         if not 1 <= k <= t.n_ticks:

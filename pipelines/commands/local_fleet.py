@@ -43,6 +43,10 @@ def register(subparsers) -> None:
     r.add_argument("--traces-dir", type=Path, help="directory of spot-trace JSON files "
                    "(with --market traces), e.g. ../shared/data/spot-traces/availability/"
                    "1-node/aws-02-15-2023")
+    r.add_argument("--instance-types", default="", metavar="TYPES",
+                   help="with --market traces: comma-separated instance types to keep (file "
+                        "label, e.g. v100_1, or accelerator, e.g. v100); needed when the "
+                        "folder has several types in one zone (one job, one type)")
     r.add_argument("--start-hour", type=number("--start-hour", allow_zero=True), default=72.0,
                    help="where in the trace the replay starts (hours); the hours before it are "
                         "the market's past the fleet policy starts from")
@@ -73,11 +77,15 @@ def register(subparsers) -> None:
 
 
 def _schedule(args):
-    from fleet.emulation.injector import CapacitySchedule
+    from fleet.emulation.injector import CapacitySchedule, one_instance_type_per_zone
     from fleet.market.traces import check_trace_set, load_trace_dir
 
     if args.zones < 1:
         raise ValueError(f"--zones {args.zones}: need at least 1 zone")
+    types = getattr(args, "instance_types", "") or ""  # callers that build args predate it
+    if types and args.market != "traces":
+        raise ValueError(f"--instance-types filters trace files: it needs --market traces "
+                         f"(got --market {args.market})")
     if args.market == "rotating":
         names = ["us-east-1a", "us-east-1b", "us-west-2a", "us-west-2b", "us-east-2a",
                  "us-east-2b", "us-east-1c", "us-west-2c", "us-east-2c"]
@@ -89,7 +97,10 @@ def _schedule(args):
         if args.traces_dir is None:
             raise ValueError("--market traces needs --traces-dir DIR (a folder of "
                              "<zone>_<accelerator>_<count>.json spot traces)")
-        traces = load_trace_dir(args.traces_dir)[: args.zones]
+        itypes = [x.strip() for x in types.split(",") if x.strip()] or None
+        traces = load_trace_dir(args.traces_dir, instance_types=itypes)
+        one_instance_type_per_zone(traces, fix="choose one with --instance-types TYPE")
+        traces = traces[: args.zones]
         # the folder passed load_trace_dir's checks; the zones replayed must pass them too
         check_trace_set(traces, f"{args.traces_dir} (its first {len(traces)} zone(s), "
                                 f"--zones {args.zones})")
