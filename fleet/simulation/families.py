@@ -48,6 +48,9 @@ the tuning set then gained a regime shift on seeds 80-84, ``benchmarks/fleet_tun
 ``volatile_holdout100`` / ``available_holdout100`` / ``shift_holdout100`` — seeds 100-104
 (tenth round).
 
+``volatile_holdout110`` / ``available_holdout110`` / ``shift_holdout110`` — seeds 110-114
+(session 7, eleventh round).
+
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
 with a paired bootstrap interval over starts, deadline-met share, and the ratio of the
@@ -158,6 +161,8 @@ def _holdout(config: str, seeds: range) -> Callable[[Path, int], list[tuple[Mark
 
 SHIFT_HOURS = 171.0
 """When ``shift_holdout70``'s regime changes: 168 h of history + 0.25 W (W = 12 h)."""
+SHIFT_LAST_START_HOURS = SHIFT_HOURS + 0.5 * 12.0
+"""The shift families' starts end here: no job starts more than 0.5 W into the new regime."""
 
 
 def _shift(seeds: range) -> Callable[[Path, int], list[tuple[Market, list[int] | None]]]:
@@ -208,16 +213,20 @@ FAMILIES: dict[str, Family] = {
     # session 6: a regime shift (calm history, flaky cheap zones during the job)
     "shift_holdout70": _synthetic("shift_holdout70", "held-out regime shift: calm history, cheap "
                                   "zones flaky from 171 h (seeds 70-74)", _shift(range(70, 75)),
-                                  last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
+                                  last_start_hours=SHIFT_LAST_START_HOURS),
     # session 6, seventh round: fresh seeds for the one-shot check of a rule chosen on the
     # tuning set (which then included the regime shift on seeds 80-84)
     **_held_out_pair("90", range(90, 95)),
     "shift_holdout90": _synthetic("shift_holdout90", "held-out regime shift (seeds 90-94)",
-                                  _shift(range(90, 95)), last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
+                                  _shift(range(90, 95)), last_start_hours=SHIFT_LAST_START_HOURS),
     # session 6, tenth round: fresh seeds for the one-shot check of own_runs=switch_emp
     **_held_out_pair("100", range(100, 105)),
     "shift_holdout100": _synthetic("shift_holdout100", "held-out regime shift (seeds 100-104)",
-                                   _shift(range(100, 105)), last_start_hours=SHIFT_HOURS + 0.5 * 12.0),
+                                   _shift(range(100, 105)), last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 7, eleventh round: fresh seeds for the one-shot check of stats_rule=online
+    **_held_out_pair("110", range(110, 115)),
+    "shift_holdout110": _synthetic("shift_holdout110", "held-out regime shift (seeds 110-114)",
+                                   _shift(range(110, 115)), last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 
