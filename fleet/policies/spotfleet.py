@@ -69,7 +69,6 @@ from fleet.policies.market_view import (
     history_rejected,
     hold_p_value,
     launch_action,
-    run_stats,
     up_run_ticks,
 )
 from fleet.policies.safety import (
@@ -100,10 +99,6 @@ class SpotfleetParams:
     # preemption, any other as if it holds to the end; "switch_emp": the same switch, with
     # Fisher's test of each hold against the larger of the exponential and the empirical
     # run-law p-values (market_view.hold_p_value, fisher_rejects)
-    stats_rule: str = "prior"  # "prior" (v5): zone statistics from the history before the
-    # job only; "online" (eleventh round, docs/fleet-policies-tuning-log.md): availability,
-    # mean up- and down-run recomputed at every decision over the lookback window ending
-    # now, the job's own observations since its start included (market_view.run_stats)
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -175,8 +170,6 @@ class SpotfleetPolicy(Policy):
                                              tuple(obs.regions))
         if self.p.own_runs not in OWN_RUNS:
             raise ValueError(f"own_runs {self.p.own_runs!r}: one of {', '.join(OWN_RUNS)}")
-        if self.p.stats_rule not in ("prior", "online"):
-            raise ValueError(f"stats_rule {self.p.stats_rule!r}: prior or online")
         n = max(2, int(self.p.lookback_hours / obs.gap_hours))
         self._down = ~np.asarray(hist[:, -n:], dtype=bool).any(axis=0)  # no zone up, per tick
         self._gap = obs.gap_hours
@@ -314,10 +307,6 @@ class SpotfleetPolicy(Policy):
         spec = state.spec
         if must_go_on_demand(state, g):
             return Action(ON_DEMAND, None, obs.tick + 1, watch=())
-        if self.p.stats_rule == "online":
-            a, up, down = run_stats(obs.history, g, self.p.lookback_hours)
-            self.prior = dataclasses.replace(self.prior, availability=a, mean_up_hours=up,
-                                             mean_down_hours=down)
         k = ticks_until_unsafe(state, g)
         if self._idle_since is not None:
             self._idle_h += max(0.0, state.elapsed_hours - self._idle_since)
