@@ -379,13 +379,21 @@ def best_baseline(cell: Cell) -> str:
     return min(cands, key=lambda n: cell.costs[n].mean())
 
 
+MIN_BLOCKS = 5
+"""Fewest blocks for which a block interval is printed: with ``k`` blocks the bootstrap has
+``C(2k - 1, k)`` distinct resamples (10 at k = 3, 1 at k = 1), too few to be an interval."""
+
+
 def _block_ci(c: Cell, num: np.ndarray, den: np.ndarray) -> str:
     """`` | [lo, hi] (k)``: the cluster-bootstrap interval over ``c.blocks`` and the number
-    of blocks, or `` | -`` when the cell has no blocks."""
+    of blocks; `` | k blocks: too few`` under :data:`MIN_BLOCKS`; `` | -`` without blocks."""
     if c.blocks is None:
         return " | -"
+    k = np.unique(c.blocks).size
+    if k < MIN_BLOCKS:
+        return f" | {k} block{'s' if k > 1 else ''}: too few"
     _, lo, hi = bootstrap_ratio(num, den, blocks=c.blocks)
-    return f" | [{lo:.3f}, {hi:.3f}] ({np.unique(c.blocks).size})"
+    return f" | [{lo:.3f}, {hi:.3f}] ({k})"
 
 
 def candidate_table(cells: Sequence[Cell], name: str) -> str:

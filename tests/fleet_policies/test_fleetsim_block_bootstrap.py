@@ -41,8 +41,16 @@ def test_correlated_blocks_widen_the_interval():
 
 def test_goal_table_prints_the_block_interval_and_the_number_of_blocks():
     om = np.full(6, 10.0)
-    c = Cell("fam", 1.5, 0.0, om, blocks=np.array([0, 0, 0, 1, 1, 1]))
+    c = Cell("fam", 1.5, 0.0, om, blocks=np.array([0, 1, 2, 3, 4, 4]))
     c.costs = {"spotfleet": np.full(6, 11.0), "failover": np.full(6, 12.0), "on_demand": np.full(6, 30.0)}
     c.met = {n: np.ones(6, bool) for n in c.costs}
     row = goal_table([c]).splitlines()[2]
-    assert row == "| fam | 1.5 | 0 | failover | 0.917 [0.917, 0.917] | [0.917, 0.917] (2) | 1.100 | 100% |"
+    assert row == "| fam | 1.5 | 0 | failover | 0.917 [0.917, 0.917] | [0.917, 0.917] (5) | 1.100 | 100% |"
+
+
+def test_too_few_blocks_print_no_interval():
+    om = np.full(6, 10.0)
+    c = Cell("fam", 3.0, 0.0, om, blocks=np.array([0, 0, 0, 1, 1, 1]))
+    c.costs = {"spotfleet": np.full(6, 11.0), "failover": np.full(6, 12.0)}
+    c.met = {n: np.ones(6, bool) for n in c.costs}
+    assert "| 2 blocks: too few |" in goal_table([c])
