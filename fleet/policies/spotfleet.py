@@ -48,7 +48,11 @@ what the baselines ignore and a live controller knows:
   the cheapest zone pays for the delay (:meth:`SpotfleetPolicy.waiting_pays`).
 
 Parameters (``SpotfleetParams``) are structural, not fitted: the lookback of the
-statistics, the move margin, how often to reconsider, the share of notices assumed lost.
+statistics, the move margin, how often to reconsider, the least launch belief worth a
+try, the patience factor, the neighbour window, the share of notices assumed lost. The
+one opt-in rule is ``own_runs`` (``"switch"`` / ``"switch_emp"``, v6 ninth and tenth
+rounds, not adopted; ``"off"`` = v5); the other rejected v6 fields were removed and
+reproduce at commit e1c45df (docs/fleet-policies-tuning-log.md).
 """
 
 from __future__ import annotations
