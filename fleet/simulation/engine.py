@@ -28,11 +28,14 @@ Model (all times in hours; one tick = the trace's gap):
   in another region first moves it: egress $ (``checkpoint_gb x $/GB``) and the
   transfer time, added to that launch's overhead (billed), but only when a checkpoint
   exists (some work committed); before that nothing is copied and nothing is billed.
-  On-demand runs in the region of the last launch (the cheapest on-demand region before
-  the first launch, the first one on a tie), so leaving it for spot in another region is
-  a move too once it saved work (docs/fleet-policies.md). The policy's ``Observation``
-  says the same: ``checkpoint_region`` is ``None`` while a move would copy nothing,
-  ``on_demand_region`` is where on-demand would run.
+  On-demand runs where the checkpoint is (the region of the last launch) once some work
+  is saved; while nothing is saved (never launched, or every launch reclaimed before a
+  save) it runs in the cheapest on-demand region, as there is nothing to move: the last
+  launch's region when it is one of the cheapest (no later move back), else the first of
+  them. Leaving on-demand for spot in another region is a move too once it
+  saved work (docs/fleet-policies.md). The policy's ``Observation`` says the same:
+  ``checkpoint_region`` is ``None`` while a move would copy nothing, ``on_demand_region``
+  is where on-demand would run.
 * Observation (``observe="probe"``, default): the policy knows a zone's availability
   only where it holds an instance or tries a launch. A launch in a zone without
   capacity fails: ``probe_seconds`` of wall time pass (no money), the next entry of
@@ -141,6 +144,14 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
     mig_usd, mig_h = (mig.usd, mig.hours) if len(region_names) > 1 else (0.0, 0.0)
     probe_h = spec.probe_seconds / 3600.0
     cheapest_od_region = int(np.argmin(od_reg))
+    od_cheapest = od_reg <= od_reg[cheapest_od_region]  # regions tied for the cheapest
+
+    def od_region(saved: bool) -> int:
+        """Where on-demand runs: the checkpoint's region once work is saved; with nothing
+        saved the cheapest region, the last launch's when it is one of the cheapest."""
+        if ck_reg >= 0 and (saved or od_cheapest[ck_reg]):
+            return ck_reg
+        return cheapest_od_region
 
     loc = IDLE
     cur_reg = -1  # region of the current location (on-demand included)
@@ -173,7 +184,7 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
         # the held instance's uncommitted work, which a move saves first
         saved = committed > 0.0 or (loc != IDLE and u > 0.0 and ov <= 0.0)
         ckr = region_names[ck_reg] if ck_reg >= 0 and saved else None
-        odr = region_names[ck_reg if ck_reg >= 0 else cheapest_od_region]
+        odr = region_names[od_region(saved)]
         if probe:
             if loc >= 0:
                 last_seen[loc] = i
@@ -280,7 +291,7 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
                 if tgt != IDLE:
                     ov = r
                     launches += 1
-                    new_reg = int(reg[tgt]) if tgt >= 0 else (ck_reg if ck_reg >= 0 else cheapest_od_region)
+                    new_reg = int(reg[tgt]) if tgt >= 0 else od_region(committed > 0.0)
                     if ck_reg >= 0 and new_reg != ck_reg and committed > 0.0:  # a checkpoint to copy
                         mig_cost += mig_usd
                         ov += mig_h

@@ -207,14 +207,17 @@ def _dp(avail, g_u, r_u, c_u, w_u, d_u, unit_cost, want_plan, par, lsrc):  # pra
 
 @njit(cache=True)
 def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
-             mig_usd, od_first):  # pragma: no cover
+             mig_usd, od_first, od_keep):  # pragma: no cover
     """Cost-only DP over regions (compiled). Returns (best cost, completion quanta).
 
     Locations: 0 = fresh (never launched), 1..R = idle with the checkpoint in region r,
     R+1..2R = on-demand in region r, 2R+1+z = spot in zone z (region ``zreg[z]``).
     ``spot_uc[z, j]`` / ``od_uc[r]``: $ per quantum held. A spot launch in another region
     than the checkpoint's costs ``mig_usd`` and ``m_u`` more quanta of overhead.
-    ``od_first`` >= 0: the first launch may be on-demand only in that region (-1: any).
+    On-demand in region r is launched from the checkpoint's region r once work is
+    committed (p > 0). With nothing committed there is nothing to move: after a launch in
+    a region with ``od_keep[r]`` (tied for the cheapest on-demand) on-demand runs there,
+    else (and at the first launch) in ``od_first``; ``od_first`` = -1: in any region.
     """
     n_z, n_t = avail.shape
     n_l = 1 + 2 * n_r + n_z
@@ -225,6 +228,7 @@ def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
     leave = np.full((n_r, size), _INF)
     m1 = np.full(size, _INF)
     m2 = np.full(size, _INF)
+    mk = np.full(size, _INF)  # best leave over the regions without od_keep
     a1 = np.zeros(size, dtype=np.int64)
     alive = np.zeros(n_l, dtype=np.bool_)
     alive2 = np.zeros(n_l, dtype=np.bool_)
@@ -274,6 +278,7 @@ def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
             for p in range(lo - c_u + off, hi + 1 + off):
                 b1 = _INF
                 b2 = _INF
+                bk = _INF
                 i1 = -1
                 for r in range(n_r):
                     x = leave[r, p]
@@ -283,8 +288,11 @@ def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
                         i1 = r
                     elif x < b2:
                         b2 = x
+                    if not od_keep[r] and x < bk:
+                        bk = x
                 m1[p] = b1
                 m2[p] = b2
+                mk[p] = bk
                 a1[p] = i1
         # 2. next tick
         for loc in range(n_l):
@@ -327,19 +335,44 @@ def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
                     if t0 + need <= d_u and src[p + off] + need * uc < best:
                         best = src[p + off] + need * uc
                         best_t = t0 + need
-            # launch from the same region
+            # launch from the same region. On-demand runs where the checkpoint is once work
+            # is committed (p > 0); with nothing committed (p <= 0) there is nothing to move:
+            # in the last launch's region if od_keep, else in od_first (-1: any region)
+            od_free = not spot and od_first < 0 and n_r > 1
+            od_here = not spot and od_keep[rl]
+            od_pull = not spot and rl == od_first and n_r > 1
             for p in range(max(lo - c_u, lo2 + r_u - g_u), min(hi, w_u - 1 + r_u - g_u) + 1):
+                if spot or p > 0:
+                    x = leave[rl, p + off]
+                elif od_free:
+                    x = m1[p + off]
+                else:
+                    x = leave[rl, p + off] if od_here else _INF
+                    if od_pull and mk[p + off] < x:
+                        x = mk[p + off]
+                    if x >= _INF:
+                        continue
                 q = p - r_u + g_u + off
-                y = leave[rl, p + off] + tc
+                y = x + tc
                 if y < dst[q]:
                     dst[q] = y
             for p in range(max(lo - c_u, w_u + r_u - g_u), hi + 1):
+                if spot or p > 0:
+                    x = leave[rl, p + off]
+                elif od_free:
+                    x = m1[p + off]
+                else:
+                    x = leave[rl, p + off] if od_here else _INF
+                    if od_pull and mk[p + off] < x:
+                        x = mk[p + off]
+                    if x >= _INF:
+                        continue
                 need = w_u - p + r_u
-                if t0 + need <= d_u and leave[rl, p + off] + need * uc < best:
-                    best = leave[rl, p + off] + need * uc
+                if t0 + need <= d_u and x + need * uc < best:
+                    best = x + need * uc
                     best_t = t0 + need
-            # launch from another region (spot only: on-demand runs where the checkpoint is);
-            # with nothing committed (p <= 0) there is nothing to copy: no egress, no transfer
+            # spot launch from another region; with nothing committed (p <= 0) there is
+            # nothing to copy: no egress, no transfer
             if spot and n_r > 1:
                 for p in range(max(lo - c_u, lo2 + r_u - g_u), hi + 1):
                     x = m1[p + off] if a1[p + off] != rl else m2[p + off]
@@ -406,11 +439,14 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
     markets only; memory grows with ticks x zones x work; meant for checks and plots).
 
     ``first_on_demand_region`` (index into ``market.region_names``): the region of an
-    on-demand *first* launch. ``None`` (default): the simulator's, the cheapest on-demand
-    region (the first on a tie), so that the DP and the simulator allow the same plans;
-    -1: any region (what a controller could do that picks the on-demand region; the
-    published bound before the fix; benchmarks/fleet_billing_quirks.py). Cost-only.
-    A cross-region move with nothing committed is free, as in the simulator.
+    on-demand launch while nothing is committed (the first launch, or after launches that
+    saved nothing in a region not tied for the cheapest on-demand price, which keeps
+    on-demand; once work is committed on-demand runs where the checkpoint is). ``None``
+    (default): the simulator's, the cheapest on-demand region (the first on a tie), so
+    that the DP and the simulator allow the same plans; -1: any region (what a controller
+    could do that picks the on-demand region; the published bound before the fix;
+    benchmarks/fleet_billing_quirks.py). Cost-only. A cross-region move with nothing
+    committed is free, as in the simulator.
     """
     if max_cells is None:
         max_cells = _MAX_PLAN_CELLS if want_plan else _MAX_CELLS
@@ -463,7 +499,8 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
     sp, od = market.prices_for(spec.spot_price, spec.on_demand_price)
     spot_uc = np.ascontiguousarray(sp[:, start_tick:start_tick + n_t]) * qh
     zreg = market.region_index
-    od_uc = np.array([od[zreg == r].min() for r in range(n_r)]) * qh
+    od_r = np.array([od[zreg == r].min() for r in range(n_r)])
+    od_uc = od_r * qh
     if first_on_demand_region is None:
         od_all = market.prices_for(spec.spot_price, spec.on_demand_price)[1]
         first_on_demand_region = int(np.argmin(
@@ -487,8 +524,9 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
         best, best_t, j, loc, p, mode = _dp(avail, g_u, r_u, c_u, w_u, d_u, unit, True,
                                             par, lsrc)
     else:
+        od_keep = od_r <= od_r.min()  # regions tied for the cheapest on-demand price
         best, best_t = _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc,
-                                od_uc, mig_usd, int(first_on_demand_region))
+                                od_uc, mig_usd, int(first_on_demand_region), od_keep)
     if best >= _INF:
         raise ValueError("no offline schedule meets the deadline (deadline < work + restart?)")
     plan = None
