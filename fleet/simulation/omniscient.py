@@ -14,7 +14,10 @@ integer number of quanta and the DP has no rounding. Progress is "effective": a 
 subtracts the restart overhead at once and each held tick adds a gap, which is the same
 arithmetic as paying the overhead first. Moves the optimum never makes (leaving during a
 restart, a segment that computes less than one checkpoint) are modelled pessimistically,
-so they cannot lower the bound. Work and deadline are rounded to the quantum (work up,
+so they cannot lower the bound. Two such moves can pay off across regions and have their
+own exact transitions: a spot launch in another region that only moves committed work
+(reclaimed or left during its restart; the checkpoint then lives there, and on-demand
+with it), and leaving a launch with no progress yet (nothing to save, no save billed). Work and deadline are rounded to the quantum (work up,
 deadline down), which can only raise the bound.
 
 State value: minimum $ spent so far. Locations: 0 = idle, 1 = on-demand, 2 + z = spot z.
@@ -271,7 +274,9 @@ def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
                 rl = loc - 1 - n_r
                 cs = c_u * od_uc[rl]
             for p in range(lo + off, hi + 1 + off):
-                y = row[p] + cs
+                # the save on the way out; with no progress (p <= 0) there is nothing to
+                # save, as in the engine (a launch left right at the end of its restart)
+                y = row[p] + cs if p > off else row[p]
                 if y < leave[rl, p]:
                     leave[rl, p] = y
         if n_r > 1:
@@ -309,6 +314,23 @@ def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
                 for p in range(pa + off, pb + 1 + off):
                     v2[1 + r, p] = leave[r, p]
                 alive2[1 + r] = True
+            # a spot launch in another region that moves committed work (p > 0) and ends
+            # in its restart (reclaimed or left at the next tick, nothing computed): one
+            # tick of the zone and the egress billed, the checkpoint then in the zone's
+            # region with the progress it had. The launch's own arithmetic (overhead
+            # first, a save at the preemption) would lose progress the engine keeps.
+            if n_r > 1:
+                for z in range(n_z):
+                    if not avail[z, j]:
+                        continue
+                    if r_u + m_u < g_u and (j + 1 >= n_t or avail[z, j + 1]):
+                        continue  # the restart ends within the tick: the launch computes
+                    rz = zreg[z]
+                    tcz = g_u * spot_uc[z, j] + mig_usd
+                    for p in range(max(pa, 1) + off, pb + 1 + off):
+                        x = m1[p] if a1[p] != rz else m2[p]
+                        if x + tcz < v2[1 + rz, p]:
+                            v2[1 + rz, p] = x + tcz
         for loc in range(1 + n_r, n_l):
             spot = loc >= 1 + 2 * n_r
             if spot:

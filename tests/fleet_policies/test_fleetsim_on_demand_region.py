@@ -178,3 +178,46 @@ def test_an_aborted_launch_no_longer_picks_the_on_demand_region(
     bf = _brute_force(m, spec, n)
     assert bf == pytest.approx(new, abs=1e-6)
     assert omniscient_bound(m, spec, 0).cost == pytest.approx(bf, rel=1e-9)
+
+
+def test_dp_keeps_the_progress_of_a_move_reclaimed_during_its_restart():
+    """5 min committed in us-east-1a (its last tick saved in the notice window), then a spot
+    launch in us-west-2a reclaimed during its restart + transfer: the engine keeps the 5 min
+    and the checkpoint is now in us-west-2, so on-demand runs there at 3 $/h instead of 6.
+    The DP charged that launch its overhead and a save and lost 3 min of progress: 0.525 $
+    against the engine's 0.375 $ for this plan (no bound)."""
+    spec = JobSpec(work_hours=10 / 60, deadline_hours=40 / 60, restart_hours=2 / 60,
+                   checkpoint_hours=1 / 60, notice_seconds=60.0, checkpoint_gb=1.0,
+                   egress_usd_per_gb=0.01, transfer_seconds=60.0)
+    n = 200
+    a = np.zeros((2, n), dtype=bool)
+    a[0, :8] = True
+    a[1, 8] = True
+    a[1, 10::2] = True  # never 4 ticks in a row: no move that survives its restart
+    m = Market(zones=("us-east-1a", "us-west-2a"), gap_seconds=60.0, available=a,
+               spot_price=np.full((2, n), 0.1), on_demand_price=np.array([6.0, 3.0]))
+    r = simulate(ScriptedPolicy([0] * 8 + [1] + [ON_DEMAND] * 30, 0), m, spec, 0,
+                 observe="oracle")
+    assert r.deadline_met and r.migrations == 1
+    assert r.on_demand_hours == pytest.approx(7 / 60)  # restart + the 5 min left, in us-west-2
+    assert r.cost == pytest.approx(0.375)
+    assert omniscient_bound(m, spec, 0).cost == pytest.approx(0.375)
+
+
+def test_dp_bills_no_save_when_leaving_with_no_progress():
+    """Spot in us-west-2a for its restart only, then on-demand (both regions at 3 $/h: it
+    stays in us-west-2) and spot there again with no move. Leaving at the end of the restart
+    saves nothing in the engine; the DP billed a 1 min save (0.325 $ against 0.3167 $)."""
+    n = 6
+    spec = JobSpec(work_hours=6 / 60, deadline_hours=12 / 60, restart_hours=2 / 60,
+                   checkpoint_hours=1 / 60, checkpoint_gb=1.0, egress_usd_per_gb=0.1,
+                   transfer_seconds=120.0)
+    avail = np.array([[1, 0, 1, 1, 0, 1], [1, 1, 0, 1, 1, 1]], dtype=bool)
+    full = np.concatenate([avail, np.ones((2, 60), bool)], axis=1)
+    m = Market(zones=("us-east-1a", "us-west-2a"), gap_seconds=120.0, available=full,
+               spot_price=np.full((2, n + 60), 0.5), on_demand_price=np.array([3.0, 3.0]))
+    r = simulate(ScriptedPolicy([1, ON_DEMAND, ON_DEMAND, 1, 1, 1], 0), m, spec, 0,
+                 observe="oracle")
+    assert r.deadline_met and r.migrations == 0 and r.checkpoint_hours == pytest.approx(1 / 60)
+    assert r.cost == pytest.approx(8 / 60 * 0.5 + 5 / 60 * 3.0)
+    assert omniscient_bound(m, spec, 0).cost == pytest.approx(r.cost)
