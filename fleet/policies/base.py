@@ -176,8 +176,9 @@ class Observation:
     to copy -- never launched, or nothing saved yet; such a move is free, as the simulator
     bills it); moving it to another region costs ``migration_usd`` and
     ``migration_hours`` (added to that launch). ``on_demand_region``: where ``ON_DEMAND``
-    would run now (the region of the last launch, before the first launch the cheapest
-    on-demand region; ``None``: not known, use the cheapest on-demand price).
+    would run now (the checkpoint's region once something is saved; with nothing saved the
+    cheapest on-demand region, the last launch's on a tie; ``None``: not known, use the
+    cheapest on-demand price).
     """
 
     tick: int

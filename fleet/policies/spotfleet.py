@@ -298,7 +298,8 @@ class SpotfleetPolicy(Policy):
 
     def _od_price(self, state: JobState, obs: Observation) -> float:
         od = obs.on_demand_prices(state.spec)
-        # where on-demand would run: the last launch's region (the checkpoint's once saved)
+        # where on-demand would run (Observation.on_demand_region: the checkpoint's region
+        # once something is saved, else the cheapest on-demand region)
         region = obs.on_demand_region or obs.checkpoint_region
         if region is not None and obs.regions:
             same = [od[z] for z in range(obs.n_zones) if obs.regions[z] == region]

@@ -94,6 +94,12 @@ def horizon_ticks(spec: JobSpec, gap_hours: float) -> int:
     return int(math.ceil((spec.deadline_hours + spec.work_hours + 1.0) / gap_hours))
 
 
+SAVE_EPS_HOURS = 1e-9
+"""Work a notice save must keep to count as saved (h): ``u - C`` of a few 1e-17 h is
+rounding (e.g. a 0.15 h restart on 0.1 h ticks), and counted as saved it would fix the
+on-demand region and bill a move for nothing."""
+
+
 def region_on_demand_prices(market: Market, spec: JobSpec) -> tuple[np.ndarray, np.ndarray]:
     """(spot $/h per zone and tick, on-demand $/h per region): a region's on-demand price
     is the lowest of its zones' (one list price per region in the data)."""
@@ -214,7 +220,7 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
         preempted = False
         if loc >= 0 and not avail[loc, i]:
             if ov <= 0.0 and u > 0.0 and notice_saves:
-                saved = max(0.0, u - C)
+                saved = u - C if u - C > SAVE_EPS_HOURS else 0.0  # float dust is nothing saved
                 committed += saved
                 lost += u - saved
                 ckpt_h += min(u, C)

@@ -221,3 +221,22 @@ def test_dp_bills_no_save_when_leaving_with_no_progress():
     assert r.deadline_met and r.migrations == 0 and r.checkpoint_hours == pytest.approx(1 / 60)
     assert r.cost == pytest.approx(8 / 60 * 0.5 + 5 / 60 * 3.0)
     assert omniscient_bound(m, spec, 0).cost == pytest.approx(r.cost)
+
+
+def test_a_notice_save_that_keeps_only_rounding_dust_saves_nothing():
+    """0.2 h on 0.1 h ticks less a 0.15 h restart leaves u = 0.05000000000000001 h, and a
+    0.05 h notice save then 'commits' about 1e-17 h: that is nothing saved, so on-demand
+    still runs in the cheapest region and no move is billed (engine.SAVE_EPS_HOURS)."""
+    spec = JobSpec(work_hours=1.0, deadline_hours=5.0, restart_hours=0.15, checkpoint_hours=0.05,
+                   checkpoint_gb=100.0, egress_usd_per_gb=0.02, transfer_seconds=360.0,
+                   notice_seconds=300.0)
+    a = np.ones((2, 100), dtype=bool)
+    a[0, 2:] = False
+    m = Market(zones=("us-east-1a", "us-west-2a"), gap_seconds=360.0, available=a,
+               spot_price=np.full((2, 100), SPOT), on_demand_price=np.array([OD_EAST, OD_WEST]))
+    assert 0.1 + 0.1 - 0.15 - 0.05 > 0.0  # the dust this test is about
+    rec = _Recorder(ScriptedPolicy([0, 0] + [ON_DEMAND] * 40, 0))
+    r = simulate(rec, m, spec, 0)
+    assert rec.seen[2] == (None, "us-west-2")
+    assert r.migrations == 0 and r.migration_cost == 0.0
+    assert r.on_demand_cost == pytest.approx(1.15 * OD_WEST)
