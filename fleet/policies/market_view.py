@@ -74,27 +74,6 @@ class PriorStats:
                    all_down=float(np.mean(~h.any(axis=0))), up_after_neighbour_hours=after)
 
 
-def run_stats(history: np.ndarray, gap_hours: float,
-              lookback_hours: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(availability, mean up-run h, mean down-run h) per zone over the last
-    ``lookback_hours`` of ``history`` (zones x ticks, bool): the same estimates as
-    :meth:`PriorStats.from_history` (``held / (preemptions + 1)``, ``down / (regains +
-    1)``, at least one tick; a run still in progress at the end counts with the hours it
-    has lasted). On a probed observation's history this is the statistics before the job
-    updated with what the job has observed since its start."""
-    n = max(2, int(lookback_hours / gap_hours))
-    h = np.asarray(history[:, -n:], dtype=bool)
-    if h.shape[1] < 2:
-        z = h.shape[0]
-        return np.full(z, 0.5), np.full(z, 1.0), np.full(z, 1.0)
-    up_ticks = h.sum(axis=1)
-    pre = np.count_nonzero(h[:, :-1] & ~h[:, 1:], axis=1)
-    reg = np.count_nonzero(~h[:, :-1] & h[:, 1:], axis=1)
-    mean_up = np.maximum(up_ticks * gap_hours / (pre + 1), gap_hours)
-    mean_down = np.maximum((h.shape[1] - up_ticks) * gap_hours / (reg + 1), gap_hours)
-    return up_ticks / h.shape[1], mean_up, mean_down
-
-
 def poisson_tail(lam: float, n: int) -> float:
     """``P(N >= n)`` for ``N ~ Poisson(lam)`` (``n >= 0``; 1 for ``n <= 0``)."""
     if n <= 0:

@@ -73,7 +73,6 @@ from fleet.policies.market_view import (
     history_rejected,
     hold_p_value,
     launch_action,
-    run_stats,
     up_run_ticks,
 )
 from fleet.policies.safety import (
@@ -104,12 +103,6 @@ class SpotfleetParams:
     # preemption, any other as if it holds to the end; "switch_emp": the same switch, with
     # Fisher's test of each hold against the larger of the exponential and the empirical
     # run-law p-values (market_view.hold_p_value, fisher_rejects)
-    stats_rule: str = "prior"  # "prior" (v5): zone statistics from the history before the
-    # job only; "online_launch" (twelfth round candidate, docs/fleet-policies-tuning-log.md):
-    # availability, mean up- and down-run recomputed over the lookback window ending now,
-    # the job's own observations included (market_view.run_stats), for every decision but
-    # those made while holding a spot zone (voluntary moves, the held zone's save interval
-    # keep v5's statistics)
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -179,11 +172,8 @@ class SpotfleetPolicy(Policy):
         hist = obs.history[:, : obs.tick] if obs.tick > 1 else obs.history
         self.prior = PriorStats.from_history(hist, obs.gap_hours, self.p.lookback_hours,
                                              tuple(obs.regions))
-        self._prior0 = self.prior  # the statistics before the job (stats_rule)
         if self.p.own_runs not in OWN_RUNS:
             raise ValueError(f"own_runs {self.p.own_runs!r}: one of {', '.join(OWN_RUNS)}")
-        if self.p.stats_rule not in ("prior", "online_launch"):
-            raise ValueError(f"stats_rule {self.p.stats_rule!r}: prior or online_launch")
         n = max(2, int(self.p.lookback_hours / obs.gap_hours))
         self._down = ~np.asarray(hist[:, -n:], dtype=bool).any(axis=0)  # no zone up, per tick
         self._gap = obs.gap_hours
@@ -322,13 +312,6 @@ class SpotfleetPolicy(Policy):
         spec = state.spec
         if must_go_on_demand(state, g):
             return Action(ON_DEMAND, None, obs.tick + 1, watch=())
-        if self.p.stats_rule == "online_launch":
-            if state.location >= 0:
-                self.prior = self._prior0
-            else:
-                a, up, down = run_stats(obs.history, g, self.p.lookback_hours)
-                self.prior = dataclasses.replace(self._prior0, availability=a, mean_up_hours=up,
-                                                 mean_down_hours=down)
         k = ticks_until_unsafe(state, g)
         if self._idle_since is not None:
             self._idle_h += max(0.0, state.elapsed_hours - self._idle_since)
