@@ -5,16 +5,16 @@ committed (not billed, in the engine and in the DP), and the wrapper that counts
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from brute_force import cheapest_scripted_cost as _brute_force
 
-from fleet.policies.base import IDLE, ON_DEMAND, JobSpec
+from fleet.policies.base import JobSpec
 from fleet.policies.scripted import ScriptedPolicy
-from fleet.simulation.engine import PolicyError, simulate
+from fleet.simulation.engine import simulate
 from fleet.simulation.market import Market
 from fleet.simulation.omniscient import omniscient_bound
 
@@ -32,19 +32,6 @@ def quirks():
     sys.modules.pop(spec.name, None)
 
 
-def _brute_force(m: Market, spec: JobSpec, n_ticks: int) -> float:
-    locs = [IDLE, ON_DEMAND] + list(range(m.n_zones))
-    best = np.inf
-    for plan in itertools.product(locs, repeat=n_ticks):
-        if any(z >= 0 and not m.available[z, k] for k, z in enumerate(plan)):
-            continue
-        try:
-            r = simulate(ScriptedPolicy(plan, 0), m, spec, 0, observe="oracle")
-        except PolicyError:
-            continue
-        if r.deadline_met:
-            best = min(best, r.cost)
-    return best
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])

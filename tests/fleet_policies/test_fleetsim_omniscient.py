@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
+from brute_force import cheapest_scripted_cost as _brute_force
 
-from fleet.policies.base import IDLE, ON_DEMAND, JobSpec
+from fleet.policies.base import JobSpec
 from fleet.policies.scripted import ScriptedPolicy
-from fleet.simulation.engine import PolicyError, simulate
+from fleet.simulation.engine import simulate
 from fleet.simulation.market import Market
 from fleet.simulation.omniscient import omniscient_bound, quantum_seconds
 from fleet.simulation.sweep import make_policies, start_ticks
@@ -18,20 +17,6 @@ AVAIL = "spot-traces/availability/1-node/aws-02-15-2023"
 PRICES = "spot-prices/aws-v100-02-15-2023.json"
 
 
-def _brute_force(m: Market, spec: JobSpec, n_ticks: int) -> float:
-    """Cheapest deadline-meeting run over every per-tick action sequence."""
-    locs = [IDLE, ON_DEMAND] + list(range(m.n_zones))
-    best = np.inf
-    for plan in itertools.product(locs, repeat=n_ticks):
-        if any(z >= 0 and not m.available[z, k] for k, z in enumerate(plan)):
-            continue
-        try:
-            r = simulate(ScriptedPolicy(plan, 0), m, spec, 0, observe="oracle")
-        except PolicyError:
-            continue
-        if r.deadline_met:
-            best = min(best, r.cost)
-    return best
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])

@@ -6,14 +6,13 @@ fix the region of a later on-demand fallback. The engine's billing, the policy's
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
+from brute_force import cheapest_scripted_cost as _brute_force
 
-from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
+from fleet.policies.base import ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
 from fleet.policies.scripted import ScriptedPolicy
-from fleet.simulation.engine import PolicyError, simulate
+from fleet.simulation.engine import simulate
 from fleet.simulation.market import Market
 from fleet.simulation.omniscient import omniscient_bound
 
@@ -109,19 +108,6 @@ def test_with_nothing_saved_on_demand_stays_in_a_region_tied_for_the_cheapest():
     assert r.preemptions == 1 and r.launches == 3 and r.migrations == 0
 
 
-def _brute_force(m: Market, spec: JobSpec, n_ticks: int) -> float:
-    locs = [IDLE, ON_DEMAND] + list(range(m.n_zones))
-    best = np.inf
-    for plan in itertools.product(locs, repeat=n_ticks):
-        if any(z >= 0 and not m.available[z, k] for k, z in enumerate(plan)):
-            continue
-        try:
-            r = simulate(ScriptedPolicy(plan, 0), m, spec, 0, observe="oracle")
-        except PolicyError:
-            continue
-        if r.deadline_met:
-            best = min(best, r.cost)
-    return best
 
 
 @pytest.mark.parametrize("od_prices", [(OD_EAST, OD_WEST), (OD_WEST, OD_EAST), (3.0, 3.0)])
