@@ -49,11 +49,12 @@ the tuning set then gained a regime shift on seeds 80-84, ``benchmarks/fleet_tun
 (tenth round).
 
 ``volatile_holdout110`` / ``available_holdout110`` / ``shift_holdout110`` — seeds 110-114
-(session 7, eleventh round).
+(session 7; defined for the eleventh round and not run: its candidate failed the tuning set).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
-with a paired bootstrap interval over starts, deadline-met share, and the ratio of the
+with a paired bootstrap interval over starts (and, in the goal tables, over blocks of
+overlapping runs, :func:`start_blocks`), deadline-met share, and the ratio of the
 project's policy to the best baseline of the cell (paired bootstrap interval).
 """
 
