@@ -385,16 +385,17 @@ MIN_BLOCKS = 5
 ``C(2k - 1, k)`` distinct resamples (10 at k = 3, 1 at k = 1), too few to be an interval."""
 
 
-def _block_ci(c: Cell, num: np.ndarray, den: np.ndarray) -> str:
-    """`` | [lo, hi] (k)``: the cluster-bootstrap interval over ``c.blocks`` and the number
-    of blocks; `` | k blocks: too few`` under :data:`MIN_BLOCKS`; `` | -`` without blocks."""
-    if c.blocks is None:
-        return " | -"
-    k = np.unique(c.blocks).size
+def block_ci(blocks: np.ndarray | None, num: np.ndarray, den: np.ndarray) -> str:
+    """``[lo, hi] (k)``: the cluster-bootstrap interval of ``mean(num) / mean(den)`` over
+    ``blocks`` (:func:`start_blocks`) and the number of blocks; ``k blocks: too few`` under
+    :data:`MIN_BLOCKS`; ``-`` without blocks."""
+    if blocks is None:
+        return "-"
+    k = np.unique(blocks).size
     if k < MIN_BLOCKS:
-        return f" | {k} block{'s' if k > 1 else ''}: too few"
-    _, lo, hi = bootstrap_ratio(num, den, blocks=c.blocks)
-    return f" | [{lo:.3f}, {hi:.3f}] ({k})"
+        return f"{k} block{'s' if k > 1 else ''}: too few"
+    _, lo, hi = bootstrap_ratio(num, den, blocks=blocks)
+    return f"[{lo:.3f}, {hi:.3f}] ({k})"
 
 
 def candidate_table(cells: Sequence[Cell], name: str) -> str:
@@ -409,7 +410,7 @@ def candidate_table(cells: Sequence[Cell], name: str) -> str:
         om = c.omniscient.mean()
         lines.append(f"| {c.family} | {c.ratio:g} | {c.notice:g} | {c.costs[OURS].mean() / om:.3f} | "
                      f"{c.costs[name].mean() / om:.3f} | {r:.4f} [{lo:.4f}, {hi:.4f}]"
-                     f"{_block_ci(c, c.costs[name], c.costs[OURS])} |")
+                     f" | {block_ci(c.blocks, c.costs[name], c.costs[OURS])} |")
     return "\n".join(lines)
 
 
@@ -446,6 +447,6 @@ def goal_table(cells: Sequence[Cell], policy: str = OURS) -> str:
         r, lo, hi = bootstrap_ratio(c.costs[policy], c.costs[b])
         o = c.costs[policy].mean() / c.omniscient.mean()
         lines.append(f"| {c.family} | {c.ratio:g} | {c.notice:g} | {b} | {r:.3f} [{lo:.3f}, {hi:.3f}]"
-                     f"{_block_ci(c, c.costs[policy], c.costs[b])} "
+                     f" | {block_ci(c.blocks, c.costs[policy], c.costs[b])} "
                      f"| {o:.3f} | {c.met[policy].mean():.0%} |")
     return "\n".join(lines)

@@ -90,12 +90,16 @@ def test_tuning_set_shift_family_uses_its_own_seeds_and_window():
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import fleet_tuning_set as ts
 
-    from fleet.simulation.families import FAMILIES, SHIFT_HOURS
+    from fleet.simulation.families import FAMILIES, SHIFT_LAST_START_HOURS
 
     plan = ts.tuning_plan("shift", 1.5)
     assert sorted({seed for _, _, seed in plan}) == [80, 81, 82, 83, 84]
     assert len(plan) == 40
     fam = FAMILIES["shift_holdout70"]
     for m, s, _ in plan:
-        assert fam.warmup_hours <= s * m.gap_hours < SHIFT_HOURS + 0.5 * 12.0
+        assert fam.warmup_hours <= s * m.gap_hours < SHIFT_LAST_START_HOURS
     assert ts.family_of("shift") is fam and ts.family_of("v100") is FAMILIES["v100"]
+    # the 8 starts of a seed lie within 9 h and share their 18 h deadlines: one block per
+    # seed, 5 in all, so the tuning set's block interval is over 5 markets, not 40 starts
+    blocks = ts.plan_blocks(plan, fam.spec(1.5, 0.0).deadline_hours)
+    assert blocks.tolist() == [k for k in range(5) for _ in range(8)]
