@@ -18,7 +18,11 @@ def test_fleet_sim_prints_progress_table_ratio_and_plot(shared_data, tmp_path, c
     for name in ("omniscient", "on_demand", "failover", "spotfleet"):
         assert f"  {name}" in out  # one progress line per policy
     assert "$/omniscient" in out and "deadlines met" in out
-    assert "spotfleet / omniscient bound:" in out
+    assert "spotfleet / omniscient bound:" in out and "(mean cost / mean bound)" in out
+    # against the cheapest other policy, per start and per block (3 starts 15 days apart:
+    # 3 blocks, too few for a block interval)
+    assert "spotfleet / failover (the cheapest other policy but on-demand):" in out
+    assert "per start; 3 blocks: too few per block" in out
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -72,3 +76,45 @@ def test_fleet_sim_observe_modes(shared_data, capsys):
                        for n in ("on_demand", "failover")}
     assert costs["probe"]["on_demand"] == costs["oracle"]["on_demand"]  # needs no market view
     assert costs["probe"]["failover"] < costs["probe"]["on_demand"]
+
+
+def _sweep(costs: dict[str, list[float]], omni: list[float], starts: list[int]):
+    from fleet.policies.base import JobSpec
+    from fleet.simulation.engine import RunResult
+    from fleet.simulation.sweep import SweepResult
+
+    spec = JobSpec(work_hours=2.0, deadline_hours=4.0)
+    res = SweepResult(spec=spec, starts=starts, omniscient=omni)
+    for name, cs in costs.items():
+        res.runs[name] = [RunResult(policy=name, start_tick=s, cost=c, spot_cost=c, on_demand_cost=0.0,
+                                    spot_hours=2.0, on_demand_hours=0.0, completion_hours=3.0,
+                                    deadline_met=True, preemptions=0, launches=1,
+                                    lost_work_hours=0.0, checkpoint_hours=0.0, restart_hours=0.0)
+                          for s, c in zip(starts, cs, strict=True)]
+    return res
+
+
+def test_summary_ratio_is_mean_cost_over_mean_bound():
+    """The table's $/omniscient is the ratio of means, as the docs' tables: (1 + 3) / (1 +
+    1.5) = 1.6, not the mean of per-start ratios (1 + 2) / 2 = 1.5."""
+    from fleet.simulation.sweep import summarize
+
+    rows = summarize(_sweep({"spotfleet": [1.0, 3.0]}, [1.0, 1.5], [0, 100]))
+    assert rows[0].policy == "spotfleet" and rows[0].cost_vs_omniscient == 1.6
+
+
+def test_best_baseline_line_names_the_cheapest_other_policy_and_counts_blocks():
+    from pipelines.commands.fleet_sim import best_baseline_line
+
+    costs = {"on_demand": [1.0] * 12, "failover": [12.0] * 12, "greedy_1zone": [10.0] * 12,
+             "spotfleet": [9.0] * 12}
+    # 12 starts 10 ticks (1 h) apart with a 4 h deadline: blocks of 4 starts -> 3 blocks
+    line = best_baseline_line(_sweep(costs, [8.0] * 12, list(range(0, 120, 10))), 0.1)
+    assert line.startswith("spotfleet / greedy_1zone (the cheapest other policy but on-demand): "
+                           "0.900 [0.900, 0.900] per start; 3 blocks: too few per block")
+    # 30 starts 5 h apart: every start its own block, an interval over 30 blocks
+    costs = {"failover": [12.0] * 30, "spotfleet": [9.0] * 30}
+    line = best_baseline_line(_sweep(costs, [8.0] * 30, list(range(0, 1500, 50))), 0.1)
+    assert "0.750 [0.750, 0.750] per start; [0.750, 0.750] (30) per block" in line
+    assert best_baseline_line(_sweep({"failover": [1.0]}, [1.0], [0]), 0.1) == ""
+    assert best_baseline_line(_sweep({"on_demand": [1.0], "spotfleet": [1.0]}, [1.0], [0]), 0.1) == ""
