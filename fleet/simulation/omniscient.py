@@ -363,6 +363,8 @@ def _dp_cost(avail, zreg, n_r, g_u, r_u, c_u, m_u, w_u, d_u, spot_uc, od_uc,
             od_free = not spot and od_first < 0 and n_r > 1
             od_here = not spot and od_keep[rl]
             od_pull = not spot and rl == od_first and n_r > 1
+            # (the two loops below pick their source alike; a shared @njit helper for it,
+            # tried in session 7, gave the same bounds but made the DP 3-7x slower)
             for p in range(max(lo - c_u, lo2 + r_u - g_u), min(hi, w_u - 1 + r_u - g_u) + 1):
                 if spot or p > 0:
                     x = leave[rl, p + off]
