@@ -207,8 +207,13 @@ class PolicyDriver:
     deadline_seconds: float | None = None
     gap_seconds: float = 300.0
     prior_history: np.ndarray | None = None
+    #: where ON_DEMAND launches when the operator chose (always used); None: the
+    #: simulator's rule, see :meth:`on_demand_zone_now`
     on_demand_zone: str | None = None
     regions: Sequence[str] | None = None
+    #: on-demand $/h per zone (a region name as key covers its zones); a zone not listed
+    #: (or None) costs the priors' one flat on-demand price, so that all regions tie
+    on_demand_prices: Mapping[str, float] | None = None
     no_deadline_factor: float = 50.0
     #: the stage's accelerator; None = not said (the V100 fallback prices may apply)
     accelerator: str | None = None
@@ -228,7 +233,8 @@ class PolicyDriver:
         self._launches = 0
         self._failed_probes = 0
         self._just_preempted = False
-        self._checkpoint_region: str | None = None
+        self._checkpoint_region: str | None = None  # region of the last launch (None: none)
+        self._last_launch_zone: str | None = None
 
     @property
     def name(self) -> str:
@@ -270,22 +276,60 @@ class PolicyDriver:
         nothing. The live stage moves nothing itself (every node reads and writes the one
         store of ``spec.checkpoint_uri``, and no egress is priced here: ``migration_usd``
         and ``migration_hours`` stay 0), so the region only keeps the policy's view the
-        simulator's. ``on_demand_region``: the configured on-demand zone's region."""
+        simulator's. ``on_demand_region``: the region of the zone an ``ON_DEMAND`` launch
+        would use now (:meth:`on_demand_zone_now`)."""
         hist = self.market.history(t)
         pr = self.priors
         spot = (np.array([pr.spot_price_per_hour.get(z, spec.spot_price) for z in self.zones])
                 if pr.spot_price_per_hour else None)
+        od_reg = self._od_region_prices()
+        od = np.array([od_reg[r] for r in self.regions]) if self.on_demand_prices else None
         return Observation(tick=hist.shape[1] - 1, gap_hours=self.gap_seconds / 3600.0,
                            zones=tuple(self.zones), available=hist[:, -1].copy(), history=hist,
-                           regions=tuple(self.regions), spot_price=spot, probed=True,
+                           regions=tuple(self.regions), spot_price=spot, on_demand_price=od,
+                           probed=True,
                            last_seen_tick=self.market.last_seen.copy(),
                            checkpoint_region=self._checkpoint_region if saved else None,
-                           on_demand_region=self._on_demand_region())
+                           on_demand_region=self._region(self.on_demand_zone_now(saved)))
 
-    def _on_demand_region(self) -> str:
-        """Region of the zone ``ON_DEMAND`` launches in (:meth:`_as_launch`)."""
-        z = self.on_demand_zone or self.zones[0]
-        return self.regions[self.zones.index(z)] if z in self.zones else region_of_zone(z)
+    def _region(self, zone: str) -> str:
+        return self.regions[self.zones.index(zone)] if zone in self.zones else region_of_zone(zone)
+
+    def _od_region_prices(self) -> dict[str, float]:
+        """On-demand $/h per region of the candidate zones: the lowest of its zones' (as
+        the simulator's ``region_on_demand_prices``)."""
+        flat = self.priors.on_demand_price_per_hour or FALLBACK_ON_DEMAND_PRICE
+        given = self.on_demand_prices or {}
+        out: dict[str, float] = {}
+        for z, r in zip(self.zones, self.regions, strict=True):
+            p = float(given.get(z, given.get(r, flat)))
+            out[r] = min(out.get(r, p), p)
+        return out
+
+    def on_demand_zone_now(self, saved: bool) -> str:
+        """The zone an ``ON_DEMAND`` launch uses now (``saved``: as in :meth:`observation`).
+
+        A configured ``on_demand_zone`` always. Otherwise the simulator's rule
+        (fleet/simulation/engine.py): once work is saved, the checkpoint's region (the
+        last launch's); while nothing is saved, the cheapest on-demand region, the last
+        launch's when it is one of the cheapest (no move back later), else the first
+        cheapest in zone order. With one flat on-demand price (no ``on_demand_prices``)
+        every region ties: the last launch's region, else the first zone's. Within the
+        region: the last launch's zone when it lies there, else its first candidate zone.
+        """
+        if self.on_demand_zone:
+            return self.on_demand_zone
+        od = self._od_region_prices()
+        best = min(od.values())
+        ck = self._checkpoint_region
+        if ck is not None and (saved or od.get(ck, math.inf) <= best):
+            region = ck
+        else:
+            region = next(r for r in self.regions if od[r] <= best)
+        last = self._last_launch_zone
+        if last is not None and self._region(last) == region:
+            return last
+        return next(z for z, r in zip(self.zones, self.regions, strict=True) if r == region)
 
     def _loc(self, location: str | None) -> int:
         if location is None:
@@ -312,7 +356,8 @@ class PolicyDriver:
         if location is not None and location != "on-demand":
             self.market.observe(t, {location: True})  # the held zone is seen up
         c, u = progress.fractions()
-        obs = self.observation(t, spec, saved=c > 0.0 or (location is not None and u > 0.0))
+        saved = c > 0.0 or (location is not None and u > 0.0)
+        obs = self.observation(t, spec, saved=saved)
         if not self._reset:
             self.policy.reset(spec, obs)
             self._reset = True
@@ -332,7 +377,7 @@ class PolicyDriver:
                     else None)
         tries: list[Launch | None] = []
         for c_ in (act.target, *act.fallbacks):
-            lau = self._as_launch(c_, state)
+            lau = self._as_launch(c_, state, saved)
             tries.append(lau)
             if lau is None:
                 break
@@ -340,10 +385,10 @@ class PolicyDriver:
                      tick=obs.tick, target=act.target)
         return d
 
-    def _as_launch(self, target: int, state: JobState) -> Launch | None:
+    def _as_launch(self, target: int, state: JobState, saved: bool) -> Launch | None:
         name = self.name
-        if target == ON_DEMAND:
-            return Launch(self.on_demand_zone or self.zones[0], spot=False, policy=name,
+        if target == ON_DEMAND:  # where the observation's on_demand_region said
+            return Launch(self.on_demand_zone_now(saved), spot=False, policy=name,
                           reason=f"policy {name}: on-demand (slack {state.slack_hours:.2f} h, "
                                  f"deadline {state.spec.deadline_hours:.2f} h)")
         if not 0 <= target < len(self.zones):
@@ -372,9 +417,9 @@ class PolicyDriver:
                     self._failed_probes += 1
                     continue
             self._launches += 1
-            z = self.zones.index(lau.zone) if lau.zone in self.zones else 0
             # the region of the last launch: the checkpoint's once the job saved (the
             # observation hides it before, see :meth:`observation`)
-            self._checkpoint_region = self.regions[z]
+            self._checkpoint_region = self._region(lau.zone)
+            self._last_launch_zone = lau.zone
             return lau, failed
         return None, failed

@@ -59,7 +59,7 @@ def _decisions(schedule: CapacitySchedule, tmp_path, policy: str, until_s: float
     when the held zone loses capacity; a node that runs makes progress."""
     run = _run(schedule, tmp_path, policy)
     zones = schedule.zones
-    driver = run._driver(schedule, zones, zones[0])
+    driver = run._driver(schedule, zones)
     out, loc, committed = [], None, 0
     gap = driver.gap_seconds
     t = 0.0
@@ -95,8 +95,8 @@ def test_prior_history_is_the_past_only(tmp_path):
         # before the split the two schedules' pasts agree, whatever their futures
         assert np.array_equal(a.past(z, split_s - 1.0, 10**6), b.past(z, split_s - 1.0, 10**6))
     ra, rb = _run(a, tmp_path / "a", "spotfleet"), _run(b, tmp_path / "b", "spotfleet")
-    pa = ra._driver(a, a.zones, a.zones[0]).market.history(0.0)
-    pb = rb._driver(b, b.zones, b.zones[0]).market.history(0.0)
+    pa = ra._driver(a, a.zones).market.history(0.0)
+    pb = rb._driver(b, b.zones).market.history(0.0)
     assert np.array_equal(pa, pb)
 
 

@@ -103,7 +103,10 @@ class LocalFleetConfig:
     workdir: Path | None = None  # logs, events, stats; default: a temporary directory
     max_capacity_wait_seconds: float = 120.0  # no capacity anywhere this long -> AttemptFailed
     max_failures: int = 0  # non-preemption crashes tolerated per attempt
-    on_demand_zone: str | None = None  # default: first candidate zone
+    #: where on-demand runs; None: where the simulator runs it (the checkpoint's region once
+    #: something is saved, else the cheapest on-demand region of ``prices``); a stage with
+    #: use_spot=False runs in the first candidate zone
+    on_demand_zone: str | None = None
     poll_seconds: float = 0.05
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -302,16 +305,27 @@ class _StageRun(AttemptRecord):
                         step_seconds=step_s or None)
 
     # -- the fleet policy -------------------------------------------------------------------
-    def _driver(self, schedule: CapacitySchedule, zones: list[str], od_zone: str) -> PolicyDriver:
+    def _driver(self, schedule: CapacitySchedule, zones: list[str]) -> PolicyDriver:
+        """The policy driver; on-demand runs in ``cfg.on_demand_zone`` when set, else where
+        the simulator runs it (``PolicyDriver.on_demand_zone_now``), priced per region by
+        ``cfg.prices`` as the sessions are billed."""
         gaps = sorted({schedule.traces[z].gap_seconds for z in zones})
         gap = gaps[0]
         n = max(1, int(self.cfg.prior_history_hours * 3600.0 / gap))
         prior = np.stack([schedule.past(z, 0.0, n) for z in zones])
+        regions = [schedule.region_of(z) for z in zones]
+        itype = self.spec.instance_type or self.cfg.instance_type
+        od_prices: dict[str, float] = {}
+        for z, r in zip(zones, regions, strict=True):
+            try:
+                od_prices[z] = self.cfg.prices.on_demand_price(itype, r)
+            except KeyError:  # not priced here: the priors' flat price (the driver's default)
+                continue
         return PolicyDriver(self.cfg.policy or self.spec.policy, zones, priors=self.spec.priors,
                             deadline_seconds=self.spec.deadline_seconds, gap_seconds=gap,
                             prior_history=prior if prior.shape[1] else None,
-                            on_demand_zone=od_zone, regions=[schedule.region_of(z) for z in zones],
-                            accelerator=self.spec.accelerator)
+                            on_demand_zone=self.cfg.on_demand_zone, regions=regions,
+                            on_demand_prices=od_prices or None, accelerator=self.spec.accelerator)
 
     def _decide(self, driver: PolicyDriver, location: str | None) -> Launch | None:
         """Ask the policy now and try its launches in order (each spot zone is a probe of
@@ -356,7 +370,7 @@ class _StageRun(AttemptRecord):
         started = time.time()
         self._started = started
         injector.start(started)
-        driver = self._driver(schedule, zones, od_zone) if self.spec.use_spot else None
+        driver = self._driver(schedule, zones) if self.spec.use_spot else None
         self.driver = driver
         prev_zone: str | None = None
         relaunches = failures = 0
