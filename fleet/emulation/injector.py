@@ -98,19 +98,40 @@ def one_instance_type_per_zone(traces: Iterable[Trace], fix: str = INSTANCE_TYPE
     if not mixed:
         return
     zone, ts = next(iter(mixed.items()))
-    labels = sorted({t.instance_type or t.accelerator for t in ts})
-    choices = sorted({t.instance_type or t.accelerator for t in traces})
+    labels = sorted({_type(t) for t in ts})
+    choices = sorted({_type(t) for t in traces})
     raise ValueError(
         f"{len(mixed)} zone(s) have several traces, e.g. {zone}: instance types {labels} "
         f"(files {[t.source or t.zone for t in ts][:4]}); the local fleet replays one trace "
         f"per zone (a job runs on one instance type): {fix}; the types here: {choices}")
 
 
+def _type(trace: Trace) -> str:
+    return trace.instance_type or trace.accelerator
+
+
+def one_instance_type(traces: Iterable[Trace], fix: str = INSTANCE_TYPE_FIX) -> None:
+    """Refuse (``ValueError`` naming the type of each zone and ``fix``) traces whose zones
+    carry different instance types, one per zone (e.g. k80_1 in us-east-1a, v100_1 in
+    us-west-2b): the local fleet would replay them as one fleet of mixed hardware, a job
+    moving between a K80 and a V100 machine. A filter that keeps one type passes."""
+    traces = list(traces)
+    types = sorted({_type(t) for t in traces})
+    if len(types) <= 1:
+        return
+    per_zone = ", ".join(f"{t.zone}: {_type(t)}" for t in traces)
+    raise ValueError(
+        f"the zones carry {len(types)} different instance types {types} ({per_zone}); the "
+        f"local fleet runs a job on one instance type, not on a fleet of mixed hardware: {fix}")
+
+
 class CapacitySchedule:
     """Which zones have spot capacity at a trace time (seconds from the trace start).
 
-    Built from ``Trace`` objects, one per zone (``one_instance_type_per_zone``: a folder
-    with several instance types in a zone is refused, naming the filter). Traces of
+    Built from ``Trace`` objects, one per zone, all of one instance type
+    (``one_instance_type_per_zone``, ``one_instance_type``: a folder with several
+    instance types in a zone, or a different type in different zones, is refused, naming
+    the filter). Traces of
     different lengths are cut to the shortest with one warning (``cut_to_common_length``,
     the rule of ``Market``), so every zone's tick ``i`` is the same moment; the replay
     wraps around at that common length. A zone is up in a tick when at least
@@ -120,6 +141,7 @@ class CapacitySchedule:
     def __init__(self, traces: Iterable[Trace], offset_seconds: float = 0.0):
         traces = list(traces)
         one_instance_type_per_zone(traces)
+        one_instance_type(traces)
         self.traces: dict[str, Trace] = {
             tr.zone: tr for tr in cut_to_common_length(traces, "the local fleet's market")}
         if not self.traces:
