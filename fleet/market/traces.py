@@ -361,12 +361,15 @@ def cut_to_common_length(traces: Sequence[Trace], where: str | Path = "",
         for n, names in sorted(by_len.items()))
     gaps = "/".join(f"{g:g}" for g in sorted({t.gap_seconds for t in traces}))
     short = min(traces, key=lambda t: t.n_ticks * t.gap_seconds)
+    cut = [f"{_file_label(t)}: {t.n_ticks - k} ticks cut"
+           for k, t in zip(keep, traces, strict=True) if k < t.n_ticks]
     at = f"{where}: " if str(where) else ""
     warnings.warn(
         f"{at}traces differ in length ({listing}; ticks of {gaps} s): every zone is cut to "
         f"the shortest, {_file_label(short)} ({short.duration_hours:.1f} h), so that all "
-        f"zones cover the same hours; {sum(k < t.n_ticks for k, t in zip(keep, traces, strict=True))} "
-        "zone(s) lose their later ticks", stacklevel=stacklevel + 1)
+        f"zones cover the same hours; {len(cut)} zone(s) lose their later ticks "
+        f"({', '.join(cut[:4])}{f' (+{len(cut) - 4} more)' if len(cut) > 4 else ''})",
+        stacklevel=stacklevel + 1)
     return [t if k == t.n_ticks else replace(
         t, available=t.available[:k],
         spot_prices=None if t.spot_prices is None else t.spot_prices[:k])

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from fleet.contract import mean_restart_seconds
-from fleet.market.traces import Trace
+from fleet.market.traces import Trace, cut_to_common_length
 from fleet.providers.base import NodeSession
 
 DEFAULT_CI_LEVEL = 0.90
@@ -336,8 +336,10 @@ def _label(t: Trace, traces: Sequence[Trace]) -> str:
 def zone_correlation(traces: Sequence[Trace]):
     """Pairwise Pearson correlation of unavailability (1 = down) between traces.
 
-    Traces are aligned from tick 0 and cut to the shortest one; traces with different
-    ``gap_seconds`` are resampled (nearest earlier tick) onto the coarsest gap.
+    Traces are aligned from tick 0 and cut to the shortest one, with one warning naming
+    the files and the ticks cut (``cut_to_common_length``, the loaders' rule); traces
+    with different ``gap_seconds`` are resampled (nearest earlier tick) onto the
+    coarsest gap.
     Returns a ``pandas.DataFrame`` indexed and labelled by zone. A constant series
     (never down) has no defined correlation: NaN off the diagonal.
     """
@@ -346,8 +348,11 @@ def zone_correlation(traces: Sequence[Trace]):
     if not traces:
         raise ValueError("zone_correlation needs at least one trace")
     gap = max(t.gap_seconds for t in traces)
-    horizon_s = min(t.n_ticks * t.gap_seconds for t in traces)
+    horizon_s = min(t.n_ticks * t.gap_seconds for t in traces)  # the time all cover
     n = max(1, int(horizon_s // gap))
+    # the same ticks as before the cut: tick n - 1 of the coarsest gap starts before the
+    # shortest trace's end, so no index reaches past a cut trace's last tick
+    traces = cut_to_common_length(traces, "zone correlation", stacklevel=2)
     cols = {}
     for t in traces:
         idx = np.minimum((np.arange(n) * gap // t.gap_seconds).astype(int), t.n_ticks - 1)

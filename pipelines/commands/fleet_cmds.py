@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 
 from fleet.contract import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_RESTART_SECONDS
 
@@ -233,7 +234,10 @@ def _plan(args: argparse.Namespace) -> int:
     req = StageRequest(work_hours=args.work, deadline_hours=args.deadline, num_nodes=args.nodes,
                        accelerator=args.accelerator, ckpt_hours=args.ckpt_min / 60.0,
                        restart_hours=args.restart_min / 60.0, on_demand_core=args.on_demand_core)
-    plan = plan_stage(req, zone_stats(traces), forecast_zones(traces, None, args.horizon),
-                      prices, correlation=zone_correlation(traces))
+    forecasts = forecast_zones(traces, None, args.horizon)  # warns when it cuts the traces
+    with warnings.catch_warnings():  # ... so the correlation's same cut is not said twice
+        warnings.filterwarnings("ignore", message="zone correlation: traces differ in length")
+        correlation = zone_correlation(traces)
+    plan = plan_stage(req, zone_stats(traces), forecasts, prices, correlation=correlation)
     print(plan.to_json() if args.json else plan.explain())
     return 0
