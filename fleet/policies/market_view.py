@@ -11,6 +11,9 @@
 * :func:`history_rejected`, :func:`hold_p_value`, :func:`fisher_rejects`: tests of the
   job's own preemptions against the history (spotfleet's opt-in ``own_runs="switch"`` /
   ``"switch_emp"``).
+* :func:`changepoint_run`: each held zone's expected up-run averaged over "unchanged since
+  the history" and "changed", weighted by the job's own holds and preemptions there
+  (spotfleet's opt-in ``zone_model="changepoint"``).
 """
 
 from __future__ import annotations
@@ -126,6 +129,50 @@ def fisher_rejects(p_values: Sequence[float], alpha: float = SHIFT_ALPHA) -> boo
         return False
     x = -2.0 * sum(math.log(max(p, 1e-300)) for p in p_values)
     return 1.0 - poisson_tail(x / 2.0, k) < alpha
+
+
+CHANGE_PRIOR = 0.1
+"""Prior probability that a zone's run law during the job is not its history's
+(:func:`changepoint_run`; fixed before the thirteenth round's runs, not tuned)."""
+
+
+def changed_probability(mean_up_hours: float, preemptions: float, held_hours: float,
+                        prior_hours: float, prior: float = CHANGE_PRIOR) -> float:
+    """Posterior probability that a zone changed, from the job's ``preemptions`` in
+    ``held_hours`` of holding it.
+
+    H0: preemptions come at the history's rate ``1 / mean_up_hours`` (likelihood
+    ``m^-n exp(-H / m)``); H1: at an unknown rate with a Gamma(1, ``prior_hours``) prior
+    (marginal likelihood ``b n! / (b + H)^(n + 1)``), ``prior`` = P(H1) before the evidence.
+    Long holds without a preemption favour H0 (H1's mass sits on high rates), short holds
+    ending in preemptions favour H1."""
+    m = max(float(mean_up_hours), 1e-9)
+    n = max(float(preemptions), 0.0)
+    h = max(float(held_hours), 0.0)
+    b = max(float(prior_hours), 1e-9)
+    log_l0 = -n * math.log(m) - h / m
+    log_l1 = math.log(b) + math.lgamma(n + 1.0) - (n + 1.0) * math.log(b + h)
+    log_odds = math.log(prior / (1.0 - prior)) + log_l1 - log_l0
+    if log_odds > 50.0:
+        return 1.0
+    return math.exp(log_odds) / (1.0 + math.exp(log_odds))
+
+
+def changepoint_run(run_hours: np.ndarray, mean_up_hours: np.ndarray, preemptions: np.ndarray,
+                    held_hours: np.ndarray, prior_hours: float,
+                    prior: float = CHANGE_PRIOR) -> np.ndarray:
+    """Expected up-run (h) of each zone averaged over the two hypotheses of
+    :func:`changed_probability`: ``run_hours`` (the history's estimate) if unchanged, the
+    job's own ``(b + held) / (preemptions + 1)`` if changed. Zones the job never held keep
+    ``run_hours``."""
+    out = np.array(run_hours, dtype=float)
+    for z in range(out.size):
+        n, h = float(preemptions[z]), float(held_hours[z])
+        if n <= 0 and h <= 0:
+            continue
+        p1 = changed_probability(float(mean_up_hours[z]), n, h, prior_hours, prior)
+        out[z] = (1.0 - p1) * out[z] + p1 * (prior_hours + h) / (n + 1.0)
+    return out
 
 
 def up_run_ticks(up: np.ndarray) -> np.ndarray:

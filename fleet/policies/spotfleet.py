@@ -69,6 +69,7 @@ from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Obse
 from fleet.policies.market_view import (
     PriorStats,
     belief_up,
+    changepoint_run,
     fisher_rejects,
     history_rejected,
     hold_p_value,
@@ -103,6 +104,9 @@ class SpotfleetParams:
     # preemption, any other as if it holds to the end; "switch_emp": the same switch, with
     # Fisher's test of each hold against the larger of the exponential and the empirical
     # run-law p-values (market_view.hold_p_value, fisher_rejects)
+    zone_model: str = "history"  # "history": v5. "changepoint" (thirteenth round, session 8):
+    # a zone the job held gets the posterior average of v5's expected run (no change) and
+    # the run its own holds and preemptions show (a changed zone), market_view.changepoint_run
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -123,6 +127,9 @@ class SpotfleetParams:
 
 OWN_RUNS = ("off", "switch", "switch_emp")
 """The values of ``SpotfleetParams.own_runs`` (see its comment)."""
+
+ZONE_MODELS = ("history", "changepoint")
+"""The values of ``SpotfleetParams.zone_model`` (see its comment)."""
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -174,6 +181,8 @@ class SpotfleetPolicy(Policy):
                                              tuple(obs.regions))
         if self.p.own_runs not in OWN_RUNS:
             raise ValueError(f"own_runs {self.p.own_runs!r}: one of {', '.join(OWN_RUNS)}")
+        if self.p.zone_model not in ZONE_MODELS:
+            raise ValueError(f"zone_model {self.p.zone_model!r}: one of {', '.join(ZONE_MODELS)}")
         n = max(2, int(self.p.lookback_hours / obs.gap_hours))
         self._down = ~np.asarray(hist[:, -n:], dtype=bool).any(axis=0)  # no zone up, per tick
         self._gap = obs.gap_hours
@@ -203,6 +212,9 @@ class SpotfleetPolicy(Policy):
         if neighbour and after is not None and recent and self._pre_region is not None and obs.regions:
             same = np.array([r == self._pre_region for r in obs.regions])
             run = np.where(same, np.minimum(run, after), run)
+        if self.p.zone_model == "changepoint":
+            run = changepoint_run(run, self.prior.mean_up_hours, self._own_n, self._held_h,
+                                  obs.gap_hours)
         return run
 
     # ------------------------------------------------------------------ costs
@@ -319,7 +331,7 @@ class SpotfleetPolicy(Policy):
         if state.just_preempted and state.last_preempted_zone >= 0 and obs.regions:
             self._pre_tick = obs.tick
             self._pre_region = obs.regions[state.last_preempted_zone]
-        if self.p.own_runs != "off":
+        if self.p.own_runs != "off" or self.p.zone_model != "history":
             self._own_run_update(state)
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)

@@ -1,0 +1,87 @@
+"""spotfleet's opt-in ``SpotfleetParams.zone_model="changepoint"`` (thirteenth round,
+session 8, issue 10; docs/fleet-policies-tuning-log.md): the posterior probability that a
+held zone changed, the averaged expected run, and its wiring into the policy. That the
+default (``"history"``) is v5 bit for bit is pinned in ``test_fleetsim_v5_pins.py``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fleet.policies.base import IDLE, JobSpec, JobState, Observation
+from fleet.policies.market_view import CHANGE_PRIOR, changed_probability, changepoint_run
+from fleet.policies.spotfleet import SpotfleetParams, SpotfleetPolicy
+
+GAP = 1.0 / 6
+
+
+def test_changed_probability_is_bayes_rule_on_the_two_likelihoods():
+    m, n, h, b = 12.0, 2, 1.0, GAP
+    l0 = m ** -n * math.exp(-h / m)
+    l1 = b * math.factorial(n) / (b + h) ** (n + 1)
+    odds = CHANGE_PRIOR / (1 - CHANGE_PRIOR) * l1 / l0
+    assert changed_probability(m, n, h, b) == pytest.approx(odds / (1 + odds), rel=1e-12)
+
+
+def test_short_holds_that_end_in_preemptions_say_changed_long_holds_say_unchanged():
+    p = [changed_probability(12.0, n, 0.5 * n, GAP) for n in (1, 2, 3, 4)]
+    assert p == sorted(p) and p[0] < 0.5 < p[-1]
+    # one early preemption is weak evidence (heavy-tailed laws give those often)
+    assert p[0] < 0.4
+    # hours held without a preemption, or preemptions at the history's pace: unchanged
+    assert changed_probability(12.0, 0, 6.0, GAP) < 0.01
+    assert changed_probability(12.0, 3, 36.0, GAP) < 0.01
+
+
+def test_changepoint_run_leaves_unheld_zones_alone_and_pulls_held_ones_to_their_evidence():
+    run = np.array([12.0, 12.0, 6.0])
+    out = changepoint_run(run, run, np.array([3, 0, 0]), np.array([1.0, 0.0, 4.0]), GAP)
+    assert out[1] == 12.0                       # never held: v5's run
+    assert out[0] < 1.0                         # 3 preemptions in 1 h: about (b + 1) / 4
+    assert out[0] > (GAP + 1.0) / 4 - 1e-12
+    assert 5.5 < out[2] <= 6.0                  # held 4 h, never preempted: v5's, nearly
+
+
+def _decide_after_preemptions(params: SpotfleetParams, times: int):
+    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
+    pre = np.ones((2, 120), dtype=bool)  # 20 h before the job, both zones always up
+    prices, od = np.array([10.0, 12.0]), np.array([80.0, 80.0])
+
+    def obs(t):
+        hist = np.ones((2, t + 1), dtype=bool)
+        return Observation(tick=t, gap_hours=GAP, zones=("a", "b"), available=hist[:, -1],
+                           history=hist, spot_price=prices, on_demand_price=od)
+
+    pol = SpotfleetPolicy(params)
+    pol.reset(spec, Observation(tick=119, gap_hours=GAP, zones=("a", "b"), available=pre[:, -1],
+                                history=pre, spot_price=prices, on_demand_price=od))
+    t, start = 120, 119
+    act = None
+    for k in range(times):  # hold zone 0 for a tick, then lose it
+        pol.decide(JobState(tick=t, start_tick=start, elapsed_hours=(t - start) * GAP, spec=spec,
+                            location=0), obs(t))
+        act = pol.decide(JobState(tick=t + 1, start_tick=start, elapsed_hours=(t + 1 - start) * GAP,
+                                  spec=spec, location=IDLE, preemptions=k + 1,
+                                  last_preempted_zone=0, just_preempted=True), obs(t + 1))
+        t += 2
+    return act
+
+
+def test_the_policy_leaves_a_zone_that_keeps_preempting_it():
+    """History: zone 0 (10 $/h) and zone 1 (12 $/h) never preempted. The job is preempted
+    in zone 0 after one tick, three times: v5 still relaunches there (its history says the
+    zone holds), the candidate goes to zone 1."""
+    assert _decide_after_preemptions(SpotfleetParams(), 3).target == 0
+    assert _decide_after_preemptions(SpotfleetParams(zone_model="changepoint"), 3).target == 1
+    # one early preemption is not enough to leave
+    assert _decide_after_preemptions(SpotfleetParams(zone_model="changepoint"), 1).target == 0
+
+
+def test_an_unknown_zone_model_names_the_field_and_the_choices():
+    spec = JobSpec(20.0, 30.0)
+    hist = np.ones((1, 10), dtype=bool)
+    obs = Observation(tick=9, gap_hours=GAP, zones=("a",), available=hist[:, -1], history=hist)
+    with pytest.raises(ValueError, match="zone_model 'bayes': one of history, changepoint"):
+        SpotfleetPolicy(SpotfleetParams(zone_model="bayes")).reset(spec, obs)
