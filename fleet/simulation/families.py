@@ -49,7 +49,10 @@ the tuning set then gained a regime shift on seeds 80-84, ``benchmarks/fleet_tun
 (tenth round).
 
 ``volatile_holdout110`` / ``available_holdout110`` / ``shift_holdout110`` — seeds 110-114
-(session 7; defined for the eleventh round and not run: its candidate failed the tuning set).
+(session 7; defined for the eleventh round, whose candidate failed the tuning set; first run
+in session 8 for the thirteenth round, ``zone_model="changepoint"``).
+``volatile_holdout120`` / ``available_holdout120`` / ``shift_holdout120`` — seeds 120-124
+(session 8; fresh data for a round designed after seeds 110-114 were seen).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -228,6 +231,10 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("110", range(110, 115)),
     "shift_holdout110": _synthetic("shift_holdout110", "held-out regime shift (seeds 110-114)",
                                    _shift(range(110, 115)), last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 8: fresh seeds for a round designed after seeds 110-114 were seen (thirteenth round)
+    **_held_out_pair("120", range(120, 125)),
+    "shift_holdout120": _synthetic("shift_holdout120", "held-out regime shift (seeds 120-124)",
+                                   _shift(range(120, 125)), last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 
