@@ -1,9 +1,9 @@
-"""spotfleet's default, and ``own_runs="off"`` (the opt-in ``own_runs`` candidates' off value),
-are v5 bit for bit.
+"""spotfleet's default, ``own_runs="off"`` and ``zone_model="history"`` (the opt-in
+candidates' off values) are v5 bit for bit.
 
 The other rejected v6 candidates were removed from ``SpotfleetParams`` (their figures
-reproduce at commit e1c45df, docs/fleet-policies-tuning-log.md); ``own_runs`` stays opt-in
-and must never move the default policy.
+reproduce at commit e1c45df, docs/fleet-policies-tuning-log.md); ``own_runs`` and
+``zone_model`` stay opt-in and must never move the default policy.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ OFF_SETTINGS = {
     "default": None,
     "explicit default": SpotfleetParams(),
     "v5": SpotfleetParams(own_runs="off"),
+    "v5, zone model": SpotfleetParams(own_runs="off", zone_model="history"),
 }
 
 
