@@ -13,7 +13,8 @@
   ``"switch_emp"``).
 * :func:`changepoint_run`: each held zone's expected up-run averaged over "unchanged since
   the history" and "changed", weighted by the job's own holds and preemptions there
-  (spotfleet's opt-in ``zone_model="changepoint"``).
+  (spotfleet's opt-in ``zone_model="changepoint"``); :func:`changepoint_run_emp` the same
+  with the history's own run law as "unchanged" (``zone_model="changepoint_emp"``).
 """
 
 from __future__ import annotations
@@ -172,6 +173,53 @@ def changepoint_run(run_hours: np.ndarray, mean_up_hours: np.ndarray, preemption
             continue
         p1 = changed_probability(float(mean_up_hours[z]), n, h, prior_hours, prior)
         out[z] = (1.0 - p1) * out[z] + p1 * (prior_hours + h) / (n + 1.0)
+    return out
+
+
+def run_law_log_likelihood(holds: Sequence[tuple[float, bool]], runs_hours: np.ndarray) -> float:
+    """Log-likelihood of the job's ``holds`` (hours, ended by a preemption?) under a zone's
+    own run law: the mixture, with equal weights, of exponentials whose means are
+    ``runs_hours`` (the history's up-runs). A preempted hold contributes the mixture's
+    density at its length, any other (still open, or left by the job) its survival."""
+    r = np.maximum(np.asarray(runs_hours, dtype=float), 1e-9)
+    out = 0.0
+    for x, preempted in holds:
+        e = np.exp(-max(float(x), 0.0) / r)
+        v = float(np.mean(e / r)) if preempted else float(np.mean(e))
+        out += math.log(max(v, 1e-300))
+    return out
+
+
+def changed_probability_emp(holds: Sequence[tuple[float, bool]], runs_hours: np.ndarray,
+                            prior_hours: float, prior: float = CHANGE_PRIOR) -> float:
+    """:func:`changed_probability` with the zone's own run law as H0
+    (:func:`run_law_log_likelihood`) and per-hold evidence; H1 as there."""
+    n = float(sum(1 for _, p in holds if p))
+    h = float(sum(max(float(x), 0.0) for x, _ in holds))
+    b = max(float(prior_hours), 1e-9)
+    log_l0 = run_law_log_likelihood(holds, runs_hours)
+    log_l1 = math.log(b) + math.lgamma(n + 1.0) - (n + 1.0) * math.log(b + h)
+    log_odds = math.log(prior / (1.0 - prior)) + log_l1 - log_l0
+    if log_odds > 50.0:
+        return 1.0
+    return math.exp(log_odds) / (1.0 + math.exp(log_odds))
+
+
+def changepoint_run_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[float, bool]]],
+                        runs_hours: Sequence[np.ndarray], prior_hours: float,
+                        prior: float = CHANGE_PRIOR) -> np.ndarray:
+    """Expected up-run (h) of each zone averaged over :func:`changed_probability_emp`'s two
+    hypotheses: ``run_hours`` if unchanged; if changed, the posterior mean of the run
+    ``1 / lambda``, ``(b + held) / max(preemptions, 1)`` (the hours held so far when there
+    was no preemption). Zones with no holds keep ``run_hours``."""
+    out = np.array(run_hours, dtype=float)
+    for z in range(out.size):
+        if not holds[z]:
+            continue
+        n = sum(1 for _, p in holds[z] if p)
+        h = sum(max(float(x), 0.0) for x, _ in holds[z])
+        p1 = changed_probability_emp(holds[z], runs_hours[z], prior_hours, prior)
+        out[z] = (1.0 - p1) * out[z] + p1 * (prior_hours + h) / max(n, 1)
     return out
 
 

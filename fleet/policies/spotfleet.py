@@ -70,6 +70,7 @@ from fleet.policies.market_view import (
     PriorStats,
     belief_up,
     changepoint_run,
+    changepoint_run_emp,
     fisher_rejects,
     history_rejected,
     hold_p_value,
@@ -106,7 +107,9 @@ class SpotfleetParams:
     # run-law p-values (market_view.hold_p_value, fisher_rejects)
     zone_model: str = "history"  # "history": v5. "changepoint" (thirteenth round, session 8):
     # a zone the job held gets the posterior average of v5's expected run (no change) and
-    # the run its own holds and preemptions show (a changed zone), market_view.changepoint_run
+    # the run its own holds and preemptions show (a changed zone), market_view.changepoint_run;
+    # "changepoint_emp" (fourteenth round): the same with the history's own run law as "no
+    # change" and the changed run's posterior mean, market_view.changepoint_run_emp
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -128,7 +131,7 @@ class SpotfleetParams:
 OWN_RUNS = ("off", "switch", "switch_emp")
 """The values of ``SpotfleetParams.own_runs`` (see its comment)."""
 
-ZONE_MODELS = ("history", "changepoint")
+ZONE_MODELS = ("history", "changepoint", "changepoint_emp")
 """The values of ``SpotfleetParams.zone_model`` (see its comment)."""
 
 
@@ -195,6 +198,14 @@ class SpotfleetPolicy(Policy):
         self._own_n = np.zeros(obs.n_zones)
         self._at: tuple[int, float] | None = None  # (location, elapsed h) at the last decision
         self._switched = False  # own_runs="switch*": the history was rejected
+        if self.p.zone_model == "changepoint_emp":
+            # the history's up-runs per zone (h) and v5's mean as one more run: the "no
+            # change" run law; the job's holds per zone: (hours, ended by a preemption?)
+            self._emp_runs = [np.append(up_run_ticks(row) * obs.gap_hours, m) for row, m in
+                              zip(np.asarray(hist[:, -n:], dtype=bool),
+                                                self.prior.mean_up_hours, strict=True)]
+            self._holds: list[list[tuple[float, bool]]] = [[] for _ in range(obs.n_zones)]
+            self._open: list | None = None  # [zone, hours] of the hold in progress
         if self.p.own_runs == "switch_emp":
             self._runs_h = [up_run_ticks(row) * obs.gap_hours
                             for row in np.asarray(hist[:, -n:], dtype=bool)]
@@ -215,6 +226,11 @@ class SpotfleetPolicy(Policy):
         if self.p.zone_model == "changepoint":
             run = changepoint_run(run, self.prior.mean_up_hours, self._own_n, self._held_h,
                                   obs.gap_hours)
+        elif self.p.zone_model == "changepoint_emp":
+            holds = [list(h) for h in self._holds]
+            if self._open is not None:
+                holds[self._open[0]].append((self._open[1], False))
+            run = changepoint_run_emp(run, holds, self._emp_runs, obs.gap_hours)
         return run
 
     # ------------------------------------------------------------------ costs
@@ -389,11 +405,14 @@ class SpotfleetPolicy(Policy):
         history stays rejected for the rest of the job."""
         held = state.location if state.location >= 0 else (
             state.last_preempted_zone if state.just_preempted else -1)
-        if self._at is not None and held >= 0:
-            self._held_h[held] += max(0.0, state.elapsed_hours - self._at[1])
+        dt = max(0.0, state.elapsed_hours - self._at[1]) if self._at is not None else 0.0
+        if held >= 0:
+            self._held_h[held] += dt
         if state.just_preempted and state.last_preempted_zone >= 0:
             self._own_n[state.last_preempted_zone] += 1
         self._at = (state.location, state.elapsed_hours)
+        if self.p.zone_model == "changepoint_emp":
+            self._hold_update(state, held, dt)
         if self.p.own_runs == "switch":
             # ninth round: once the joint test rejects the history, rank without it
             self._switched = self._switched or history_rejected(
@@ -407,6 +426,27 @@ class SpotfleetPolicy(Policy):
                 self._pvals.append(hold_p_value(hold, float(self.prior.mean_up_hours[z]),
                                                 self._runs_h[z]))
             self._switched = self._switched or fisher_rejects(self._pvals)
+
+    def _hold_update(self, state: JobState, held: int, dt: float) -> None:
+        """``zone_model="changepoint_emp"``: the job's holds, one record per stay in a zone:
+        (hours, ended by a preemption?); a stay the job left itself is censored."""
+        def close(preempted: bool) -> None:
+            self._holds[self._open[0]].append((self._open[1], preempted))
+            self._open = None
+
+        if self._open is not None and held == self._open[0]:
+            self._open[1] += dt
+        elif held >= 0:
+            if self._open is not None:
+                close(False)
+            self._open = [held, dt]
+        if state.just_preempted and state.last_preempted_zone >= 0:
+            if self._open is not None and self._open[0] == state.last_preempted_zone:
+                close(True)
+            else:
+                self._holds[state.last_preempted_zone].append((0.0, True))
+        if self._open is not None and state.location != self._open[0]:
+            close(False)
 
     def waiting_pays(self, state: JobState, obs: Observation, eff: np.ndarray,
                      order: list[int], od_eff: float) -> int | None:

@@ -85,3 +85,73 @@ def test_an_unknown_zone_model_names_the_field_and_the_choices():
     obs = Observation(tick=9, gap_hours=GAP, zones=("a",), available=hist[:, -1], history=hist)
     with pytest.raises(ValueError, match="zone_model 'bayes': one of history, changepoint"):
         SpotfleetPolicy(SpotfleetParams(zone_model="bayes")).reset(spec, obs)
+
+
+# ------------------------------------------- fourteenth round: zone_model="changepoint_emp"
+def test_run_law_likelihood_is_the_mixture_density_and_survival():
+    from fleet.policies.market_view import run_law_log_likelihood
+
+    runs = np.array([0.1, 2.0, 10.0])
+    holds = [(0.5, True), (3.0, False)]
+    f = np.mean(np.exp(-0.5 / runs) / runs)
+    surv = np.mean(np.exp(-3.0 / runs))
+    assert run_law_log_likelihood(holds, runs) == pytest.approx(math.log(f) + math.log(surv))
+
+
+def test_short_holds_are_no_change_where_the_history_has_short_runs():
+    """Two preempted holds of 0.1 h: against an exponential with the history's mean (2 h) they
+    say "changed"; against a history whose runs include such short ones they do not."""
+    from fleet.policies.market_view import changed_probability_emp
+
+    holds = [(0.1, True), (0.1, True)]
+    b = 32.0 / 3600
+    calm = np.full(12, 2.0)                                  # every run 2 h
+    bursty = np.array([0.08, 0.1, 0.12] + [2.6] * 9)         # the same mean, some short runs
+    assert changed_probability(2.0, 2, 0.2, b) > 0.4
+    assert changed_probability_emp(holds, calm, b) > 0.4
+    assert changed_probability_emp(holds, bursty, b) < 0.15
+
+
+def test_changed_run_is_the_posterior_mean_of_the_run():
+    from fleet.policies.market_view import changepoint_run_emp
+
+    b = GAP
+    holds = [[(0.2, True)] * 4, [], [(3.0, False)]]
+    runs = [np.full(10, 12.0)] * 3
+    out = changepoint_run_emp(np.array([12.0, 12.0, 12.0]), holds, runs, b)
+    assert out[1] == 12.0                                   # never held
+    assert out[0] == pytest.approx((b + 0.8) / 4, rel=0.02)  # clearly changed: (b + H) / n
+    assert out[2] > 11.9                                    # held 3 h, not preempted
+
+
+def test_changepoint_emp_records_one_hold_per_stay():
+    pol = SpotfleetPolicy(SpotfleetParams(zone_model="changepoint_emp"))
+    _decide_with(pol, 3)
+    assert [len(h) for h in pol._holds] == [3, 0]
+    assert all(p for _, p in pol._holds[0])
+    # each hold runs from the decision that launched it to the preemption (the first one
+    # from the job's first decision), and together they are the hours held there
+    assert [x for x, _ in pol._holds[0]] == pytest.approx([GAP, 2 * GAP, 2 * GAP])
+    assert sum(x for x, _ in pol._holds[0]) == pytest.approx(pol._held_h[0])
+
+
+def _decide_with(pol, times):
+    spec = JobSpec(20.0, 30.0, notice_seconds=120.0)
+    pre = np.ones((2, 120), dtype=bool)
+    prices, od = np.array([10.0, 12.0]), np.array([80.0, 80.0])
+
+    def obs(t):
+        hist = np.ones((2, t + 1), dtype=bool)
+        return Observation(tick=t, gap_hours=GAP, zones=("a", "b"), available=hist[:, -1],
+                           history=hist, spot_price=prices, on_demand_price=od)
+
+    pol.reset(spec, Observation(tick=119, gap_hours=GAP, zones=("a", "b"), available=pre[:, -1],
+                                history=pre, spot_price=prices, on_demand_price=od))
+    t, start = 120, 119
+    for k in range(times):
+        pol.decide(JobState(tick=t, start_tick=start, elapsed_hours=(t - start) * GAP, spec=spec,
+                            location=0), obs(t))
+        pol.decide(JobState(tick=t + 1, start_tick=start, elapsed_hours=(t + 1 - start) * GAP,
+                            spec=spec, location=IDLE, preemptions=k + 1, last_preempted_zone=0,
+                            just_preempted=True), obs(t + 1))
+        t += 2
