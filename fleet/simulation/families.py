@@ -52,7 +52,9 @@ the tuning set then gained a regime shift on seeds 80-84, ``benchmarks/fleet_tun
 (session 7; defined for the eleventh round, whose candidate failed the tuning set; first run
 in session 8 for the thirteenth round, ``zone_model="changepoint"``).
 ``volatile_holdout120`` / ``available_holdout120`` / ``shift_holdout120`` — seeds 120-124
-(session 8; fresh data for a round designed after seeds 110-114 were seen).
+(session 8; fresh data for the fourteenth round, run once for it).
+``volatile_holdout130`` / ``available_holdout130`` / ``shift_holdout130`` — seeds 130-134
+(session 8; defined for the next round, run by nobody).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -235,6 +237,10 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("120", range(120, 125)),
     "shift_holdout120": _synthetic("shift_holdout120", "held-out regime shift (seeds 120-124)",
                                    _shift(range(120, 125)), last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 8: fresh seeds for the round after the fourteenth (seeds 120-124 now seen)
+    **_held_out_pair("130", range(130, 135)),
+    "shift_holdout130": _synthetic("shift_holdout130", "held-out regime shift (seeds 130-134)",
+                                   _shift(range(130, 135)), last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 
