@@ -109,7 +109,9 @@ class SpotfleetParams:
     # a zone the job held gets the posterior average of v5's expected run (no change) and
     # the run its own holds and preemptions show (a changed zone), market_view.changepoint_run;
     # "changepoint_emp" (fourteenth round): the same with the history's own run law as "no
-    # change" and the changed run's posterior mean, market_view.changepoint_run_emp
+    # change" and the changed run's posterior mean, market_view.changepoint_run_emp;
+    # "changepoint_updown" (fifteenth round): changepoint_emp plus the same update of each
+    # zone's down-runs from the outages the job observes (the waits and launch beliefs)
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -131,7 +133,7 @@ class SpotfleetParams:
 OWN_RUNS = ("off", "switch", "switch_emp")
 """The values of ``SpotfleetParams.own_runs`` (see its comment)."""
 
-ZONE_MODELS = ("history", "changepoint", "changepoint_emp")
+ZONE_MODELS = ("history", "changepoint", "changepoint_emp", "changepoint_updown")
 """The values of ``SpotfleetParams.zone_model`` (see its comment)."""
 
 
@@ -198,7 +200,7 @@ class SpotfleetPolicy(Policy):
         self._own_n = np.zeros(obs.n_zones)
         self._at: tuple[int, float] | None = None  # (location, elapsed h) at the last decision
         self._switched = False  # own_runs="switch*": the history was rejected
-        if self.p.zone_model == "changepoint_emp":
+        if self.p.zone_model in ("changepoint_emp", "changepoint_updown"):
             # the history's up-runs per zone (h) and v5's mean as one more run: the "no
             # change" run law; the job's holds per zone: (hours, ended by a preemption?)
             self._emp_runs = [np.append(up_run_ticks(row) * obs.gap_hours, m) for row, m in
@@ -206,6 +208,15 @@ class SpotfleetPolicy(Policy):
                                                 self.prior.mean_up_hours, strict=True)]
             self._holds: list[list[tuple[float, bool]]] = [[] for _ in range(obs.n_zones)]
             self._open: list | None = None  # [zone, hours] of the hold in progress
+        if self.p.zone_model == "changepoint_updown":
+            # the same for the down-runs: the history's outages per zone (h) and v5's mean;
+            # the outages the job sees: (hours, seen up again?), and the one in progress
+            self._emp_downs = [np.append(up_run_ticks(~row) * obs.gap_hours, m) for row, m in
+                               zip(np.asarray(hist[:, -n:], dtype=bool),
+                                   self.prior.mean_down_hours, strict=True)]
+            self._spells: list[list[tuple[float, bool]]] = [[] for _ in range(obs.n_zones)]
+            self._dn_first = np.full(obs.n_zones, -1, dtype=np.int64)  # tick first seen down
+            self._dn_last = np.full(obs.n_zones, -1, dtype=np.int64)   # tick last seen down
         if self.p.own_runs == "switch_emp":
             self._runs_h = [up_run_ticks(row) * obs.gap_hours
                             for row in np.asarray(hist[:, -n:], dtype=bool)]
@@ -226,7 +237,7 @@ class SpotfleetPolicy(Policy):
         if self.p.zone_model == "changepoint":
             run = changepoint_run(run, self.prior.mean_up_hours, self._own_n, self._held_h,
                                   obs.gap_hours)
-        elif self.p.zone_model == "changepoint_emp":
+        elif self.p.zone_model in ("changepoint_emp", "changepoint_updown"):
             holds = [list(h) for h in self._holds]
             if self._open is not None:
                 holds[self._open[0]].append((self._open[1], False))
@@ -307,7 +318,7 @@ class SpotfleetPolicy(Policy):
     # ------------------------------------------------------------------ decisions
     def _candidates(self, state: JobState, obs: Observation, eff: np.ndarray,
                     od_price: float, exclude: int = -1) -> list[int]:
-        belief = belief_up(obs, self.prior)
+        belief = self.belief(obs)
         ok = [z for z in range(obs.n_zones)
               if z != exclude and eff[z] < od_price and belief[z] >= self.p.min_belief]
         return sorted(ok, key=lambda z: (eff[z], -belief[z], z))
@@ -349,6 +360,8 @@ class SpotfleetPolicy(Policy):
             self._pre_region = obs.regions[state.last_preempted_zone]
         if self.p.own_runs != "off" or self.p.zone_model != "history":
             self._own_run_update(state)
+        if self.p.zone_model == "changepoint_updown":
+            self._down_update(obs)
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
         run = self.expected_runs(obs)
@@ -392,7 +405,7 @@ class SpotfleetPolicy(Policy):
             # they are believed up) and otherwise wait for them, while the expected wait
             # fits ``patience`` times over in the slack to spare
             best = int(np.argmin(eff))
-            wait = self.prior.mean_down_hours[best]  # its mean down time before the job
+            wait = self.mean_down_hours(obs)[best]  # its mean down time (v5: before the job)
             if spare - reserve > self.p.patience * wait:
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
@@ -411,7 +424,7 @@ class SpotfleetPolicy(Policy):
         if state.just_preempted and state.last_preempted_zone >= 0:
             self._own_n[state.last_preempted_zone] += 1
         self._at = (state.location, state.elapsed_hours)
-        if self.p.zone_model == "changepoint_emp":
+        if self.p.zone_model in ("changepoint_emp", "changepoint_updown"):
             self._hold_update(state, held, dt)
         if self.p.own_runs == "switch":
             # ninth round: once the joint test rejects the history, rank without it
@@ -426,6 +439,55 @@ class SpotfleetPolicy(Policy):
                 self._pvals.append(hold_p_value(hold, float(self.prior.mean_up_hours[z]),
                                                 self._runs_h[z]))
             self._switched = self._switched or fisher_rejects(self._pvals)
+
+    def _down_update(self, obs: Observation) -> None:
+        """``zone_model="changepoint_updown"``: the outages the job has seen, from its own
+        observations (failed launch tries, preemptions, holds): one record per outage, from
+        the tick it was first seen down to the tick it was first seen up again."""
+        if not obs.probed or obs.last_seen_tick is None:
+            return
+        for z in range(obs.n_zones):
+            seen = int(obs.last_seen_tick[z])
+            if seen < 0:
+                continue
+            if not obs.available[z]:
+                if self._dn_first[z] < 0:
+                    self._dn_first[z] = seen
+                self._dn_last[z] = seen
+            elif self._dn_first[z] >= 0:
+                self._spells[z].append(((seen - self._dn_first[z]) * obs.gap_hours, True))
+                self._dn_first[z] = -1
+
+    def mean_down_hours(self, obs: Observation) -> np.ndarray:
+        """Expected outage (h) of each zone: the statistics before the job (v5), or with
+        ``zone_model="changepoint_updown"`` averaged with what the job has seen
+        (:func:`changepoint_run_emp` on the outages)."""
+        if self.p.zone_model != "changepoint_updown":
+            return self.prior.mean_down_hours
+        spells = [list(sp) for sp in self._spells]
+        for z in range(obs.n_zones):
+            if self._dn_first[z] >= 0:
+                spells[z].append(((self._dn_last[z] - self._dn_first[z]) * obs.gap_hours, False))
+        return changepoint_run_emp(self.prior.mean_down_hours, spells, self._emp_downs,
+                                   obs.gap_hours)
+
+    def belief(self, obs: Observation) -> np.ndarray:
+        """P(a launch succeeds) per zone (:func:`belief_up`); with
+        ``zone_model="changepoint_updown"`` from the expected up- and down-runs that include
+        the job's own observations."""
+        if self.p.zone_model != "changepoint_updown":
+            return belief_up(obs, self.prior)
+        up = self.expected_runs(obs, neighbour=False)
+        down = self.mean_down_hours(obs)
+        seen = np.array([bool(h) or bool(sp) for h, sp in zip(self._holds, self._spells, strict=True)])
+        if self._open is not None:
+            seen[self._open[0]] = True
+        seen |= self._dn_first >= 0
+        # a zone the job has no evidence on keeps the history's share of time up
+        avail = np.where(seen, up / (up + down), self.prior.availability)
+        post = dataclasses.replace(self.prior, mean_up_hours=up, mean_down_hours=down,
+                                   availability=avail)
+        return belief_up(obs, post)
 
     def _hold_update(self, state: JobState, held: int, dt: float) -> None:
         """``zone_model="changepoint_emp"``: the job's holds, one record per stay in a zone:
@@ -473,8 +535,8 @@ class SpotfleetPolicy(Policy):
         e_b = float(eff[b])
         if not math.isfinite(e_b) or e_b >= e_now * (1.0 - 1e-9):
             return None
-        belief = belief_up(obs, self.prior)
-        wait = (1.0 - float(belief[b])) * float(self.prior.mean_down_hours[b])
+        belief = self.belief(obs)
+        wait = (1.0 - float(belief[b])) * float(self.mean_down_hours(obs)[b])
         return b if (self._idle_h + wait) * e_now < (e_now - e_b) * rem else None
 
     def _affordable_moves(self, state: JobState, obs: Observation, better: list[int]) -> list[int]:

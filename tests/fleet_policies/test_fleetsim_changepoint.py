@@ -155,3 +155,40 @@ def _decide_with(pol, times):
                             spec=spec, location=IDLE, preemptions=k + 1, last_preempted_zone=0,
                             just_preempted=True), obs(t + 1))
         t += 2
+
+
+# -------------------------------------------- fifteenth round: zone_model="changepoint_updown"
+def test_updown_outages_seen_by_the_job_lengthen_the_expected_wait():
+    """History: zone 0 goes down for 10 min every 2 h. The job then sees it down at every
+    launch try for 6 h: v5 still expects a 10-minute wait, the candidate expects the outage
+    it is seeing; zone 1, never tried, keeps the history's."""
+    spec = JobSpec(20.0, 60.0)
+    pre = np.ones((2, 240), dtype=bool)
+    pre[0, ::12] = False
+    prices, od = np.array([10.0, 12.0]), np.array([80.0, 80.0])
+    pols = {m: SpotfleetPolicy(SpotfleetParams(zone_model=m)) for m in ("history", "changepoint_updown")}
+    for pol in pols.values():
+        pol.reset(spec, Observation(tick=239, gap_hours=GAP, zones=("a", "b"), available=pre[:, -1],
+                                    history=pre, spot_price=prices, on_demand_price=od, probed=True,
+                                    last_seen_tick=np.array([-1, -1])))
+    for t in range(240, 276):
+        hist = np.hstack([pre, np.ones((2, t - 239), dtype=bool)])
+        hist[0, 240:] = False
+        obs = Observation(tick=t, gap_hours=GAP, zones=("a", "b"), available=hist[:, -1],
+                          history=hist, spot_price=prices, on_demand_price=od, probed=True,
+                          last_seen_tick=np.array([t, -1]))
+        st = JobState(tick=t, start_tick=239, elapsed_hours=(t - 239) * GAP, spec=spec, location=IDLE)
+        for pol in pols.values():
+            pol.decide(st, obs)
+    v5 = pols["history"].mean_down_hours(obs)
+    cand = pols["changepoint_updown"].mean_down_hours(obs)
+    assert v5[0] == pytest.approx(pols["history"].prior.mean_down_hours[0])
+    assert cand[0] > 4.0 > v5[0]
+    assert cand[1] == v5[1]
+    # an hour after the last try: v5 believes the zone is back, the candidate much less
+    later = Observation(tick=obs.tick + 6, gap_hours=GAP, zones=obs.zones,
+                        available=obs.available, history=np.hstack([obs.history] + [obs.history[:, -1:]] * 6),
+                        spot_price=prices, on_demand_price=od, probed=True,
+                        last_seen_tick=np.array([obs.tick, -1]))
+    b5, bc = pols["history"].belief(later)[0], pols["changepoint_updown"].belief(later)[0]
+    assert b5 > 0.8 and bc < 0.5
