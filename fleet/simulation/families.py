@@ -54,7 +54,7 @@ in session 8 for the thirteenth round, ``zone_model="changepoint"``).
 ``volatile_holdout120`` / ``available_holdout120`` / ``shift_holdout120`` — seeds 120-124
 (session 8; fresh data for the fourteenth round, run once for it).
 ``volatile_holdout130`` / ``available_holdout130`` / ``shift_holdout130`` — seeds 130-134
-(session 8; defined for the next round, run by nobody).
+(session 8; fresh data for the fifteenth round, run once for it).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -237,7 +237,7 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("120", range(120, 125)),
     "shift_holdout120": _synthetic("shift_holdout120", "held-out regime shift (seeds 120-124)",
                                    _shift(range(120, 125)), last_start_hours=SHIFT_LAST_START_HOURS),
-    # session 8: fresh seeds for the round after the fourteenth (seeds 120-124 now seen)
+    # session 8: fresh seeds for the fifteenth round (seeds 120-124 were seen by then)
     **_held_out_pair("130", range(130, 135)),
     "shift_holdout130": _synthetic("shift_holdout130", "held-out regime shift (seeds 130-134)",
                                    _shift(range(130, 135)), last_start_hours=SHIFT_LAST_START_HOURS),
