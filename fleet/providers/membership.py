@@ -64,41 +64,53 @@ class Change:
     dollars: float
 
 
-def _groups(events: Iterable[Event]) -> tuple[list[Event], dict[int, list[Event]],
-                                              dict[tuple[str, int], tuple[float, float]]]:
-    """Events by time, the members of each group (by its step), and each member's pause
-    interval (its own last hand-off, its own ``membership`` event) keyed (node, group step)."""
+def _groups(events: Iterable[Event]) -> tuple[list[list[Event]], dict[int, tuple[float, float]]]:
+    """The groups in the order they formed (each: its members' ``membership`` events) and
+    each member's pause interval (its own last hand-off, its own ``membership`` event),
+    keyed by ``id()`` of that membership event.
+
+    A group is NOT identified by its step: under load the rendezvous can close a round
+    before every node has re-joined, and a later group may resume from an older hand-off
+    (the same step as an earlier group). Groups form one at a time (one rendezvous round
+    at a time; the next opens only when every member of the old one has left), so a
+    group's ``membership`` events are consecutive among the attempt's ``membership``
+    events: a new group starts at a different step or world size, at a rank the current
+    group already has, or once the current group has all its ``world_size`` members."""
     evs = sorted(events, key=lambda e: e.time)
-    members: dict[int, list[Event]] = {}
-    for e in evs:
-        if e.kind == "membership" and isinstance(e.data.get("step"), (int, float)):
-            # a group's step is unique within an attempt: the next group starts after
-            # the first step of this one completed
-            members.setdefault(int(e.data["step"]), []).append(e)
+    groups: list[list[Event]] = []
     last_handoff: dict[str, float] = {}  # node -> its latest hand-off not yet followed by a group
-    pauses: dict[tuple[str, int], tuple[float, float]] = {}
+    pauses: dict[int, tuple[float, float]] = {}
     for e in evs:
         if e.kind == "handoff" and e.node_id:
             last_handoff[e.node_id] = e.time
-        elif e.kind == "membership" and e.node_id and isinstance(e.data.get("step"), (int, float)):
-            t = last_handoff.pop(e.node_id, None)
+        elif e.kind == "membership" and isinstance(e.data.get("step"), (int, float)):
+            cur = groups[-1] if groups else None
+            key = (int(e.data["step"]), e.data.get("world_size"))
+            if (cur is None or key != (int(cur[0].data["step"]), cur[0].data.get("world_size"))
+                    or any(m.data.get("rank") == e.data.get("rank") for m in cur)
+                    or len(cur) >= int(cur[0].data.get("world_size") or 0)):
+                groups.append([e])
+            else:
+                cur.append(e)
+            t = last_handoff.pop(e.node_id, None) if e.node_id else None
             if t is not None:
-                pauses[(e.node_id, int(e.data["step"]))] = (t, max(t, e.time))
-    return evs, members, pauses
+                pauses[id(e)] = (t, max(t, e.time))
+    return groups, pauses
 
 
 def _changes(events: Iterable[Event], price: dict[str, float]
              ) -> tuple[list[Change], dict[str, list[tuple[float, float]]]]:
-    evs, members, pauses = _groups(events)
+    groups, pauses = _groups(events)
     out: list[Change] = []
     paused: dict[str, list[tuple[float, float]]] = {}
     before: int | None = None
-    for e in evs:
-        if e.kind != "membership" or e.data.get("rank") != 0:
+    for group in groups:
+        e = next((m for m in group if m.data.get("rank") == 0), None)
+        if e is None:  # rank 0's event is missing: the group is not known well enough to tax
             continue
         step, size = int(e.data["step"]), int(e.data["world_size"])
         source = str(e.data.get("state_from") or "fresh")
-        group = sorted(members.get(step, []), key=lambda m: int(m.data.get("rank") or 0))
+        group = sorted(group, key=lambda m: int(m.data.get("rank") or 0))
         nodes = tuple(m.node_id or "" for m in group)
         if before is None:
             kind = "form"
@@ -106,7 +118,8 @@ def _changes(events: Iterable[Event], price: dict[str, float]
             kind = "shrink" if size < before else "grow" if size > before else "reform"
         else:
             kind = "restore"
-        spans = {n: pauses[(n, step)] for n in nodes if (n, step) in pauses} if kind in TAXED else {}
+        spans = ({m.node_id or "": pauses[id(m)] for m in group if id(m) in pauses}
+                 if kind in TAXED else {})
         for n, span in spans.items():
             paused.setdefault(n, []).append(span)
         paid = {n: b - a for n, (a, b) in spans.items()}

@@ -277,3 +277,52 @@ def test_all_nodes_lost_is_a_restore_without_membership_tax():
     changes = membership_changes(events, sessions)
     assert [c.kind for c in changes] == ["form", "shrink", "grow", "restore"]
     assert changes[-1].dollars == 0.0 and changes[-1].node_seconds == 0.0
+
+
+def _stale_handoff_log() -> tuple[list[NodeSession], list[Event]]:
+    """A loaded machine: the rendezvous closes rounds of 2 before all 4 nodes re-join, and
+    a later group resumes from an older hand-off, so two groups start at the same step."""
+    def group(t: float, step: int, members: list[tuple[str, str]]) -> list[Event]:
+        return [x for r, (n, src) in enumerate(members)
+                for x in (Event("start", t - 0.2, n, {"resumed_from_step": step}),
+                          _membership(t, n, r, step, len(members), src, None))]
+
+    def handoff(t: float, step: int, nodes: tuple[str, ...]) -> list[Event]:
+        return [Event("handoff", t, n, {"step": step, "reason": "peer_joining"}) for n in nodes]
+
+    ev = group(T0 + 5, 0, [("n0", "fresh"), ("n1", "fresh")])
+    ev += handoff(T0 + 10, 4, ("n0", "n1"))
+    ev += group(T0 + 12, 4, [("n1", "handoff"), ("n2", "peer")])  # n0 misses this round
+    ev += handoff(T0 + 14, 5, ("n1", "n2"))
+    ev += group(T0 + 16, 4, [("n0", "handoff"), ("n3", "peer")])  # n0's step-4 state: step 4 again
+    ev += handoff(T0 + 18, 6, ("n0", "n3"))
+    ev += group(T0 + 20, 6, [("n0", "handoff"), ("n1", "peer"), ("n2", "peer"), ("n3", "peer")])
+    nodes = ("n0", "n1", "n2", "n3")
+    ev += [Event("exit", T0 + 40, n, {"reason": "completed", "step": 100}) for n in nodes]
+    sessions = [NodeSession(node_id=n, stage="train", attempt=1, provider="local", cloud="aws",
+                            region=ZONE[n][:-1], zone=ZONE[n], instance_type="p3.2xlarge", spot=True,
+                            price_per_hour=PRICE[n], launched_at=T0, ready_at=T0 + 1, ended_at=T0 + 41,
+                            end_reason="completed", first_step=0, last_step=100, last_checkpoint_step=100)
+                for n in nodes]
+    return sessions, ev
+
+
+def test_groups_that_start_at_the_same_step_are_taxed_once_and_reconcile(tmp_path):
+    """Regression (a load-dependent failure of test_elastic_pipeline): grouping members by
+    their step merged the two step-4 groups, so each charged both pauses and the
+    ``membership_changes`` dollars exceeded the ``membership`` cost lines."""
+    sessions, events = _stale_handoff_log()
+    ch = membership_changes(events, sessions)
+    assert [(c.kind, c.step, c.nodes) for c in ch] == [
+        ("form", 0, ("n0", "n1")), ("reform", 4, ("n1", "n2")), ("reform", 4, ("n0", "n3")),
+        ("grow", 6, ("n0", "n1", "n2", "n3"))]
+    # n1 from its hand-off at +10; n0 (missed a round) from +10; then n0, n3 from +18, n1, n2 from +14
+    assert [c.node_seconds for c in ch] == pytest.approx([0.0, 2.0, 6.0, 2 + 6 + 6 + 2])
+    assert ch[3].dollars == pytest.approx((2 * PRICE["n0"] + 6 * PRICE["n1"] + 6 * PRICE["n2"]
+                                           + 2 * PRICE["n3"]) / 3600.0)
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    _record(eng, sessions, events)
+    lines = read_table(eng, CostLine, "demo")
+    assert lines.loc[lines["category"] == "membership", "dollars"].sum() == pytest.approx(
+        sum(c.dollars for c in ch), rel=1e-9)
