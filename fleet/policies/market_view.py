@@ -137,6 +137,16 @@ CHANGE_PRIOR = 0.1
 (:func:`changepoint_run`; fixed before the thirteenth round's runs, not tuned)."""
 
 
+def _changed_posterior(log_l0: float, n: float, h: float, b: float, prior: float) -> float:
+    """P(H1) from H0's log-likelihood and H1's (exponential, rate ~ Gamma(1, ``b``)): ``n``
+    events in ``h`` hours give ``b n! / (b + h)^(n + 1)``; ``prior`` = P(H1) before them."""
+    log_l1 = math.log(b) + math.lgamma(n + 1.0) - (n + 1.0) * math.log(b + h)
+    log_odds = math.log(prior / (1.0 - prior)) + log_l1 - log_l0
+    if log_odds > 50.0:
+        return 1.0
+    return math.exp(log_odds) / (1.0 + math.exp(log_odds))
+
+
 def changed_probability(mean_up_hours: float, preemptions: float, held_hours: float,
                         prior_hours: float, prior: float = CHANGE_PRIOR) -> float:
     """Posterior probability that a zone changed, from the job's ``preemptions`` in
@@ -152,11 +162,7 @@ def changed_probability(mean_up_hours: float, preemptions: float, held_hours: fl
     h = max(float(held_hours), 0.0)
     b = max(float(prior_hours), 1e-9)
     log_l0 = -n * math.log(m) - h / m
-    log_l1 = math.log(b) + math.lgamma(n + 1.0) - (n + 1.0) * math.log(b + h)
-    log_odds = math.log(prior / (1.0 - prior)) + log_l1 - log_l0
-    if log_odds > 50.0:
-        return 1.0
-    return math.exp(log_odds) / (1.0 + math.exp(log_odds))
+    return _changed_posterior(log_l0, n, h, b, prior)
 
 
 def changepoint_run(run_hours: np.ndarray, mean_up_hours: np.ndarray, preemptions: np.ndarray,
@@ -198,11 +204,7 @@ def changed_probability_emp(holds: Sequence[tuple[float, bool]], runs_hours: np.
     h = float(sum(max(float(x), 0.0) for x, _ in holds))
     b = max(float(prior_hours), 1e-9)
     log_l0 = run_law_log_likelihood(holds, runs_hours)
-    log_l1 = math.log(b) + math.lgamma(n + 1.0) - (n + 1.0) * math.log(b + h)
-    log_odds = math.log(prior / (1.0 - prior)) + log_l1 - log_l0
-    if log_odds > 50.0:
-        return 1.0
-    return math.exp(log_odds) / (1.0 + math.exp(log_odds))
+    return _changed_posterior(log_l0, n, h, b, prior)
 
 
 def changepoint_run_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[float, bool]]],
