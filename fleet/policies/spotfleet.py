@@ -1,4 +1,4 @@
-"""spotfleet's own deadline policy: Uniform Progress's robust core, priced and probed.
+"""spotfleet's own deadline policy (v6): Uniform Progress's robust core, priced and probed.
 
 Why this shape: the previous spotfleet (run-length forecast + a slack reserve from the
 observed market + a 5 h on-demand exit rule) was tuned on the 9-zone V100 set and lost
@@ -47,12 +47,25 @@ what the baselines ignore and a live controller knows:
   live driver's far horizon is not slack), it idles only while the saving of waiting for
   the cheapest zone pays for the delay (:meth:`SpotfleetPolicy.waiting_pays`).
 
+* **The job's own evidence against a stale history (v6).** The statistics before the job
+  are short or stale where they matter most (a 12 h history with one up-run per zone, a
+  regime shift). Each zone the job has seen gets two hypotheses -- "as its history says"
+  (the history's own run law) and "changed" (an exponential with a vague rate) -- for its
+  up-runs (the job's holds and preemptions there) and its down-runs (the outages its
+  launch tries and preemptions saw); the expected run and wait are the posterior averages
+  (``zone_model="changepoint_updown"``, :func:`fleet.policies.market_view.changepoint_run_emp`).
+  They feed the ranking, the launch belief and the patience rule's wait; a zone the job
+  never saw keeps its history. The bridge, the reserve and the forced-probability test
+  still read the history's all-zones-down share.
+
 Parameters (``SpotfleetParams``) are structural, not fitted: the lookback of the
 statistics, the move margin, how often to reconsider, the least launch belief worth a
-try, the patience factor, the neighbour window, the share of notices assumed lost. The
-one opt-in rule is ``own_runs`` (``"switch"`` / ``"switch_emp"``, v6 ninth and tenth
-rounds, not adopted; ``"off"`` = v5); the other rejected v6 fields were removed and
-reproduce at commit e1c45df (docs/fleet-policies-tuning-log.md).
+try, the patience factor, the neighbour window, the share of notices assumed lost, the
+zone model (``"history"`` = v5; the rejected thirteenth and fourteenth rounds'
+``"changepoint"`` / ``"changepoint_emp"`` stay opt-in). ``own_runs`` (``"switch"`` /
+``"switch_emp"``, v6 ninth and tenth rounds, not adopted; ``"off"`` = the default) is
+opt-in too; the other rejected v6 fields were removed and reproduce at commit e1c45df
+(docs/fleet-policies-tuning-log.md).
 """
 
 from __future__ import annotations
@@ -105,13 +118,15 @@ class SpotfleetParams:
     # preemption, any other as if it holds to the end; "switch_emp": the same switch, with
     # Fisher's test of each hold against the larger of the exponential and the empirical
     # run-law p-values (market_view.hold_p_value, fisher_rejects)
-    zone_model: str = "history"  # "history": v5. "changepoint" (thirteenth round, session 8):
+    zone_model: str = "changepoint_updown"  # the default since session 9 (v6, fifteenth
+    # round, docs/fleet-policies-tuning-log.md). "history": v5. "changepoint" (thirteenth round):
     # a zone the job held gets the posterior average of v5's expected run (no change) and
     # the run its own holds and preemptions show (a changed zone), market_view.changepoint_run;
     # "changepoint_emp" (fourteenth round): the same with the history's own run law as "no
     # change" and the changed run's posterior mean, market_view.changepoint_run_emp;
     # "changepoint_updown" (fifteenth round): changepoint_emp plus the same update of each
-    # zone's down-runs from the outages the job observes (the waits and launch beliefs)
+    # zone's down-runs from the outages the job observes (the waits and launch beliefs):
+    # v6, adopted after its pre-registered check on every held-out set
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:

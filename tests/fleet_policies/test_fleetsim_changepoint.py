@@ -73,7 +73,7 @@ def test_the_policy_leaves_a_zone_that_keeps_preempting_it():
     """History: zone 0 (10 $/h) and zone 1 (12 $/h) never preempted. The job is preempted
     in zone 0 after one tick, three times: v5 still relaunches there (its history says the
     zone holds), the candidate goes to zone 1."""
-    assert _decide_after_preemptions(SpotfleetParams(), 3).target == 0
+    assert _decide_after_preemptions(SpotfleetParams(zone_model="history"), 3).target == 0
     assert _decide_after_preemptions(SpotfleetParams(zone_model="changepoint"), 3).target == 1
     # one early preemption is not enough to leave
     assert _decide_after_preemptions(SpotfleetParams(zone_model="changepoint"), 1).target == 0

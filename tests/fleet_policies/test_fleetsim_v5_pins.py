@@ -1,27 +1,37 @@
-"""spotfleet's default, ``own_runs="off"`` and ``zone_model="history"`` (the opt-in
-candidates' off values) are v5 bit for bit.
+"""v5 (``zone_model="history"``, ``own_runs="off"``) is reproducible bit for bit, and the
+default is v6 (``zone_model="changepoint_updown"``, session 9) as pinned at its adoption.
 
 The other rejected v6 candidates were removed from ``SpotfleetParams`` (their figures
-reproduce at commit e1c45df, docs/fleet-policies-tuning-log.md); ``own_runs`` and
-``zone_model`` stay opt-in and must never move the default policy.
+reproduce at commit e1c45df, docs/fleet-policies-tuning-log.md); ``own_runs`` and the
+other zone models stay opt-in and must never move the default policy.
 """
 
 from __future__ import annotations
 
 import pytest
-from v5_pins import V5, assert_reproduces_v5
+from v5_pins import V5, V6, assert_reproduces
 
 from fleet.policies.spotfleet import SpotfleetParams
 
-OFF_SETTINGS = {
+V5_SETTINGS = {
+    "zone model history": SpotfleetParams(zone_model="history"),
+    "v5, own runs off": SpotfleetParams(own_runs="off", zone_model="history"),
+}
+V6_SETTINGS = {
     "default": None,
     "explicit default": SpotfleetParams(),
-    "v5": SpotfleetParams(own_runs="off"),
-    "v5, zone model": SpotfleetParams(own_runs="off", zone_model="history"),
+    "v6": SpotfleetParams(own_runs="off", zone_model="changepoint_updown"),
 }
 
 
-@pytest.mark.parametrize("setting", sorted(OFF_SETTINGS))
+@pytest.mark.parametrize("setting", sorted(V5_SETTINGS))
 @pytest.mark.parametrize("regime,notice", sorted(V5))
-def test_off_values_reproduce_v5_bit_for_bit(regime, notice, setting):
-    assert_reproduces_v5(regime, notice, OFF_SETTINGS[setting])
+def test_zone_model_history_reproduces_v5_bit_for_bit(regime, notice, setting):
+    assert_reproduces(V5, regime, notice, V5_SETTINGS[setting])
+
+
+@pytest.mark.parametrize("setting", sorted(V6_SETTINGS))
+@pytest.mark.parametrize("regime,notice", sorted(V6))
+def test_the_default_is_v6_as_pinned(regime, notice, setting):
+    assert_reproduces(V6, regime, notice, V6_SETTINGS[setting])
+

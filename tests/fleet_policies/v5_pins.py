@@ -1,7 +1,8 @@
-"""spotfleet v5's decisions and costs on a small synthetic market, pinned.
+"""spotfleet v5's and v6's decisions and costs on a small synthetic market, pinned.
 
-The opt-in ``SpotfleetParams.own_runs`` must leave v5 bit for bit at its off value;
-``test_fleetsim_v5_pins.py`` checks that and the default here, in one place.
+v5 (``zone_model="history"``) must stay reproducible bit for bit, and the default (v6,
+``zone_model="changepoint_updown"``, adopted in session 9) must not move unnoticed;
+``test_fleetsim_v5_pins.py`` checks both here, in one place.
 """
 
 from __future__ import annotations
@@ -34,6 +35,23 @@ V5 = {
 }
 
 
+# the default since session 9 (v6: zone_model="changepoint_updown"), recorded at its
+# adoption (main at aa15421 with the default changed); same starts. Where only the cost
+# differs from v5, the zones and times are v5's and the checkpoint intervals are not.
+V6 = {
+    ("volatile", 0.0): [(864, 16.139020023334, "fd41b7e0acf77d15"),
+                        (1259, 29.701439453168, "192d1ced50c35458"),
+                        (1655, 20.556022056721, "f3af66682d04ca4e")],
+    ("volatile", 120.0): V5[("volatile", 120.0)],
+    ("available", 0.0): [(864, 9.079561191869, "b7bb51010b53edf5"),
+                         (1259, 9.856268194336, "011cba7c6d0dde47"),
+                         (1655, 9.954820125603, "2ad5e47c63a5511f")],
+    ("available", 120.0): [(864, 9.113186760322, "af750465164ab522"),
+                           (1259, 10.054424194252, "6cd5f708f71fdbc9"),
+                           (1655, 8.861540577591, "8c4a7ad11ffeecc3")],
+}
+
+
 def pinned_market(regime: str):
     """The 8-day synthetic market (seed 2) the pins were recorded on."""
     cfg = {"volatile": volatile_config, "available": available_config}[regime](hours=24.0 * 8)
@@ -44,14 +62,17 @@ def pinned_spec(notice: float) -> JobSpec:
     return JobSpec(8.0, 12.0, notice_seconds=notice, checkpoint_gb=10.0)
 
 
-def assert_reproduces_v5(regime: str, notice: float, params: SpotfleetParams | None) -> None:
-    """``SpotfleetPolicy(params)`` makes v5's decisions and pays v5's cost at every pinned start."""
+def assert_reproduces(pins: dict, regime: str, notice: float,
+                      params: SpotfleetParams | None) -> None:
+    """``SpotfleetPolicy(params)`` makes the pinned decisions and pays the pinned cost at
+    every pinned start (``pins``: ``V5`` or ``V6``)."""
     m, spec = pinned_market(regime), pinned_spec(notice)
     starts = spread_starts(m, spec, 3, 24.0 * 3)
-    assert [int(s) for s in starts] == [s for s, _, _ in V5[(regime, notice)]]
-    for s, cost, digest in V5[(regime, notice)]:
+    assert [int(s) for s in starts] == [s for s, _, _ in pins[(regime, notice)]]
+    for s, cost, digest in pins[(regime, notice)]:
         tl: list = []
         r = simulate(SpotfleetPolicy(params), m, spec, s, timeline=tl)
         norm = repr([(int(t), int(loc)) for t, loc in tl]).encode()
         assert hashlib.sha256(norm).hexdigest()[:16] == digest, (regime, notice, s, params)
         assert r.cost == pytest.approx(cost, rel=1e-12, abs=1e-9)
+
