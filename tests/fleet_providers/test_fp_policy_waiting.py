@@ -17,65 +17,16 @@ import argparse
 
 import numpy as np
 import pytest
+from live_replay import STEP_S, driver, replay, rotating
 
-from fleet.contract import RunPriors
 from fleet.emulation.injector import CapacitySchedule
-from fleet.providers.decisions import PolicyDriver, Progress
+from fleet.providers.decisions import Progress
 from pipelines.commands.local_fleet import _schedule
-
-F = 1800.0  # market seconds per wall second of the local fleet's default time scale
-STEP_S = 0.035 * F  # market seconds per step of the example (step sleep 0.03 s + 5 ms)
-
-
-def _rotating() -> CapacitySchedule:
-    zones = ["us-east-1a", "us-east-1b", "us-west-2a"]
-    drill = CapacitySchedule.rotating(zones)
-    return CapacitySchedule(drill.traces.values(), offset_seconds=72 * 3600.0)
-
-
-def _driver(s: CapacitySchedule, steps: int, deadline: float | None = None,
-            prices: dict[str, float] | None = None) -> PolicyDriver:
-    """The driver the local fleet builds for ``spotfleet local-fleet run`` (CLI priors)."""
-    zones = list(s.zones)
-    gap = s.traces[zones[0]].gap_seconds
-    prior = np.stack([s.past(z, 0.0, int(24 * 30 * 3600 / gap)) for z in zones])
-    pri = RunPriors(work_seconds=steps * STEP_S, notice_seconds=6 * F, on_demand_price_per_hour=3.06,
-                    spot_price_per_hour=prices or {z: 0.918 for z in zones})
-    return PolicyDriver("spotfleet", zones, priors=pri, deadline_seconds=deadline, gap_seconds=gap,
-                        prior_history=prior, regions=[s.region_of(z) for z in zones])
-
-
-def _replay(s: CapacitySchedule, d: PolicyDriver, steps: int, start_step: int = 0,
-            location: str | None = None, t0: float = 0.0, limit_h: float = 48.0):
-    """Run the job against the schedule tick by tick: notices always save (committed =
-    step), a launch starts training after the restart. Returns (finished at market s or
-    None, ticks idle while some zone was up)."""
-    gap = d.gap_seconds
-    restart = d.priors.restart_seconds
-    step, t, ready, idle_up = float(start_step), t0, t0, 0
-    while t < t0 + limit_h * 3600.0:
-        if location not in (None, "on-demand") and not s.is_up(location, t):
-            d.preempted(t, location)
-            location = None
-        p = Progress(total_steps=steps, step=int(step), committed_step=int(step), step_seconds=STEP_S)
-        dec = d.decide(t, p, location)
-        lau, _ = d.try_launch(t, dec, lambda z, now=t: s.is_up(z, now), location)
-        new = None if lau is None else (lau.zone if lau.spot else "on-demand")
-        if new != location:
-            location, ready = new, t + (restart if new is not None else 0.0)
-        if location is None and s.up_zones(t):
-            idle_up += 1
-        if location is not None:
-            step += max(0.0, t + gap - max(ready, t)) / STEP_S
-            if step >= steps:
-                return t + gap, idle_up
-        t += gap
-    return None, idle_up
 
 
 def test_rotating_one_step_left_after_a_preemption_relaunches_at_once():
-    s = _rotating()
-    d = _driver(s, 120)
+    s = rotating()
+    d = driver(s, 120)
     d.decide(0.0, Progress(total_steps=120, step=119, committed_step=119, step_seconds=STEP_S),
              "us-east-1b")
     t = 600.0
@@ -83,16 +34,16 @@ def test_rotating_one_step_left_after_a_preemption_relaunches_at_once():
     dec = d.decide(t, Progress(total_steps=120, step=119, committed_step=119, step_seconds=STEP_S))
     assert dec.launch is not None and dec.launch.spot, dec.tries  # v4: (None,): idle
     assert s.is_up(dec.launch.zone, t)
-    done, idle_up = _replay(s, d, 120, start_step=119, t0=t)
+    done, idle_up = replay(s, d, 120, start_step=119, t0=t)
     assert done is not None and done - t < 3600.0, (done, idle_up)
     assert idle_up == 0
 
 
 @pytest.mark.parametrize("steps", [47, 120, 374])  # v4: 47 idled 40 h, 374 never ended
 def test_rotating_whole_job_never_idles_with_capacity_up(steps):
-    s = _rotating()
-    d = _driver(s, steps)
-    done, idle_up = _replay(s, d, steps)
+    s = rotating()
+    d = driver(s, steps)
+    done, idle_up = replay(s, d, steps)
     assert done is not None, "the job did not finish within 48 market hours"
     assert idle_up == 0, f"{idle_up} ticks idle while a zone was up"
 
@@ -100,7 +51,7 @@ def test_rotating_whole_job_never_idles_with_capacity_up(steps):
 def test_synthetic_seed0_no_wait_for_the_preempted_zone_without_deadline():
     s = _schedule(argparse.Namespace(zones=3, market="synthetic", seed=0, start_hour=72.0,
                                      traces_dir=None))
-    d = _driver(s, 300)
+    d = driver(s, 300)
     first = d.decide(0.0, Progress(total_steps=300, step=0, step_seconds=STEP_S))
     assert first.launch.zone == "us-west-2b"  # the zone with the longest up-runs before the job
     t = 4.44 * 3600.0
@@ -116,10 +67,10 @@ def test_synthetic_seed0_no_wait_for_the_preempted_zone_without_deadline():
 def test_without_deadline_it_still_waits_when_the_saving_pays_for_the_wait():
     """Bounded, not abolished: a zone 5x cheaper that is back in about an hour is worth
     waiting for over 10 h of work, not over half an hour."""
-    s = _rotating()
+    s = rotating()
     prices = {"us-east-1a": 2.5, "us-east-1b": 0.5, "us-west-2a": 2.5}
     for steps, waits in ((int(10 * 3600 / STEP_S), True), (int(0.5 * 3600 / STEP_S), False)):
-        d = _driver(s, steps, prices=prices)
+        d = driver(s, steps, prices=prices)
         p = Progress(total_steps=steps, step=0, step_seconds=STEP_S)
         d.decide(0.0, p, "us-east-1b")
         d.preempted(600.0, "us-east-1b")
@@ -136,7 +87,7 @@ def test_without_deadline_a_drought_of_the_cheap_zone_ends_the_wait():
     relative saving < 10 h), it does not renew the prior's 1 h wait at every tick."""
     from fleet.market.traces import Trace
 
-    base = _rotating()
+    base = rotating()
     zones = list(base.zones)
     gap = 300.0
     pre, post = int(72 * 3600 / gap), int(48 * 3600 / gap)
@@ -150,8 +101,8 @@ def test_without_deadline_a_drought_of_the_cheap_zone_ends_the_wait():
     s = CapacitySchedule(traces, offset_seconds=pre * gap)
     prices = {"us-east-1a": 2.5, "us-east-1b": 0.5, "us-west-2a": 2.5}
     steps = int(10 * 3600 / STEP_S)
-    d = _driver(s, steps, prices=prices)
+    d = driver(s, steps, prices=prices)
     assert d.policy.prior is None
-    done, idle_up = _replay(s, d, steps)
+    done, idle_up = replay(s, d, steps)
     assert done is not None
     assert 0 < idle_up * gap / 3600.0 <= 10.0, idle_up  # it waited, within the budget
