@@ -18,7 +18,7 @@ traces), volatile_holdout60, available_holdout60 (seeds 60-64); session 6's shif
         [--candidate NAME:field=value[,field=value...] ...]
 
 ``--candidate`` (repeatable) adds a spotfleet column ``candidate:NAME`` with those
-``SpotfleetParams`` beside v5 in the same sweep; it never counts as a baseline and gets its
+``SpotfleetParams`` beside the default spotfleet (v6) in the same sweep; it never counts as a baseline and gets its
 own goal table (``candidate:NAME (not a baseline) / best``). Without it the output is
 unchanged.
 """

@@ -1,4 +1,8 @@
-"""Fleet policies on the tuning set only: spotfleet v5 against a candidate, and per-start diagnosis.
+"""Fleet policies on the tuning set only: the default spotfleet against a candidate, and per-start diagnosis.
+
+The default is spotfleet v6 since session 9 (``zone_model="changepoint_updown"``); v5 is
+``zone_model="history"`` (baseline name ``v5`` in ``--diagnose``, ``default`` for the
+default).
 
 The tuning set of docs/fleet-policies.md (*Tuning discipline*; every candidate's figures in
 docs/fleet-policies-tuning-log.md): the first half of each
@@ -8,11 +12,12 @@ session 6, the regime shift on seeds 80-84 (``--families`` picks a subset). SkyN
 zones at D/W 1.05-1.2 are part of the tuning set too and are run by
 ``fleet_skynomad_settings.py --settings h100_6 --candidate NAME:...``.
 
-    # every cell: v5 vs a candidate (SpotfleetParams fields), and both vs the best baseline
+    # every cell: the default vs a candidate (SpotfleetParams fields), both vs the best baseline
     nice -n 10 python benchmarks/fleet_tuning_set.py --params own_runs=switch_emp
     # paired per-start diagnosis of cells against a baseline (what differs, the worst starts)
     nice -n 10 python benchmarks/fleet_tuning_set.py --diagnose v100:1.5:120:failover_sky
-    # the candidate (--params) start by start against v5 (baseline name "v5"), no sweep
+    # the candidate (--params) start by start against v5 (baseline name "v5"; "default"
+    # for the default policy), no sweep
     nice -n 10 python benchmarks/fleet_tuning_set.py --params own_runs=switch_emp \
         --diagnose v100:1.5:120:v5 --no-compare
     # the same diagnosis on the sweep's own starts of any family (held-out data, after
@@ -113,8 +118,8 @@ def plan_blocks(plan: list[tuple], span_hours: float) -> np.ndarray:
 
 def compare(params: SpotfleetParams, families: tuple[str, ...] = TUNING_FAMILIES) -> None:
     pols = {k: v for k, v in builtin_policy_factories().items() if k != "on_demand"}
-    print("| family | D/W | notice s | v5 / omniscient | candidate / omniscient | candidate / v5 [95 % CI] "
-          "| same, blocks of overlapping runs (blocks) | best baseline | v5 / best [CI] | candidate / best [CI] "
+    print("| family | D/W | notice s | default / omniscient | candidate / omniscient | candidate / default [95 % CI] "
+          "| same, blocks of overlapping runs (blocks) | best baseline | default / best [CI] | candidate / best [CI] "
           "| deadlines met |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for fname in families:
@@ -153,13 +158,15 @@ def _rle(timeline, m) -> str:
 def diagnose(cell: str, worst: int = 5, params: SpotfleetParams | None = None,
              report_starts: int = 0) -> None:
     """Paired per-start comparison of one cell ``family:D/W:notice:baseline``: spotfleet
-    (the candidate ``params`` when given, else v5) against the baseline, or against v5
-    when the baseline is named ``v5``; on the tuning set, or, with ``report_starts``, on
+    (the candidate ``params`` when given, else the default) against the baseline, or
+    against v5 (``zone_model="history"``) when the baseline is named ``v5``, or the
+    default when it is named ``default``; on the tuning set, or, with ``report_starts``, on
     the sweep's starts (``seed`` then prints the market index within the family)."""
     fname, ratio, notice, bname = cell.split(":")
     ratio, notice = float(ratio), float(notice)
     pols = dict(builtin_policy_factories())
-    pols["v5"] = SpotfleetPolicy
+    pols["v5"] = lambda: SpotfleetPolicy(SpotfleetParams(zone_model="history"))
+    pols["default"] = SpotfleetPolicy
     if params is not None:
         pols["spotfleet"] = lambda: SpotfleetPolicy(params)
     spec = family_of(fname).spec(ratio, notice)
@@ -199,7 +206,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", nargs="*", default=[], help="candidate SpotfleetParams: field=value ...")
     ap.add_argument("--diagnose", nargs="*", default=[],
-                    help="cells family:D/W:notice:baseline (baseline v5: the candidate against v5)")
+                    help="cells family:D/W:notice:baseline (baseline v5: against v5; default: against the default)")
     ap.add_argument("--no-compare", action="store_true", help="only the --diagnose cells")
     ap.add_argument("--families", default=",".join(TUNING_FAMILIES),
                     help=f"tuning families to compare (default: {','.join(TUNING_FAMILIES)})")
