@@ -33,7 +33,9 @@ EXAMPLE = REPO / "examples" / "train_example.py"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    handle = start_server(tmp_path_factory.mktemp("fs") / "fs.sock", wait_ready=120)
+    # json.tool: a package's module the server has imported, as spotfleet main preloads
+    # pipelines.node_runner
+    handle = start_server(tmp_path_factory.mktemp("fs") / "fs.sock", wait_ready=120, preload=("json.tool",))
     assert os.path.exists(handle.socket_path), "fork server did not come up"
     yield handle
     handle.stop()
@@ -128,3 +130,21 @@ def test_spawn_module_is_python_dash_m_with_the_callers_stdio(server, tmp_path):
     assert f"out ['3'] yes {tmp_path} {os.getpgid(0)} True" in out and "err" in out, out
     env.pop(ENV_FORK_SERVER)
     assert spawn_module("probe_mod", ["0"], env, cwd=str(tmp_path)) is None  # no server: the caller Popens
+
+
+def test_a_preloaded_module_runs_as_main_without_runpy_warning(server, tmp_path):
+    """spotfleet main preloads ``pipelines.node_runner`` in the fork server and then runs it
+    with ``-m``: runpy warned on every launch ("found in sys.modules after import of
+    package ... unpredictable behaviour") into each stage's log. The module is run fresh
+    as __main__, as ``python -m`` does, and says nothing."""
+    (tmp_path / "in.json").write_text('{"stage": "pretrain", "step": 300}')
+    r, w = os.pipe()
+    proc = spawn_module("json.tool", ["in.json"], _env(tmp_path, "json", server), cwd=str(tmp_path),
+                        stdio_fds=(w, w))
+    os.close(w)
+    assert isinstance(proc, ForkedProcess)
+    assert proc.wait(timeout=60) == 0
+    with os.fdopen(r) as f:
+        out = f.read()
+    assert '"step": 300' in out, out
+    assert "RuntimeWarning" not in out and "found in sys.modules" not in out, out

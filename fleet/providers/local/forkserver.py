@@ -383,6 +383,10 @@ def _run_child(script: str, module: str | None = None) -> None:
     code = 0
     try:
         if module:
+            # a preloaded module (spotfleet main preloads pipelines.node_runner to warm its
+            # imports) runs fresh as __main__, as `python -m` does; left in sys.modules,
+            # runpy warns on every launch that it "may result in unpredictable behaviour"
+            sys.modules.pop(module, None)
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         else:
             runpy.run_path(script, run_name="__main__")
