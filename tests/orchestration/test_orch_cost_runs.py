@@ -157,6 +157,14 @@ def test_an_enforced_budget_keeps_the_stage_from_launching(tmp_path):
     assert ct.load(stats.engine(), "broke").sessions.empty  # nothing was launched, nothing billed
 
 
+def _event_texts(res) -> str:
+    """Every event's message and, for failures, its error's message: where a budget stop
+    shows (a STEP_FAILURE whose error carries the text)."""
+    return " ".join([str(e.message or "") for e in res.all_events]
+                    + [str(getattr(getattr(e.event_specific_data, "error", None), "message", ""))
+                       for e in res.all_events])
+
+
 def test_an_enforced_budget_with_room_passes_the_budget_left_and_relaunches(tmp_path):
     """enforce_budget with enough budget: the attempt gets the $ left (StageSpec.budget_left_usd
     through the node runner) and still relaunches after the injected preemption; the stop
@@ -173,8 +181,7 @@ def test_an_enforced_budget_with_room_passes_the_budget_left_and_relaunches(tmp_
     assert calm > 600, f"the market preempts by itself {calm:.0f} wall s into the run; pick a calmer one"
     res, stats = _run_budgeted(tmp_path, "roomy", budget_usd=40, enforce_budget=True, market=market)
     assert res.success
-    logs = " ".join(str(getattr(e, "message", "")) for e in res.all_events)
-    assert "stopped by the budget" not in logs
+    assert "stopped by the budget" not in _event_texts(res)  # found there when it stops (below)
     from assets import cost_tables as ct
 
     sessions = ct.load(stats.engine(), "roomy").sessions
@@ -191,6 +198,7 @@ def test_an_enforced_budget_stops_the_stage_instead_of_relaunching(tmp_path):
     assert [e.step_key for e in failures] == ["tight__train_train"]
     msg = failures[0].event_specific_data.error.message
     assert "stopped by the budget" in msg and "NOT relaunched" in msg and "$0.0500 left" in msg
+    assert "stopped by the budget" in _event_texts(res)  # the search the test above relies on
     assert "Raise budget_usd" in msg and "enforce_budget: false" in msg
     assert not [e for e in res.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     from assets import cost_tables as ct
