@@ -292,6 +292,10 @@ class PolicyDriver:
                            checkpoint_region=self._checkpoint_region if saved else None,
                            on_demand_region=self._region(self.on_demand_zone_now(saved)))
 
+    def region(self, zone: str) -> str:
+        """The region of ``zone`` (a candidate zone's as given in ``regions``)."""
+        return self._region(zone)
+
     def _region(self, zone: str) -> str:
         return self.regions[self.zones.index(zone)] if zone in self.zones else region_of_zone(zone)
 
@@ -329,7 +333,7 @@ class PolicyDriver:
         last = self._last_launch_zone
         if last is not None and self._region(last) == region:
             return last
-        return next(z for z, r in zip(self.zones, self.regions, strict=True) if r == region)
+        return self._first_zone_of(region)
 
     def _loc(self, location: str | None) -> int:
         if location is None:
@@ -416,10 +420,33 @@ class PolicyDriver:
                     failed += 1
                     self._failed_probes += 1
                     continue
-            self._launches += 1
-            # the region of the last launch: the checkpoint's once the job saved (the
-            # observation hides it before, see :meth:`observation`)
-            self._checkpoint_region = self._region(lau.zone)
-            self._last_launch_zone = lau.zone
+            self._record_launch(lau.zone)
             return lau, failed
         return None, failed
+
+    def _record_launch(self, zone: str) -> None:
+        self._launches += 1
+        # the region of the last launch: the checkpoint's once the job saved (the
+        # observation hides it before, see :meth:`observation`)
+        self._checkpoint_region = self._region(zone)
+        self._last_launch_zone = zone
+
+    def launched(self, t: float, zone: str, spot: bool) -> bool:
+        """The node group was launched in ``zone`` at market second ``t`` by someone else
+        than :meth:`try_launch` (SkyPilot places a managed job itself among the zones it was
+        given; the provider reports the zone once the job runs there). Records what
+        ``try_launch`` records for a launch -- the launch count, the last launch's zone and
+        region (the checkpoint's once work is saved: where :meth:`on_demand_zone_now` puts
+        on-demand) and, for spot, the zone seen up -- so that the policy's view stays the
+        simulator's. A zone outside the candidate zones' regions is not recorded (the rule
+        has no zone to run on-demand in there); returns whether it was."""
+        region = self._region(zone)
+        if region not in self.regions:
+            return False
+        if spot and zone in self.zones:
+            self.market.observe(t, {zone: True})
+        self._record_launch(zone)
+        return True
+
+    def _first_zone_of(self, region: str) -> str:
+        return next(z for z, r in zip(self.zones, self.regions, strict=True) if r == region)

@@ -93,3 +93,16 @@ def test_a_configured_on_demand_zone_wins_and_is_reported():
     d.preempted(300.0, "us-east-1a")
     lau = _launch(d, 600.0, NOTHING)
     assert lau.zone == "us-east-1a" and pol.seen[-1].on_demand_region == "us-east-1"
+
+
+def test_a_launch_placed_elsewhere_is_recorded_as_try_launch_records_it():
+    """SkyPilot places a managed job itself; the provider reports the zone (launched): the
+    checkpoint's region is then that zone's, as after try_launch. A zone outside the
+    candidates' regions is not recorded (no zone there to run on-demand in)."""
+    d, pol = _driver([ON_DEMAND], on_demand_prices=OD)
+    assert not d.launched(0.0, "eu-west-1a", spot=True)
+    assert d.launched(0.0, "us-east-1a", spot=True)
+    lau = _launch(d, 600.0, SAVED)
+    assert not lau.spot and lau.zone == "us-east-1a"  # the checkpoint's, not the cheaper us-west-2
+    assert pol.seen[-1].checkpoint_region == "us-east-1" == pol.seen[-1].on_demand_region
+    assert d.market.last_seen[0] >= 0  # the spot zone was seen up at the launch
