@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from fleet.contract import RunPriors
+from fleet.policies.base import ON_DEMAND, Action, Policy
 from fleet.providers.base import AttemptFailed, StageSpec
 from fleet.providers.skypilot import (
     SkyPilotConfig,
@@ -28,12 +29,41 @@ ZONES = ("us-east-2a", "us-east-1a", "us-west-2c")
 
 
 @pytest.fixture
-def sky_offline(shared_data, tmp_path, monkeypatch):
+def catalog_edits() -> dict[tuple[str, str], float]:
+    """On-demand $/h to change in the catalog subset, {(instance type, region): price}; a
+    test parametrizes it (the subset prices every region of an instance type alike)."""
+    return {}
+
+
+def _edited_catalog(source: Path, target: Path, edits: dict[tuple[str, str], float]) -> Path:
+    import csv
+    import shutil
+
+    shutil.copytree(source, target)
+    vms = target / "aws" / "vms.csv"
+    with vms.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    fields = list(rows[0])
+    for row in rows:
+        if (row["InstanceType"], row["Region"]) in edits:
+            row["Price"] = str(edits[(row["InstanceType"], row["Region"])])
+    with vms.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return target
+
+
+@pytest.fixture
+def sky_offline(shared_data, tmp_path, monkeypatch, catalog_edits):
     """SkyPilot with the catalog subset in a temporary home, AWS enabled, no network."""
     from fleet.market.catalog import offline_catalog
 
     monkeypatch.setenv("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
-    with offline_catalog(tmp_path / "skyhome", shared_data / "skypilot-catalog-v8"):
+    source = shared_data / "skypilot-catalog-v8"
+    if catalog_edits:
+        source = _edited_catalog(source, tmp_path / "catalog-edited", catalog_edits)
+    with offline_catalog(tmp_path / "skyhome", source):
         yield
 
 
@@ -530,3 +560,95 @@ def test_a_session_the_catalog_cannot_price_is_recorded_unpriced_and_the_report_
     assert "WARNING: 1 node session (0.50 billed h) could not be priced" in head
     assert s.node_id in head and ct.UNPRICED_FIX in head
     assert "could not be priced" in rep.files["html"].read_text()
+
+
+# ------------------------------------------------------------------ where on-demand runs
+
+#: two zones in us-west-2: an on-demand job there may use either (the checkpoint's region)
+OD_ZONES = ("us-east-2a", "us-east-1a", "us-west-2c", "us-west-2a")
+#: us-east-1 the cheapest on-demand region for L4 (g6.xlarge; the subset prices all at 0.8048)
+CHEAP_EAST_1 = {("g6.xlarge", "us-east-1"): 0.70}
+
+
+class Scripted(Policy):
+    """A fleet policy that goes where ``plan`` says, one entry per decision, and keeps
+    every observation it was given."""
+
+    name = "scripted"
+
+    def __init__(self, plan: list[int]):
+        self.plan = list(plan)
+        self.seen: list = []
+
+    def decide(self, state, obs) -> Action:
+        self.seen.append(obs)
+        return Action(self.plan.pop(0), None, obs.tick + 1)
+
+
+def _job_resources(api_server, job_id: int) -> list:
+    from sky.utils import dag_utils
+
+    return list(dag_utils.load_chain_dag_from_yaml_str(api_server.launched_yaml[job_id]).tasks[0].resources)
+
+
+def _spot_then_on_demand(api_server, checkpoint_uri: str) -> tuple[Scripted, list, object]:
+    """Spot in us-west-2c (third in zone order), preempted, then the policy says on-demand."""
+    pol = Scripted([OD_ZONES.index("us-west-2c"), ON_DEMAND])
+    ctl = Controller(api_server, ["preempt", "succeed"])
+    events: list = []
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0, progress_poll_seconds=0, policy=pol), sleep=ctl)
+    spec = _spec(zones=OD_ZONES, checkpoint_uri=checkpoint_uri,
+                 priors=dataclasses.replace(PRIORS, mttp_seconds={z: 4 * 3600.0 for z in OD_ZONES}))
+    res = prov.run_stage(spec, on_event=events.append)
+    assert res.completed and res.info["jobs"] == [1, 2]
+    return pol, events, res
+
+
+@pytest.mark.parametrize("catalog_edits", [CHEAP_EAST_1])
+def test_on_demand_after_a_save_runs_in_the_checkpoints_region(api_server, tmp_path):
+    """Work saved while spot in us-west-2c: the on-demand managed job may use only us-west-2's
+    zones (the last launch's first), though us-east-1 is the cheaper on-demand region -- the
+    simulator's od_region(saved). Before: every candidate zone, SkyPilot picking."""
+    ckpt = tmp_path / "ckpt"
+    _train_to(ckpt, 40)  # committed work on the stage's prefix
+    pol, events, res = _spot_then_on_demand(api_server, str(ckpt))
+    spot_job, od_job = _job_resources(api_server, 1), _job_resources(api_server, 2)
+    assert [r.zone for r in spot_job] == ["us-west-2c"] and all(r.use_spot for r in spot_job)
+    assert [r.zone for r in od_job] == ["us-west-2c", "us-west-2a"]
+    assert not any(r.use_spot for r in od_job)
+    # the policy priced on-demand where it runs: per-zone catalog prices, the checkpoint's region
+    obs = pol.seen[-1]
+    assert obs.checkpoint_region == "us-west-2" == obs.on_demand_region
+    assert list(obs.on_demand_price) == pytest.approx([0.8048, 0.70, 0.8048, 0.8048])
+    [relaunch] = [e for e in events if e.kind == "relaunch"]
+    assert relaunch.data["spot"] is False and relaunch.data["zones"] == ["us-west-2c", "us-west-2a"]
+    assert [(s.zone, s.spot) for s in res.sessions] == [("us-west-2c", True), ("us-west-2c", False)]
+    assert res.sessions[1].price_per_hour == pytest.approx(0.8048)
+
+
+@pytest.mark.parametrize("catalog_edits", [CHEAP_EAST_1])
+def test_on_demand_with_nothing_saved_runs_in_the_cheapest_catalog_region(api_server, tmp_path):
+    """Preempted in us-west-2c before any save: nothing to carry, so on-demand goes to the
+    cheapest on-demand region by the catalog (us-east-1, 0.70 $/h), not the last launch's nor
+    the first zone's (us-east-2a)."""
+    pol, events, res = _spot_then_on_demand(api_server, str(tmp_path / "empty-prefix"))
+    od_job = _job_resources(api_server, 2)
+    assert [r.zone for r in od_job] == ["us-east-1a"] and not od_job[0].use_spot
+    obs = pol.seen[-1]
+    assert obs.checkpoint_region is None and obs.on_demand_region == "us-east-1"
+    assert [(s.zone, s.spot) for s in res.sessions] == [("us-west-2c", True), ("us-east-1a", False)]
+    assert res.sessions[1].price_per_hour == pytest.approx(0.70)
+
+
+@pytest.mark.parametrize("catalog_edits", [CHEAP_EAST_1])
+def test_on_demand_prices_per_zone_come_from_the_catalog_at_the_plans_level(sky_offline):
+    """Without a planned on-demand price: the catalog's per region. With one (the plan's
+    cheapest region's): that level, the catalog's ratios between regions."""
+    from fleet.providers.skypilot.provider import catalog_on_demand_prices
+
+    assert catalog_on_demand_prices(_spec(zones=OD_ZONES, priors=PRIORS)) == pytest.approx(
+        {"us-east-2a": 0.8048, "us-east-1a": 0.70, "us-west-2c": 0.8048, "us-west-2a": 0.8048})
+    planned = catalog_on_demand_prices(_spec(zones=OD_ZONES, priors=UNIFORM))
+    assert planned["us-east-1a"] == pytest.approx(3.06)
+    assert planned["us-west-2c"] == pytest.approx(3.06 * 0.8048 / 0.70)
+    assert catalog_on_demand_prices(_spec(accelerator="H9000")) == {}

@@ -13,7 +13,10 @@ the job may come back in the zone that is losing capacity. When a job turns RECO
 (SkyPilot saw the cluster preempted) the provider cancels it, tells the policy the zone
 is down, and relaunches the stage as a new managed job where the policy says: its
 target zone and spot fallbacks as ``resources.ordered`` (SkyPilot tries them in that
-order, as the simulator tries ``Action.fallbacks``), or on-demand. The policy observes only what this controller sees (``Observation.probed``):
+order, as the simulator tries ``Action.fallbacks``), or on-demand in the zones of the region
+the driver picks (``PolicyDriver.on_demand_zone_now``: the simulator's rule, priced per
+region from the catalog; the watch loop reports each job's zone with
+``PolicyDriver.launched``). The policy observes only what this controller sees (``Observation.probed``):
 a zone is up while the job runs there, down when it was preempted there; the rest is its
 belief from the past. The training process
 resumes from the latest checkpoint in ``spec.checkpoint_uri`` (an object store every
@@ -80,7 +83,8 @@ class SkyPilotConfig:
     """Provider settings. Durations in seconds (real time)."""
 
     options: SkyTaskOptions = field(default_factory=SkyTaskOptions)
-    policy: str | None = None  # registry name overriding StageSpec.policy (None: the spec's)
+    #: registry name (or a fleet.policies Policy object) overriding StageSpec.policy (None: the spec's)
+    policy: Any = None
     poll_seconds: float = 15.0
     max_pending_seconds: float = 3600.0  # job not running this long -> AttemptFailed
     rotate_on_preemption: bool = True  # False: leave recovery entirely to SkyPilot
@@ -194,6 +198,7 @@ class _SkyRun(AttemptRecord):
                                        gap_seconds=self.cfg.decision_tick_seconds,
                                        prior_history=prior_history(
                                            spec.priors, zones, self.cfg.decision_tick_seconds),
+                                       on_demand_prices=catalog_on_demand_prices(spec) or None,
                                        accelerator=spec.accelerator)
         prev_zone: str | None = None
         relaunches = 0
@@ -326,8 +331,10 @@ class _SkyRun(AttemptRecord):
             tries=[("idle" if x is None else x.zone if x.spot else "on-demand") for x in d.tries]))
         if first is None:
             return None, True, f"policy {driver.name}: wait"
-        if not first.spot:
-            return zones, False, first.reason
+        if not first.spot:  # the region the driver priced (on_demand_zone_now), its zone first
+            region = driver.region(first.zone)
+            return ([first.zone] + [z for z in zones if z != first.zone and driver.region(z) == region],
+                    False, first.reason)
         return spot_zones, True, first.reason
 
     def _progress_now(self) -> Progress:
@@ -399,10 +406,16 @@ class _SkyRun(AttemptRecord):
             if st in RUNNING:
                 if self.driver is not None and _get(rec, "zone"):
                     self.driver.observe(now - self.started, {_get(rec, "zone"): True})
-                if running is not None and (_get(running, "zone") != _get(rec, "zone") or
-                                            _get(running, "recovery_count") != _get(rec, "recovery_count")):
+                moved = running is not None and (
+                    _get(running, "zone") != _get(rec, "zone") or
+                    _get(running, "recovery_count") != _get(rec, "recovery_count"))
+                if moved:
                     # SkyPilot recovered between two polls: the old cluster was preempted
                     self._session(running, task, spot, now, "preempted")
+                if (running is None or moved) and self.driver is not None and _get(rec, "zone"):
+                    # where SkyPilot placed it: the last launch (and the checkpoint's region
+                    # once work is saved) for the policy, as try_launch records it locally
+                    self.driver.launched(now - self.started, _get(rec, "zone"), spot)
                 running = rec
             elif st in RECOVERING:
                 if running is not None:
@@ -430,6 +443,33 @@ class _SkyRun(AttemptRecord):
             if self._cancelled():
                 self.p._cancel_job(job_id)
             self.p._sleep(self.cfg.poll_seconds)
+
+
+def catalog_on_demand_prices(spec: StageSpec) -> dict[str, float]:
+    """On-demand $/h per candidate zone for the policy driver, by SkyPilot's catalog.
+
+    The catalog prices on-demand per region (as :meth:`_SkyRun._session` bills an on-demand
+    session), for the instance type an on-demand job would get there
+    (``resolve_instance_type(use_spot=False)``, as ``build_task``). A plan that carried its
+    own on-demand price keeps its level: that price is its cheapest on-demand region's
+    (fleet/planning/planner.py), so each zone gets it x (the zone's catalog price / the
+    cheapest candidate's) -- the catalog's own prices when the plan's came from it, and one
+    source of prices per decision when they did not. Zones the catalog lacks are left out
+    (the driver then uses the priors' flat price there); {} when it prices none.
+    """
+    cloud = spec.clouds[0] if spec.clouds else "aws"
+    out: dict[str, float] = {}
+    for zone in spec.zones:
+        try:
+            itype = resolve_instance_type(spec, zone=zone, use_spot=False)
+            out[zone] = hourly_price(itype, False, zone=zone, cloud=cloud)
+        except Exception:  # noqa: BLE001 - not in the catalog: left out (see the docstring)
+            continue
+    planned = spec.priors.on_demand_price_per_hour
+    cheapest = min(out.values(), default=0.0)
+    if planned and cheapest > 0:
+        out = {z: planned * p / cheapest for z, p in out.items()}
+    return out
 
 
 def catalog_priced(spec: StageSpec):
