@@ -70,6 +70,7 @@ import torch
 from checkpointing.elastic_state import DEFAULT_HANDOFF_ROOT, HandoffFile, broadcast_state
 from checkpointing.events import EventLog
 from checkpointing.guard import PreemptionGuard
+from checkpointing.manifest import newest_committed_step
 from checkpointing.policy import SaveKind
 from checkpointing.runtime_env import (
     ENV_CHECKPOINT_SECONDS,
@@ -85,7 +86,7 @@ from checkpointing.runtime_env import (
     env_float,
 )
 from checkpointing.saver import restore_state
-from checkpointing.stores.base import CheckpointStore, open_store
+from checkpointing.stores.base import CheckpointStore, StoreError, open_store
 from checkpointing.torch_state import TrainingState, state_sha256
 
 log = logging.getLogger("checkpointing.elastic")
@@ -275,9 +276,13 @@ class ElasticSession:
     def start(self) -> int:
         """Join the group and sync the state; returns the step to continue from.
 
-        Source of the state, in order: the freshest handoff of any rank (a survivor;
-        broadcast to all), else rank 0 restores the latest complete checkpoint
-        (broadcast), else the initial weights of rank 0 (broadcast).
+        The group resumes from the NEWEST state any member holds, never an older one: the
+        highest-step handoff of any rank (a survivor; broadcast to all), unless the latest
+        complete checkpoint is newer (rank 0 lists the store's names on every formation,
+        and reads it only then: a member that missed rounds holds an older handoff than
+        what another group checkpointed since) or no rank has a handoff; then rank 0
+        restores it (broadcast); else the initial weights of rank 0 (broadcast). Ties go
+        to the handoff (no object-store read).
         """
         install_reform_handler()
         if self.guard is not None and not self.guard.armed:
@@ -295,27 +300,41 @@ class ElasticSession:
                                         timeout=timedelta(seconds=self.timeout_seconds))
         t_pg = time.time()
         mine = self.handoff.read()
-        info = {"step": mine.step if mine else -1, "lost_at": mine.written_at if mine else None}
+        # rank 0 lists the checkpoint store (names only, no read): a member that missed
+        # rounds holds an older hand-off than a checkpoint another group committed since
+        ckpt_step = self._newest_checkpoint_step() if self.rank == 0 else None
+        info = {"step": mine.step if mine else -1, "lost_at": mine.written_at if mine else None,
+                "ckpt_step": ckpt_step}
         infos = self._all_gather(info)
         best = max(range(len(infos)), key=lambda r: (infos[r]["step"], -r))
+        handoff_step = infos[best]["step"]
+        newest_ckpt = infos[0].get("ckpt_step")
         restored = None
-        if infos[best]["step"] >= 0:
+        from_ckpt = False
+        if handoff_step < 0 or (newest_ckpt is not None and newest_ckpt > handoff_step):
+            # no member has a hand-off, or a complete checkpoint is newer than all of them
+            if self.rank == 0:
+                restored = self._restore_newer_than(handoff_step)
+            flags = self._all_gather({"restored": restored is not None})
+            from_ckpt = bool(flags[0]["restored"])
+        if from_ckpt:
+            src = 0
+            self.state_from = "checkpoint"
+            if self.rank == 0:
+                self.state.apply(restored.value)
+        elif handoff_step >= 0:
             src = best
             self.state_from = "handoff" if self.rank == src else "peer"
             if self.rank == src:
                 self.state.apply(mine.state)
-            lost = [i["lost_at"] for i in infos if i["lost_at"] is not None]
+            # the pause of the state resumed: from its earliest hand-off (an older file
+            # of a member that missed rounds, or kept while it trained, is not it)
+            lost = [i["lost_at"] for i in infos
+                    if i["lost_at"] is not None and i["step"] == handoff_step]
             self._lost_at = min(lost) if lost else None
         else:
             src = 0
             self.state_from = "fresh"
-            if self.rank == 0:
-                restored = restore_state(self.store)
-                if restored is not None:
-                    self.state.apply(restored.value)
-            flags = self._all_gather({"restored": restored is not None})
-            if flags[0]["restored"]:
-                self.state_from = "checkpoint"
         if self.distributed and self.world_size > 1:
             state = broadcast_state(self.state.capture() if self.rank == src else None, src,
                                     self.device)
@@ -326,7 +345,14 @@ class ElasticSession:
         if self.rank == 0:
             self._open_session(restored)
         self._formed_at = time.time()
-        self.handoff.discard()  # the group holds the state now
+        # a hand-off of the state the group resumed is NOT discarded here: it stays until
+        # this node writes a newer one (finish) or the stage completes. A worker killed
+        # before its next hand-off (the agent's reform timeout, a crash) would otherwise
+        # take the only persisted copy of this node's state with it, and the next group
+        # resume from an older one. An older one is superseded (the holder of the resumed
+        # state keeps its own copy; a newer checkpoint is in the store).
+        if mine is not None and mine.step < self.step:
+            self.handoff.discard()
         self.events.emit("start", node_id=self.node_id, zone=os.environ.get(ENV_ZONE),
                          resumed_from_step=self.step if self.step else None)
         self._pending_membership = {
@@ -357,6 +383,31 @@ class ElasticSession:
             self.session.saver.last_committed = restored.info
             self.events.emit("restore", step=self.step, location=restored.info.location,
                              fell_back=restored.fell_back, reason=restored.reason)
+
+    def _newest_checkpoint_step(self) -> int | None:
+        """Step of the newest committed checkpoint (one listing), None if none or the
+        store cannot be listed now (then the members' hand-offs are used as they are)."""
+        try:
+            return newest_committed_step(self.store)
+        except (StoreError, OSError) as exc:
+            log.warning("could not list the checkpoints (%s); using the members' hand-offs", exc)
+            return None
+
+    def _restore_newer_than(self, handoff_step: int) -> Any:
+        """Rank 0: the latest complete checkpoint if it is newer than ``handoff_step``
+        (-1: no member has a hand-off), else None. Without a hand-off a store failure
+        propagates (there is nothing else to resume from); with one, the hand-off is used."""
+        try:
+            restored = restore_state(self.store)
+        except (StoreError, OSError) as exc:
+            if handoff_step < 0:
+                raise
+            log.warning("could not read the newer checkpoint (%s); using the hand-off of "
+                        "step %d", exc, handoff_step)
+            return None
+        if restored is not None and restored.info.step <= handoff_step:
+            return None  # it fell back past the hand-off: the hand-off is the newest state
+        return restored
 
     def _digest(self) -> dict[str, str]:
         if os.environ.get(ENV_DIGESTS) != "1":

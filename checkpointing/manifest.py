@@ -294,6 +294,24 @@ def list_checkpoints(store: CheckpointStore) -> list[CheckpointInfo]:
     return scan(store)[0]
 
 
+def newest_committed_step(store: CheckpointStore) -> int | None:
+    """Step of the newest checkpoint prefix that has a manifest, from ONE listing (the
+    step is in the prefix name ``ckpt-<step:012d>-...``; nothing is read or verified).
+
+    A cheap "is there anything newer than step s?" test: loading still goes through
+    ``restore_latest``, which verifies and may fall back to an older checkpoint."""
+    newest: int | None = None
+    for name, files in _group_keys(store).items():
+        if MANIFEST_NAME not in files:
+            continue
+        try:
+            step = int(name[len(PREFIX):].split("-", 1)[0])
+        except ValueError:
+            continue
+        newest = step if newest is None else max(newest, step)
+    return newest
+
+
 def latest_checkpoint(store: CheckpointStore) -> CheckpointInfo | None:
     infos = list_checkpoints(store)
     return infos[-1] if infos else None
