@@ -215,3 +215,66 @@ def test_a_rank_waits_for_the_group_store_to_listen_before_connecting():
     th.join()
     box["store"].set("k", "v")  # the store took the probe's connect-and-close in its stride
     assert box["store"].get("k") == b"v"
+
+
+# -- install_cheap_event_names: torch's get_method_name without inspect.stack() ---------------
+
+@pytest.fixture
+def torch_method_name(monkeypatch):
+    """Restore dynamic_rendezvous.get_method_name after the test (the patch rebinds it)."""
+    monkeypatch.delenv(elastic_run.ENV_KEEP_TORCH_EVENT_NAMES, raising=False)
+    original = dr.get_method_name
+    monkeypatch.setattr(dr, "get_method_name", original)
+    return original
+
+
+def test_the_frame_lookup_names_the_same_function_as_torchs(torch_method_name):
+    def record(fn, depth):  # stands for torch's _record: get_method_name() names its caller
+        return fn(depth) if depth is not None else fn()
+
+    def join_op(fn, depth=None):
+        return record(fn, depth)
+
+    def agent(fn, depth=None):
+        return join_op(fn, depth)
+
+    for depth in (None, 1, 2, 3, 4):  # (0 would be the function itself: its own name)
+        assert agent(elastic_run._frame_method_name, depth) == agent(torch_method_name, depth)
+    assert agent(elastic_run._frame_method_name) == "join_op"
+    assert elastic_run._frame_method_name(10_000) == "no_method_name" == torch_method_name(10_000)
+
+
+def test_installed_where_torchs_rendezvous_records_its_events(torch_method_name, monkeypatch):
+    assert elastic_run.install_cheap_event_names()
+    assert dr.get_method_name is elastic_run._frame_method_name
+    assert elastic_run.install_cheap_event_names()  # idempotent
+    # torch's own _record names the event after the method that recorded it
+    names = []
+    monkeypatch.setattr(dr, "construct_and_record_rdzv_event",
+                        lambda **kw: names.append(kw["name"]))
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, registry
+
+    store = elastic_run.host_rendezvous_store("127.0.0.1:0")
+    handler = registry.get_rendezvous_handler(RendezvousParameters(
+        backend="c10d", endpoint=f"127.0.0.1:{store.port}", run_id="ev", min_nodes=1,
+        max_nodes=2, is_host="false"))
+    handler._record("x")
+    assert names == ["DynamicRendezvousHandler."
+                     "test_installed_where_torchs_rendezvous_records_its_events"]
+
+
+def test_an_unknown_torch_or_the_opt_out_keeps_torchs_method_name(torch_method_name, monkeypatch,
+                                                                   caplog):
+    monkeypatch.setenv(elastic_run.ENV_KEEP_TORCH_EVENT_NAMES, "1")
+    assert not elastic_run.install_cheap_event_names()
+    assert dr.get_method_name is torch_method_name
+    monkeypatch.delenv(elastic_run.ENV_KEEP_TORCH_EVENT_NAMES)
+    monkeypatch.setattr(torch, "__version__", "9.9.0")
+    with caplog.at_level(logging.WARNING, logger="checkpointing.elastic_run"):
+        assert not elastic_run.install_cheap_event_names()
+    assert dr.get_method_name is torch_method_name and "not a tested release" in caplog.text
+    monkeypatch.setattr(torch, "__version__", "2.13.0")
+    monkeypatch.setattr(dr, "get_method_name", lambda depth=2: "x")  # a different torch
+    with caplog.at_level(logging.WARNING, logger="checkpointing.elastic_run"):
+        assert not elastic_run.install_cheap_event_names()
+    assert "no longer the inspect.stack() one" in caplog.text
