@@ -225,6 +225,28 @@ def changepoint_run_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[fl
     return out
 
 
+def changepoint_hazard_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[float, bool]]],
+                           runs_hours: Sequence[np.ndarray], prior_hours: float,
+                           prior: float = CHANGE_PRIOR) -> np.ndarray:
+    """Posterior mean hazard (1/h) of each zone over :func:`changed_probability_emp`'s two
+    hypotheses: ``(1 - p1) / run_hours`` (unchanged) plus ``p1 (1 + n) / (b + H)`` (changed:
+    H1's posterior rate is Gamma(1 + n, b + H), ``n`` preemptions in ``H`` hours held).
+    Zones with no holds: ``1 / run_hours``. What sets a checkpoint interval under an uncertain
+    hazard (saves ``C / T`` plus expected losses ``E[lambda] T / 2`` per hour), where
+    :func:`changepoint_run_emp`'s average of runs would understate it."""
+    r0 = np.maximum(np.asarray(run_hours, dtype=float), 1e-9)
+    out = 1.0 / r0
+    b = max(float(prior_hours), 1e-9)
+    for z in range(out.size):
+        if not holds[z]:
+            continue
+        n = sum(1 for _, p in holds[z] if p)
+        h = sum(max(float(x), 0.0) for x, _ in holds[z])
+        p1 = changed_probability_emp(holds[z], runs_hours[z], prior_hours, prior)
+        out[z] = (1.0 - p1) / r0[z] + p1 * (1.0 + n) / (b + h)
+    return out
+
+
 def up_run_ticks(up: np.ndarray) -> np.ndarray:
     """Lengths (ticks) of the maximal up-runs of one zone's history ``up`` (bool per
     tick); a run cut by either end of the history counts at its observed length

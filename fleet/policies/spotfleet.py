@@ -82,6 +82,7 @@ from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Obse
 from fleet.policies.market_view import (
     PriorStats,
     belief_up,
+    changepoint_hazard_emp,
     changepoint_run,
     changepoint_run_emp,
     fisher_rejects,
@@ -127,6 +128,9 @@ class SpotfleetParams:
     # "changepoint_updown" (fifteenth round): changepoint_emp plus the same update of each
     # zone's down-runs from the outages the job observes (the waits and launch beliefs):
     # v6, adopted after its pre-registered check on every held-out set
+    interval_hazard: str = "run"  # "run": v6. "mixture" (sixteenth round, session 9, not
+    # adopted): the checkpoint interval of a zone the job has held uses 1 / the posterior mean
+    # hazard (market_view.changepoint_hazard_emp) instead of the posterior average of runs
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -150,6 +154,9 @@ OWN_RUNS = ("off", "switch", "switch_emp")
 
 ZONE_MODELS = ("history", "changepoint", "changepoint_emp", "changepoint_updown")
 """The values of ``SpotfleetParams.zone_model`` (see its comment)."""
+
+INTERVAL_HAZARDS = ("run", "mixture")
+"""The values of ``SpotfleetParams.interval_hazard`` (see its comment)."""
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -203,6 +210,9 @@ class SpotfleetPolicy(Policy):
             raise ValueError(f"own_runs {self.p.own_runs!r}: one of {', '.join(OWN_RUNS)}")
         if self.p.zone_model not in ZONE_MODELS:
             raise ValueError(f"zone_model {self.p.zone_model!r}: one of {', '.join(ZONE_MODELS)}")
+        if self.p.interval_hazard not in INTERVAL_HAZARDS:
+            raise ValueError(f"interval_hazard {self.p.interval_hazard!r}: one of "
+                             f"{', '.join(INTERVAL_HAZARDS)}")
         n = max(2, int(self.p.lookback_hours / obs.gap_hours))
         self._down = ~np.asarray(hist[:, -n:], dtype=bool).any(axis=0)  # no zone up, per tick
         self._gap = obs.gap_hours
@@ -242,13 +252,9 @@ class SpotfleetPolicy(Policy):
         """Expected up-run (h) of each zone if launched now: the prior's mean up-run, or,
         for zones of a region that just lost an instance of this job, the shorter of that
         and the prior's up-time after a neighbour's preemption (correlated reclaims;
-        ``neighbour=False``: the prior's mean up-run everywhere)."""
-        run = np.array(self.prior.mean_up_hours, dtype=float)
-        after = self.prior.up_after_neighbour_hours
-        recent = (obs.tick - self._pre_tick) * obs.gap_hours <= self.p.neighbour_window_hours
-        if neighbour and after is not None and recent and self._pre_region is not None and obs.regions:
-            same = np.array([r == self._pre_region for r in obs.regions])
-            run = np.where(same, np.minimum(run, after), run)
+        ``neighbour=False``: the prior's mean up-run everywhere); with an own-evidence zone
+        model, averaged with what the job saw (module docstring, v6)."""
+        run = self._history_runs(obs, neighbour)
         if self.p.zone_model == "changepoint":
             run = changepoint_run(run, self.prior.mean_up_hours, self._own_n, self._held_h,
                                   obs.gap_hours)
@@ -258,6 +264,31 @@ class SpotfleetPolicy(Policy):
                 holds[self._open[0]].append((self._open[1], False))
             run = changepoint_run_emp(run, holds, self._emp_runs, obs.gap_hours)
         return run
+
+    def _history_runs(self, obs: Observation, neighbour: bool = True) -> np.ndarray:
+        """v5's expected up-run (h) per zone: the prior's mean, shortened for a region that
+        just lost an instance of this job (:meth:`expected_runs` without the job's evidence)."""
+        run = np.array(self.prior.mean_up_hours, dtype=float)
+        after = self.prior.up_after_neighbour_hours
+        recent = (obs.tick - self._pre_tick) * obs.gap_hours <= self.p.neighbour_window_hours
+        if neighbour and after is not None and recent and self._pre_region is not None and obs.regions:
+            same = np.array([r == self._pre_region for r in obs.regions])
+            run = np.where(same, np.minimum(run, after), run)
+        return run
+
+    def interval_runs(self, obs: Observation, run: np.ndarray) -> np.ndarray:
+        """The run (h) each zone's checkpoint interval is set from: ``run`` (v6), or with
+        ``interval_hazard="mixture"`` and the own-evidence zone models, 1 / the posterior
+        mean hazard for the zones the job has held (:func:`changepoint_hazard_emp`)."""
+        if self.p.interval_hazard != "mixture" or self.p.zone_model not in (
+                "changepoint_emp", "changepoint_updown"):
+            return run
+        holds = [list(h) for h in self._holds]
+        if self._open is not None:
+            holds[self._open[0]].append((self._open[1], False))
+        r0 = self._history_runs(obs)
+        haz = changepoint_hazard_emp(r0, holds, self._emp_runs, obs.gap_hours)
+        return np.where([bool(h) for h in holds], 1.0 / np.maximum(haz, 1e-9), run)
 
     # ------------------------------------------------------------------ costs
     def _lost_per_preemption(self, spec: JobSpec, run_hours: float) -> float:
@@ -380,9 +411,10 @@ class SpotfleetPolicy(Policy):
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
         run = self.expected_runs(obs)
+        run_ck = self.interval_runs(obs, run)
         if state.location >= 0:
             z = state.location
-            interval = self.checkpoint_interval(run[z], state, g)
+            interval = self.checkpoint_interval(run_ck[z], state, g)
             recheck = obs.tick + max(1, min(k, int(self.p.reconsider_hours / g)))
             eff_here = self.cost_per_useful_hour(state, obs, held=z)[z]
             eff = self.cost_per_useful_hour(state, obs)
@@ -390,12 +422,12 @@ class SpotfleetPolicy(Policy):
                       if eff[c] < (1.0 - self.p.move_margin) * eff_here]
             better = self._affordable_moves(state, obs, better)
             if better:
-                return Action(better[0], self.checkpoint_interval(run[better[0]], state, g),
+                return Action(better[0], self.checkpoint_interval(run_ck[better[0]], state, g),
                               recheck, watch=(z,), fallbacks=(*better[1:], z))
             return Action(z, interval, recheck, watch=(z,))
         eff = self.cost_per_useful_hour(state, obs)
         order = self._candidates(state, obs, eff, od_eff)
-        interval = self.checkpoint_interval(run[order[0]], state, g) if order else None
+        interval = self.checkpoint_interval(run_ck[order[0]], state, g) if order else None
         spare = safe_slack_hours(state) - safety_threshold_hours(state, g)
         if state.location == ON_DEMAND:
             later = state.elapsed_hours + 2.0 * spec.restart_hours

@@ -55,6 +55,8 @@ in session 8 for the thirteenth round, ``zone_model="changepoint"``).
 (session 8; fresh data for the fourteenth round, run once for it).
 ``volatile_holdout130`` / ``available_holdout130`` / ``shift_holdout130`` — seeds 130-134
 (session 8; fresh data for the fifteenth round, run once for it).
+``volatile_holdout140`` / ``available_holdout140`` / ``shift_holdout140`` — seeds 140-144
+(session 9; fresh data for the sixteenth round, run once for it).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -241,6 +243,10 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("130", range(130, 135)),
     "shift_holdout130": _synthetic("shift_holdout130", "held-out regime shift (seeds 130-134)",
                                    _shift(range(130, 135)), last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 9: fresh seeds for the sixteenth round (seeds 130-134 were seen by then)
+    **_held_out_pair("140", range(140, 145)),
+    "shift_holdout140": _synthetic("shift_holdout140", "held-out regime shift (seeds 140-144)",
+                                   _shift(range(140, 145)), last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 

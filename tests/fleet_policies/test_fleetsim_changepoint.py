@@ -192,3 +192,56 @@ def test_updown_outages_seen_by_the_job_lengthen_the_expected_wait():
                         last_seen_tick=np.array([obs.tick, -1]))
     b5, bc = pols["history"].belief(later)[0], pols["changepoint_updown"].belief(later)[0]
     assert b5 > 0.8 and bc < 0.5
+
+
+# ---------------------------------- sixteenth round: interval_hazard="mixture" (not adopted)
+def test_hazard_mixture_is_the_posterior_mean_rate():
+    from fleet.policies.market_view import (
+        changed_probability_emp,
+        changepoint_hazard_emp,
+        changepoint_run_emp,
+    )
+
+    runs = [np.array([6.0, 8.0, 10.0]), np.array([6.0, 8.0, 10.0])]
+    holds = [[(0.4, True), (0.3, True)], []]
+    p1 = changed_probability_emp(holds[0], runs[0], GAP)
+    haz = changepoint_hazard_emp(np.array([8.0, 8.0]), holds, runs, GAP)
+    assert haz[0] == pytest.approx((1 - p1) / 8.0 + p1 * 3 / (GAP + 0.7), rel=1e-12)
+    assert haz[1] == pytest.approx(1 / 8.0)  # no evidence: the history's rate
+    # the mean hazard is at least the inverse of the averaged run (Jensen)
+    run = changepoint_run_emp(np.array([8.0, 8.0]), holds, runs, GAP)
+    assert haz[0] > 1 / run[0]
+
+
+def test_mixture_interval_is_shorter_only_where_the_job_has_evidence():
+    """Without a notice, after short holds ending in preemptions, the candidate saves more
+    often than v6; with no holds it sets the same interval."""
+    spec = JobSpec(20.0, 30.0)  # no notice: periodic saves
+    hist = np.ones((2, 200), dtype=bool)
+    hist[:, 40::60] = False  # calm: up-runs of about 5 h
+    prices = np.array([1.0, 2.5])  # zone 1 dearer: the job relaunches in zone 0
+
+    def obs(t):
+        return Observation(tick=t, gap_hours=GAP, zones=("a", "b"), available=hist[:, -1],
+                           history=hist, spot_price=prices, on_demand_price=np.array([3.0, 3.0]))
+
+    out = {}
+    for hz in ("run", "mixture"):
+        pol = SpotfleetPolicy(SpotfleetParams(interval_hazard=hz))
+        pol.reset(spec, obs(199))
+        first = pol.decide(JobState(tick=200, start_tick=199, elapsed_hours=GAP, spec=spec,
+                                    location=IDLE), obs(200))
+        t = 200
+        for k in range(2):  # hold zone 0 for two ticks, then lose it
+            pol.decide(JobState(tick=t + 1, start_tick=199, elapsed_hours=(t + 1 - 199) * GAP,
+                                spec=spec, location=0), obs(t + 1))
+            act = pol.decide(JobState(tick=t + 3, start_tick=199, elapsed_hours=(t + 3 - 199) * GAP,
+                                      spec=spec, location=IDLE, preemptions=k + 1,
+                                      last_preempted_zone=0, just_preempted=True), obs(t + 3))
+            t += 3
+        out[hz] = (first.checkpoint_interval_hours, act.target, act.checkpoint_interval_hours)
+    assert out["run"][0] == out["mixture"][0]  # before any evidence: the same
+    assert out["run"][1] == out["mixture"][1] == 0  # back to zone 0, which preempted it twice
+    assert out["mixture"][2] < 0.9 * out["run"][2]  # so: saves more often there
+    with pytest.raises(ValueError, match="interval_hazard 'x': one of run, mixture"):
+        SpotfleetPolicy(SpotfleetParams(interval_hazard="x")).reset(spec, obs(199))
