@@ -63,7 +63,8 @@ statistics, the move margin, how often to reconsider, the least launch belief wo
 try, the patience factor, the neighbour window, the share of notices assumed lost, the
 zone model (``"history"`` = v5; the rejected thirteenth and fourteenth rounds'
 ``"changepoint"`` / ``"changepoint_emp"`` stay opt-in). ``own_runs`` (``"switch"`` /
-``"switch_emp"``, v6 ninth and tenth rounds, not adopted; ``"off"`` = the default) is
+``"switch_emp"``, v6 ninth and tenth rounds, not adopted; ``"off"`` = the default) and
+``interval_hazard`` (``"mixture"``, sixteenth round, rejected; ``"run"`` = the default) are
 opt-in too; the other rejected v6 fields were removed and reproduce at commit e1c45df
 (docs/fleet-policies-tuning-log.md).
 """
