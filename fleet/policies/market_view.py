@@ -215,14 +215,20 @@ def changepoint_run_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[fl
     ``1 / lambda``, ``(b + held) / max(preemptions, 1)`` (the hours held so far when there
     was no preemption). Zones with no holds keep ``run_hours``."""
     out = np.array(run_hours, dtype=float)
-    for z in range(out.size):
-        if not holds[z]:
-            continue
-        n = sum(1 for _, p in holds[z] if p)
-        h = sum(max(float(x), 0.0) for x, _ in holds[z])
-        p1 = changed_probability_emp(holds[z], runs_hours[z], prior_hours, prior)
+    for z, n, h, p1 in _hold_posteriors(holds, runs_hours, prior_hours, prior):
         out[z] = (1.0 - p1) * out[z] + p1 * (prior_hours + h) / max(n, 1)
     return out
+
+
+def _hold_posteriors(holds: Sequence[Sequence[tuple[float, bool]]], runs_hours: Sequence[np.ndarray],
+                     prior_hours: float, prior: float):
+    """(zone, preemptions, hours held, P(changed)) for each zone with holds."""
+    for z, zone_holds in enumerate(holds):
+        if not zone_holds:
+            continue
+        n = sum(1 for _, p in zone_holds if p)
+        h = sum(max(float(x), 0.0) for x, _ in zone_holds)
+        yield z, n, h, changed_probability_emp(zone_holds, runs_hours[z], prior_hours, prior)
 
 
 def changepoint_hazard_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[float, bool]]],
@@ -237,12 +243,7 @@ def changepoint_hazard_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple
     r0 = np.maximum(np.asarray(run_hours, dtype=float), 1e-9)
     out = 1.0 / r0
     b = max(float(prior_hours), 1e-9)
-    for z in range(out.size):
-        if not holds[z]:
-            continue
-        n = sum(1 for _, p in holds[z] if p)
-        h = sum(max(float(x), 0.0) for x, _ in holds[z])
-        p1 = changed_probability_emp(holds[z], runs_hours[z], prior_hours, prior)
+    for z, n, h, p1 in _hold_posteriors(holds, runs_hours, prior_hours, prior):
         out[z] = (1.0 - p1) / r0[z] + p1 * (1.0 + n) / (b + h)
     return out
 
