@@ -260,11 +260,16 @@ class SpotfleetPolicy(Policy):
             run = changepoint_run(run, self.prior.mean_up_hours, self._own_n, self._held_h,
                                   obs.gap_hours)
         elif self.p.zone_model in ("changepoint_emp", "changepoint_updown"):
-            holds = [list(h) for h in self._holds]
-            if self._open is not None:
-                holds[self._open[0]].append((self._open[1], False))
-            run = changepoint_run_emp(run, holds, self._emp_runs, obs.gap_hours)
+            run = changepoint_run_emp(run, self._holds_now(), self._emp_runs, obs.gap_hours)
         return run
+
+    def _holds_now(self) -> list[list[tuple[float, bool]]]:
+        """The job's holds per zone (hours, ended by a preemption?), the one in progress
+        included as censored (own-evidence zone models)."""
+        holds = [list(h) for h in self._holds]
+        if self._open is not None:
+            holds[self._open[0]].append((self._open[1], False))
+        return holds
 
     def _history_runs(self, obs: Observation, neighbour: bool = True) -> np.ndarray:
         """v5's expected up-run (h) per zone: the prior's mean, shortened for a region that
@@ -284,9 +289,7 @@ class SpotfleetPolicy(Policy):
         if self.p.interval_hazard != "mixture" or self.p.zone_model not in (
                 "changepoint_emp", "changepoint_updown"):
             return run
-        holds = [list(h) for h in self._holds]
-        if self._open is not None:
-            holds[self._open[0]].append((self._open[1], False))
+        holds = self._holds_now()
         r0 = self._history_runs(obs)
         haz = changepoint_hazard_emp(r0, holds, self._emp_runs, obs.gap_hours)
         return np.where([bool(h) for h in holds], 1.0 / np.maximum(haz, 1e-9), run)
