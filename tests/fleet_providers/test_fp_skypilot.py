@@ -652,3 +652,38 @@ def test_on_demand_prices_per_zone_come_from_the_catalog_at_the_plans_level(sky_
     assert planned["us-east-1a"] == pytest.approx(3.06)
     assert planned["us-west-2c"] == pytest.approx(3.06 * 0.8048 / 0.70)
     assert catalog_on_demand_prices(_spec(accelerator="H9000")) == {}
+
+
+@pytest.mark.parametrize("catalog_edits", [CHEAP_EAST_1])
+def test_a_plan_without_prices_gets_the_cheapest_zones_on_demand_price_of_the_on_demand_type(
+        sky_offline, monkeypatch):
+    """``catalog_priced``'s flat on-demand price is the cheapest candidate zone's on-demand
+    price (us-east-1, 0.70 $/h; the planner's flat price is its cheapest on-demand region's)
+    of the instance type an on-demand job gets there. Before: the first zone's (us-east-2a,
+    0.8048 $/h) and of the SPOT instance type."""
+    from fleet.providers.skypilot import provider as sp
+
+    bare = _spec(zones=OD_ZONES, priors=PRIORS)
+    assert OD_ZONES[0] == "us-east-2a"
+    priced = sp.catalog_priced(bare)
+    assert priced.on_demand_price_per_hour == pytest.approx(0.70)
+    assert priced.on_demand_price_per_hour == pytest.approx(min(sp.catalog_on_demand_prices(bare).values()))
+    assert priced.spot_price_per_hour["us-east-2a"] == pytest.approx(
+        hourly_price("g6.xlarge", True, zone="us-east-2a"))
+    # a plan's own on-demand price is kept (only the missing spot prices are filled in)
+    assert sp.catalog_priced(_spec(zones=OD_ZONES, priors=dataclasses.replace(
+        PRIORS, on_demand_price_per_hour=3.06))).on_demand_price_per_hour == 3.06
+
+    # the spot and the on-demand instance types differ (the subset has one type per
+    # accelerator: the spot pick is made another one here): on-demand is priced as the
+    # on-demand job's type, spot as the spot job's
+    real = sp.resolve_instance_type
+
+    def by_market(spec, zone=None, use_spot=None):
+        return "g5.4xlarge" if use_spot else real(spec, zone=zone, use_spot=use_spot)
+
+    monkeypatch.setattr(sp, "resolve_instance_type", by_market)
+    priced = sp.catalog_priced(bare)
+    assert priced.on_demand_price_per_hour == pytest.approx(0.70)  # g6.xlarge in us-east-1, not g5's 1.624
+    assert priced.spot_price_per_hour["us-east-2a"] == pytest.approx(
+        hourly_price("g5.4xlarge", True, zone="us-east-2a"))

@@ -476,24 +476,28 @@ def catalog_priced(spec: StageSpec):
     """``spec.priors`` with the stage's own catalog prices where the plan carried none.
 
     The policy decides in $/h; a stage planned without prices (e.g. on a market whose
-    prices the planner did not know) gets the catalog's spot price per zone and on-demand
-    price for its accelerator's instance type. What the catalog lacks stays missing, and
-    the policy driver then raises an error naming the accelerator; it is never priced as
-    the V100 fallback.
+    prices the planner did not know) gets the catalog's spot price per zone (of the spot
+    instance type there) and, as its flat on-demand price, the cheapest candidate zone's
+    on-demand price of the instance type an on-demand job would get
+    (:func:`catalog_on_demand_prices`), as the planner's flat on-demand price is its
+    cheapest on-demand region's (fleet/planning/planner.py). What the catalog lacks stays
+    missing, and the policy driver then raises an error naming the accelerator; it is
+    never priced as the V100 fallback.
     """
     pr = spec.priors
     if pr.spot_price_per_hour and pr.on_demand_price_per_hour:
         return pr
     cloud = spec.clouds[0] if spec.clouds else "aws"
     spot = dict(pr.spot_price_per_hour)
-    on_demand = pr.on_demand_price_per_hour
     for zone in spec.zones:
+        if zone in spot:
+            continue
         try:
             itype = resolve_instance_type(spec, zone=zone, use_spot=True)
-            if zone not in spot:
-                spot[zone] = hourly_price(itype, True, zone=zone, cloud=cloud)
-            if not on_demand:
-                on_demand = hourly_price(itype, False, zone=zone, cloud=cloud)
+            spot[zone] = hourly_price(itype, True, zone=zone, cloud=cloud)
         except Exception:  # noqa: BLE001 - not in the catalog: left missing (see the docstring)
             continue
+    # no planned on-demand price here, so these are the catalog's own (not rescaled)
+    on_demand = pr.on_demand_price_per_hour or min(catalog_on_demand_prices(spec).values(),
+                                                     default=pr.on_demand_price_per_hour)
     return replace(pr, spot_price_per_hour=spot, on_demand_price_per_hour=on_demand)
