@@ -21,9 +21,14 @@ Newly joined members (no hand-off) are starting up: their wait is the ``launch``
 ``restart`` part of their own sessions, not counted again here. A survivor that missed
 a round (it joins the one after) is charged from its own hand-off, so its whole wait is
 counted once. The workers' ``pause_seconds`` measure the same interval from the group's
-earliest hand-off file write (milliseconds before the event). A group that read the
-checkpoint (every node of the previous group was lost) is a ``restore``: its cost is the
-``restart`` category of the new sessions, not a membership tax.
+earliest hand-off file write (milliseconds before the event). The kind follows who paused,
+not where the state came from: a group that read the checkpoint although some member had
+handed off (the members' hand-offs were older than a complete checkpoint,
+checkpointing/elastic.py ``ElasticSession.start``) paused those members like any change,
+so it is a shrink / grow / re-form by size with ``state_from="checkpoint"``, taxed the
+same way. Only a group in which no member handed off (every node of the previous group
+was lost) is a ``restore``: its cost is the ``restart`` category of the new sessions, not
+a membership tax.
 
 The same per-node intervals (:func:`paused_intervals`) are the ``membership`` category
 of the node sessions' cost split (infra/db/accounting.py): the paused seconds are billed
@@ -114,9 +119,10 @@ def _changes(events: Iterable[Event], price: dict[str, float]
         nodes = tuple(m.node_id or "" for m in group)
         if before is None:
             kind = "form"
-        elif source in ("handoff", "peer"):
+        elif source in ("handoff", "peer") or any(id(m) in pauses for m in group):
+            # members that handed off were paused, whatever state the group resumed from
             kind = "shrink" if size < before else "grow" if size > before else "reform"
-        else:
+        else:  # no member handed off: every node of the previous group was lost
             kind = "restore"
         spans = ({m.node_id or "": pauses[id(m)] for m in group if id(m) in pauses}
                  if kind in TAXED else {})

@@ -12,6 +12,8 @@ by exactly the tax, and the FOCUS export carries it as ``x_MembershipTaxCost``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from assets import cost_tables as ct
@@ -277,6 +279,67 @@ def test_all_nodes_lost_is_a_restore_without_membership_tax():
     changes = membership_changes(events, sessions)
     assert [c.kind for c in changes] == ["form", "shrink", "grow", "restore"]
     assert changes[-1].dollars == 0.0 and changes[-1].node_seconds == 0.0
+
+
+def _stale_handoffs_then_checkpoint_log() -> tuple[list[NodeSession], list[Event]]:
+    """After the 4-node group of step 200 every member hands off at step 260, but the round
+    closes with n4, n5 only (n0, n1 miss it and keep their step-260 hand-offs); n4, n5 train
+    to step 300, rank 0 commits that checkpoint, and both are reclaimed. n0, n1 then form a
+    group whose rank 0 restores the checkpoint (300, newer than their hand-offs):
+    ``state_from="checkpoint"`` although both were paused, billed, since their hand-off."""
+    sessions, ev = _wall_log()
+    ev = [e for e in ev if not (e.kind == "exit" and e.data.get("reason") == "completed")]
+    t3 = T0 + 100.0
+    ev += [Event("handoff", t3, n, {"step": 260, "reason": "peer_leaving", "world_size": 4})
+           for n in ("n0", "n1", "n4", "n5")]
+    ev += [Event("start", t3 + 1.8, n, {"resumed_from_step": 260}) for n in ("n4", "n5")]
+    ev += [_membership(t3 + 2.0, "n4", 0, 260, 2, "handoff", 2.0),
+           _membership(t3 + 2.0, "n5", 1, 260, 2, "peer", 2.0)]
+    ev += [Event("exit", t3 + 15.0, n, {"reason": "preempted", "step": 300, "world_size": 2})
+           for n in ("n4", "n5")]
+    ev += [Event("start", t3 + 21.5, n, {"resumed_from_step": 300}) for n in ("n0", "n1")]
+    ev += [_membership(t3 + 22.0, n, r, 300, 2, "checkpoint", None) for r, n in enumerate(("n0", "n1"))]
+    ev += [Event("exit", t3 + 40.0, n, {"reason": "completed", "step": 400, "world_size": 2})
+           for n in ("n0", "n1")]
+    ends = {"n4": (t3 + 15.5, "preempted"), "n5": (t3 + 15.5, "preempted"),
+            "n0": (t3 + 40.5, "completed"), "n1": (t3 + 40.5, "completed")}
+    sessions = [dataclasses.replace(s, ended_at=ends[s.node_id][0], end_reason=ends[s.node_id][1],
+                                    last_step=400 if s.node_id in ("n0", "n1") else 300)
+                if s.node_id in ends else s for s in sessions]
+    return sessions, ev
+
+
+def test_a_checkpoint_group_after_hand_offs_is_taxed_as_a_change_and_reconciles(tmp_path):
+    """A group that restored a checkpoint newer than its members' hand-offs paused those
+    members like any change: a ``reform`` (2 -> 2) with ``state_from="checkpoint"``, taxed
+    from each member's own hand-off (22 s each), and the session split bills the same
+    seconds as ``membership``. Before: a ``restore``, no tax, the 44 node-seconds in
+    neither the table nor the category (left as useful work)."""
+    sessions, events = _stale_handoffs_then_checkpoint_log()
+    ch = membership_changes(events, sessions)
+    assert [(c.kind, c.world_size_before, c.world_size, c.state_from) for c in ch] == [
+        ("form", None, 4, "fresh"), ("shrink", 4, 2, "handoff"), ("grow", 2, 4, "handoff"),
+        ("shrink", 4, 2, "handoff"), ("reform", 2, 2, "checkpoint")]
+    last = ch[-1]
+    assert last.nodes == ("n0", "n1") and last.step == 300
+    assert last.node_seconds == pytest.approx(2 * 22.0) and last.pause_seconds == pytest.approx(22.0)
+    assert last.dollars == pytest.approx(22.0 * (PRICE["n0"] + PRICE["n1"]) / 3600.0)
+    assert (last.node_seconds, last.dollars) == pytest.approx(_tax_from_the_log(events, sessions, 300))
+    paused = paused_intervals(events)
+    assert paused["n0"][-1] == pytest.approx((T0 + 100.0, T0 + 122.0))
+    assert paused["n1"][-1] == pytest.approx((T0 + 100.0, T0 + 122.0))
+    # the session breakdown bills the same seconds and $ as the membership changes
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    _record(eng, sessions, events)
+    lines = read_table(eng, CostLine, "demo")
+    member = lines[lines["category"] == "membership"]
+    assert member["seconds"].sum() == pytest.approx(sum(c.node_seconds for c in ch), rel=1e-9)
+    assert member["dollars"].sum() == pytest.approx(sum(c.dollars for c in ch), rel=1e-9)
+    table = ct.membership_table(ct.load_membership(eng, "demo"))
+    row = table.iloc[-1]
+    assert (row["kind"], row["state_from"], row["world_sizes"]) == ("reform", "checkpoint", "2 -> 2")
+    assert row["membership_tax_usd"] == pytest.approx(last.dollars)
 
 
 def _stale_handoff_log() -> tuple[list[NodeSession], list[Event]]:
