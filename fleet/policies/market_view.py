@@ -208,31 +208,34 @@ def changed_probability_emp(holds: Sequence[tuple[float, bool]], runs_hours: np.
 
 
 def changepoint_run_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[float, bool]]],
-                        runs_hours: Sequence[np.ndarray], prior_hours: float,
+                        runs_hours: Sequence[np.ndarray], prior_hours: float | np.ndarray,
                         prior: float = CHANGE_PRIOR) -> np.ndarray:
     """Expected up-run (h) of each zone averaged over :func:`changed_probability_emp`'s two
     hypotheses: ``run_hours`` if unchanged; if changed, the posterior mean of the run
     ``1 / lambda``, ``(b + held) / max(preemptions, 1)`` (the hours held so far when there
-    was no preemption). Zones with no holds keep ``run_hours``."""
+    was no preemption). Zones with no holds keep ``run_hours``. ``prior_hours`` (H1's
+    ``b``): one value, or one per zone (:func:`h1_prior_hours`)."""
     out = np.array(run_hours, dtype=float)
-    for z, n, h, p1 in _hold_posteriors(holds, runs_hours, prior_hours, prior):
-        out[z] = (1.0 - p1) * out[z] + p1 * (prior_hours + h) / max(n, 1)
+    b = np.broadcast_to(np.asarray(prior_hours, dtype=float), out.shape)
+    for z, n, h, p1 in _hold_posteriors(holds, runs_hours, b, prior):
+        out[z] = (1.0 - p1) * out[z] + p1 * (b[z] + h) / max(n, 1)
     return out
 
 
 def _hold_posteriors(holds: Sequence[Sequence[tuple[float, bool]]], runs_hours: Sequence[np.ndarray],
-                     prior_hours: float, prior: float):
-    """(zone, preemptions, hours held, P(changed)) for each zone with holds."""
+                     prior_hours: np.ndarray, prior: float):
+    """(zone, preemptions, hours held, P(changed)) for each zone with holds; H1's ``b`` per
+    zone from ``prior_hours``."""
     for z, zone_holds in enumerate(holds):
         if not zone_holds:
             continue
         n = sum(1 for _, p in zone_holds if p)
         h = sum(max(float(x), 0.0) for x, _ in zone_holds)
-        yield z, n, h, changed_probability_emp(zone_holds, runs_hours[z], prior_hours, prior)
+        yield z, n, h, changed_probability_emp(zone_holds, runs_hours[z], float(prior_hours[z]), prior)
 
 
 def changepoint_hazard_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[float, bool]]],
-                           runs_hours: Sequence[np.ndarray], prior_hours: float,
+                           runs_hours: Sequence[np.ndarray], prior_hours: float | np.ndarray,
                            prior: float = CHANGE_PRIOR) -> np.ndarray:
     """Posterior mean hazard (1/h) of each zone over :func:`changed_probability_emp`'s two
     hypotheses: ``(1 - p1) / run_hours`` (unchanged) plus ``p1 (1 + n) / (b + H)`` (changed:
@@ -242,10 +245,23 @@ def changepoint_hazard_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple
     :func:`changepoint_run_emp`'s average of runs would understate it."""
     r0 = np.maximum(np.asarray(run_hours, dtype=float), 1e-9)
     out = 1.0 / r0
-    b = max(float(prior_hours), 1e-9)
-    for z, n, h, p1 in _hold_posteriors(holds, runs_hours, prior_hours, prior):
-        out[z] = (1.0 - p1) / r0[z] + p1 * (1.0 + n) / (b + h)
+    b = np.maximum(np.broadcast_to(np.asarray(prior_hours, dtype=float), r0.shape), 1e-9)
+    for z, n, h, p1 in _hold_posteriors(holds, runs_hours, b, prior):
+        out[z] = (1.0 - p1) / r0[z] + p1 * (1.0 + n) / (b[z] + h)
     return out
+
+
+def h1_prior_hours(history_hours: np.ndarray, gap_hours: float, rate_ratio: float) -> np.ndarray:
+    """H1's ``b`` (hours) per zone for the own-evidence updates: one tick when
+    ``rate_ratio <= 0`` (v6: H1's prior mean rate is one event per tick, so the update
+    depends on the trace's tick: 32 s to 600 s across the collection, 23-227x the
+    histories' median rate); else ``history_hours / rate_ratio``, the zone's history mean
+    (run or outage, hours) over ``rate_ratio``: H1's prior mean rate is ``rate_ratio`` x
+    the history's, whatever the tick (seventeenth round)."""
+    h = np.asarray(history_hours, dtype=float)
+    if rate_ratio <= 0:
+        return np.full(h.shape, float(gap_hours))
+    return np.maximum(h / float(rate_ratio), 1e-9)
 
 
 def up_run_ticks(up: np.ndarray) -> np.ndarray:

@@ -87,6 +87,7 @@ from fleet.policies.market_view import (
     changepoint_run,
     changepoint_run_emp,
     fisher_rejects,
+    h1_prior_hours,
     history_rejected,
     hold_p_value,
     launch_action,
@@ -132,6 +133,10 @@ class SpotfleetParams:
     interval_hazard: str = "run"  # "run": v6. "mixture" (sixteenth round, session 9, not
     # adopted): the checkpoint interval of a zone the job has held uses 1 / the posterior mean
     # hazard (market_view.changepoint_hazard_emp) instead of the posterior average of runs
+    h1_rate_ratio: float = 0.0  # 0: v6 (H1's Gamma(1, b) prior on a changed zone's rate has
+    # b = one tick). > 0 (seventeenth round, session 10): b = the zone's history mean run (or
+    # outage) / h1_rate_ratio, so the own-evidence update does not depend on the tick
+    # (market_view.h1_prior_hours)
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -260,8 +265,14 @@ class SpotfleetPolicy(Policy):
             run = changepoint_run(run, self.prior.mean_up_hours, self._own_n, self._held_h,
                                   obs.gap_hours)
         elif self.p.zone_model in ("changepoint_emp", "changepoint_updown"):
-            run = changepoint_run_emp(run, self._holds_now(), self._emp_runs, obs.gap_hours)
+            run = changepoint_run_emp(run, self._holds_now(), self._emp_runs, self._h1_b(obs))
         return run
+
+    def _h1_b(self, obs: Observation, down: bool = False) -> np.ndarray:
+        """H1's prior ``b`` (hours) per zone for the up-runs (or ``down``: the outages):
+        :func:`h1_prior_hours` of the history's means and ``h1_rate_ratio``."""
+        hist = self.prior.mean_down_hours if down else self.prior.mean_up_hours
+        return h1_prior_hours(hist, obs.gap_hours, self.p.h1_rate_ratio)
 
     def _holds_now(self) -> list[list[tuple[float, bool]]]:
         """The job's holds per zone (hours, ended by a preemption?), the one in progress
@@ -291,7 +302,7 @@ class SpotfleetPolicy(Policy):
             return run
         holds = self._holds_now()
         r0 = self._history_runs(obs)
-        haz = changepoint_hazard_emp(r0, holds, self._emp_runs, obs.gap_hours)
+        haz = changepoint_hazard_emp(r0, holds, self._emp_runs, self._h1_b(obs))
         return np.where([bool(h) for h in holds], 1.0 / np.maximum(haz, 1e-9), run)
 
     # ------------------------------------------------------------------ costs
@@ -520,7 +531,7 @@ class SpotfleetPolicy(Policy):
             if self._dn_first[z] >= 0:
                 spells[z].append(((self._dn_last[z] - self._dn_first[z]) * obs.gap_hours, False))
         return changepoint_run_emp(self.prior.mean_down_hours, spells, self._emp_downs,
-                                   obs.gap_hours)
+                                   self._h1_b(obs, down=True))
 
     def belief(self, obs: Observation) -> np.ndarray:
         """P(a launch succeeds) per zone (:func:`belief_up`); with
