@@ -245,3 +245,42 @@ def test_mixture_interval_is_shorter_only_where_the_job_has_evidence():
     assert out["mixture"][2] < 0.9 * out["run"][2]  # so: saves more often there
     with pytest.raises(ValueError, match="interval_hazard 'x': one of run, mixture"):
         SpotfleetPolicy(SpotfleetParams(interval_hazard="x")).reset(spec, obs(199))
+
+
+# ------------------------------- seventeenth round: h1_rate_ratio (H1's prior from the history)
+def test_h1_prior_from_the_history_makes_the_update_independent_of_the_tick():
+    """The same holds (hours) against the same history: with v6's prior (one tick) the
+    posterior run depends on whether the trace ticks every 32 s or every 10 min; with
+    ``h1_rate_ratio`` it does not, and H1's prior mean rate is that ratio x the history's."""
+    from fleet.policies.market_view import changepoint_run_emp, h1_prior_hours
+
+    mean = np.array([4.0, 4.0, 8.0])
+    holds = [[(0.3, True), (0.5, True)], [], [(1.0, True)]]
+    runs = [np.full(10, 4.0), np.full(10, 4.0), np.full(10, 8.0)]
+    fine, coarse = 32.0 / 3600, 600.0 / 3600
+
+    def post(gap, ratio):
+        return changepoint_run_emp(mean, holds, runs, h1_prior_hours(mean, gap, ratio))
+
+    assert not np.allclose(post(fine, 0.0), post(coarse, 0.0))           # v6: the tick matters
+    assert post(fine, 50.0) == pytest.approx(post(coarse, 50.0))          # not any more
+    assert h1_prior_hours(mean, coarse, 0.0) == pytest.approx([coarse] * 3)
+    assert 1.0 / h1_prior_hours(mean, coarse, 50.0) == pytest.approx(50.0 / mean)
+    assert post(fine, 50.0)[1] == 4.0                                     # never held: history
+    # one value per zone is the same as one call per zone with that zone's value
+    b = h1_prior_hours(mean, coarse, 50.0)
+    one = [changepoint_run_emp(mean, holds, runs, float(b[z]))[z] for z in range(3)]
+    assert changepoint_run_emp(mean, holds, runs, b) == pytest.approx(one)
+
+
+def test_the_policy_takes_h1s_prior_from_its_history_means():
+    pol = SpotfleetPolicy(SpotfleetParams(h1_rate_ratio=40.0))
+    _decide_with(pol, 2)
+    obs = Observation(tick=200, gap_hours=GAP, zones=("a", "b"), available=np.ones(2, bool),
+                      history=np.ones((2, 201), bool), spot_price=np.array([10.0, 12.0]),
+                      on_demand_price=np.array([80.0, 80.0]))
+    assert pol._h1_b(obs) == pytest.approx(pol.prior.mean_up_hours / 40.0)
+    assert pol._h1_b(obs, down=True) == pytest.approx(pol.prior.mean_down_hours / 40.0)
+    v6 = SpotfleetPolicy()
+    _decide_with(v6, 2)
+    assert v6._h1_b(obs) == pytest.approx([GAP, GAP])
