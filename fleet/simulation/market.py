@@ -152,6 +152,22 @@ class Market:
             spot_price=None if self.spot_price is None else self.spot_price[:, first:last],
             on_demand_price=self.on_demand_price)
 
+    def refined(self, factor: int) -> Market:
+        """The same market on a ``factor`` x finer tick: every tick split into ``factor``
+        ticks with its availability and spot price, so every zone is up for the same hours
+        at the same prices; a policy decides ``factor`` x as often. For checking how much a
+        result depends on the trace's tick length (benchmarks/fleet_tick_sensitivity.py):
+        the collection's ticks run from 32 s to 600 s."""
+        if int(factor) != factor or factor < 1:
+            raise ValueError(f"factor={factor!r}: a whole number >= 1 (ticks per original tick)")
+        k = int(factor)
+        return Market(
+            zones=self.zones, gap_seconds=self.gap_seconds / k,
+            available=np.repeat(self.available, k, axis=1), regions=self.regions,
+            clouds=self.clouds, instance_types=self.instance_types, nodes=self.nodes,
+            spot_price=None if self.spot_price is None else np.repeat(self.spot_price, k, axis=1),
+            on_demand_price=self.on_demand_price)
+
     def with_spot_prices(self, path: str | Path,
                          series_ticks: Sequence[int] | None = None) -> Market:
         """Attach per-tick spot prices from a ``spot-prices/*.json`` file
