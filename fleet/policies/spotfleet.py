@@ -91,7 +91,6 @@ from fleet.policies.market_view import (
     history_rejected,
     hold_p_value,
     launch_action,
-    poisson_tail,
     up_run_ticks,
 )
 from fleet.policies.safety import (
@@ -135,13 +134,10 @@ class SpotfleetParams:
     # adopted): the checkpoint interval of a zone the job has held uses 1 / the posterior mean
     # hazard (market_view.changepoint_hazard_emp) instead of the posterior average of runs
     h1_rate_ratio: float = 0.0  # 0: v6 (H1's Gamma(1, b) prior on a changed zone's rate has
-    # b = one tick). > 0 (seventeenth round, session 10): b = the zone's history mean run (or
-    # outage) / h1_rate_ratio, so the own-evidence update does not depend on the tick
-    # (market_view.h1_prior_hours)
-    slack_price: bool = False  # False: v6. True (seventeenth round, session 10): a wait for a
-    # better zone and a voluntary move must each save more than the slack they spend is
-    # worth: (on-demand $/h - spot $/h) x P(the rest of the job burns more than the spare
-    # slack) per hour of slack (:meth:`slack_value`)
+    # b = one tick). > 0 (session 10 exploration, not adopted: on the tuning set 24 and 60 are
+    # 1.036-1.038x v6 on SkyNomad's 6 H100 zones at D/W 1.05, docs/fleet-policies-tuning-log.md):
+    # b = the zone's history mean run (or outage) / h1_rate_ratio, so the own-evidence update
+    # does not depend on the tick (market_view.h1_prior_hours)
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -441,8 +437,6 @@ class SpotfleetPolicy(Policy):
             better = [c for c in self._candidates(state, obs, eff, od_eff, exclude=z)
                       if eff[c] < (1.0 - self.p.move_margin) * eff_here]
             better = self._affordable_moves(state, obs, better)
-            if self.p.slack_price:
-                better = [c for c in better if self._move_pays(state, obs, z, c, eff, eff_here, run, od_price)]
             if better:
                 return Action(better[0], self.checkpoint_interval(run_ck[better[0]], state, g),
                               recheck, watch=(z,), fallbacks=(*better[1:], z))
@@ -475,8 +469,7 @@ class SpotfleetPolicy(Policy):
             # fits ``patience`` times over in the slack to spare
             best = int(np.argmin(eff))
             wait = self.mean_down_hours(obs)[best]  # its mean down time (v5: before the job)
-            if spare - reserve > self.p.patience * wait and self._wait_pays(
-                    state, obs, eff, order, best, wait, spare, od_price):
+            if spare - reserve > self.p.patience * wait:
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
 
@@ -624,64 +617,6 @@ class SpotfleetPolicy(Policy):
             if spare - over - len(out) * probe_h > 0.0:
                 out.append(c)
         return out
-
-    def slack_value(self, state: JobState, obs: Observation, od_price: float, run_hours: float,
-                    spend_hours: float) -> float:
-        """$ an hour of spare slack is worth (``slack_price``) to a job about to spend
-        ``spend_hours`` of it and then run on a zone whose expected run is ``run_hours``:
-        (on-demand $/h - the cheapest spot $/h now) x the chance that the preemptions still
-        to come (Poisson, work left / run) burn more than the slack left after the spend
-        (each one a restart and the loss per preemption): the slope of the expected
-        on-demand hours at the end in the spare slack, in a fluid model."""
-        spec = state.spec
-        spare = safe_slack_hours(state) - safety_threshold_hours(state, obs.gap_hours) - spend_hours
-        rem = max(spec.work_hours - state.done_hours, 0.0)
-        run = max(float(run_hours), 1e-3)
-        per = spec.restart_hours + self._lost_per_preemption(spec, run)
-        if spare <= 0:
-            p = 1.0
-        else:
-            p = poisson_tail(rem / run, int(math.floor(spare / max(per, 1e-6))) + 1)
-        return max(od_price - float(np.min(obs.spot_prices(spec))), 0.0) * p
-
-    def _useful_hours(self, state: JobState, run_hours: float, over: float) -> float:
-        """Useful hours expected from a launch before its next preemption (at most the work
-        left): its expected run less the restart (and transfer) and the loss per preemption."""
-        rem = max(state.spec.work_hours - state.done_hours, 0.0)
-        if run_hours >= rem + over:
-            return rem
-        return max(run_hours - over - self._lost_per_preemption(state.spec, run_hours), 0.0)
-
-    def _move_pays(self, state: JobState, obs: Observation, here: int, c: int, eff: np.ndarray,
-                   eff_here: float, run: np.ndarray, od_price: float) -> bool:
-        """``slack_price``: a voluntary move from ``here`` to ``c`` saves
-        ``(eff_here - eff[c])`` $ per useful hour over the useful hours expected there, and
-        spends its restart (and transfer) of slack at :meth:`slack_value`."""
-        spec = state.spec
-        over = spec.restart_hours + (obs.migration_hours if obs.moves_region(c) else 0.0)
-        saving = (eff_here - float(eff[c])) * self._useful_hours(state, float(run[c]), over)
-        return saving > self.slack_value(state, obs, od_price, float(run[c]), over) * over
-
-    def _wait_pays(self, state: JobState, obs: Observation, eff: np.ndarray, order: list[int],
-                   best: int, wait: float, spare: float, od_price: float) -> bool:
-        """The patience rule's wait for the best zone(s), with ``slack_price``: only while
-        what the best zone saves over the best other zone believed up, per useful hour over
-        the useful hours expected there, exceeds the expected wait's slack at
-        :meth:`slack_value` (always, without ``slack_price`` or without such a zone)."""
-        if not self.p.slack_price:
-            return True
-        others = [z for z in order if eff[z] > eff[best] * (1.0 + 1e-9)]
-        belief = self.belief(obs)
-        up = [z for z in others if belief[z] >= self.p.min_belief]
-        if not up:
-            return True
-        spec = state.spec
-        run = self.expected_runs(obs)
-        over = spec.restart_hours + (obs.migration_hours if obs.moves_region(best) else 0.0)
-        saving = (float(eff[up[0]]) - float(eff[best])) * self._useful_hours(state, float(run[best]), over)
-        expected_wait = (1.0 - float(belief[best])) * wait
-        return saving > self.slack_value(state, obs, od_price, float(run[best]),
-                                         expected_wait) * expected_wait
 
     def _leaving_on_demand_pays(self, state: JobState, obs: Observation, z: int, spare: float,
                                 od_price: float) -> bool:
