@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from fleet.figures import pyplot, save_figure
 from fleet.simulation.sweep import OMNISCIENT, SweepResult, summarize
+
+
+def _cost_xlim(data: Sequence[Sequence[float]]) -> tuple[float, float]:
+    """x range of a sweep panel: 0.25-1.05 (cost / on-demand) widened to every value, so a
+    market far cheaper than on-demand (GCP H100 spot: 0.18) or a policy dearer than it
+    stays on the plot."""
+    vals = [v for row in data for v in row if math.isfinite(v)]
+    lo, hi = min(vals, default=0.25), max(vals, default=1.05)
+    return min(0.25, lo - 0.03), max(1.05, hi + 0.03)
 
 
 def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path,
@@ -37,7 +47,7 @@ def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path,
         ax.set_yticks(range(1, len(names) + 1), labels, fontsize=8)
         ax.set_xlabel("cost / on-demand-only cost (deadlines met)")
         ax.set_title(title, fontsize=10)
-        ax.set_xlim(0.25, 1.05)
+        ax.set_xlim(*_cost_xlim(data))
         ax.grid(axis="x", alpha=0.3)
     return save_figure(fig, path, dpi=110)
 

@@ -53,3 +53,23 @@ def test_fleet_figures_render(tmp_path, traces):
     assert _is_png(plot_sweeps([("small", res)], tmp_path / "sweep.png"))
     with pytest.raises(ValueError, match="no statistics"):
         plot_zone_stats([], tmp_path / "x.png")
+
+
+def test_sweep_plot_shows_policies_far_cheaper_than_on_demand(tmp_path, traces, monkeypatch):
+    # the GCP H100 folder's spot is about 0.18x on-demand: the axis was fixed at 0.25-1.05,
+    # so `fleet-sim --plot` drew only on-demand and the one-zone baselines, not spotfleet
+    import fleet.simulation.plot as sweep_plot
+
+    figs = []
+    monkeypatch.setattr(sweep_plot, "save_figure",
+                        lambda fig, path, **kw: figs.append(fig) or save_figure(fig, path, **kw))
+    spec = JobSpec(work_hours=4.0, deadline_hours=8.0, spot_price=0.5, on_demand_price=10.0)
+    res = run_sweep(Market.from_traces(traces), spec, make_policies(), [0, 12, 24],
+                    with_omniscient=True)
+    od = res.on_demand_cost or res.spec.on_demand_cost
+    ratios = [r.cost / od for runs in res.runs.values() for r in runs]
+    ratios += [c / od for c in res.omniscient]
+    assert min(ratios) < 0.25  # the case: spot far cheaper than on-demand
+    assert _is_png(plot_sweeps([("cheap spot", res)], tmp_path / "sweep.png"))
+    lo, hi = figs[0].axes[0].get_xlim()
+    assert lo < min(ratios) and hi > max(ratios)
