@@ -53,8 +53,24 @@ class TraceFormatError(ValueError):
     """A trace file is malformed; the message names the file, the field and the fix."""
 
 
+#: the longest tick read (one day): spot capacity changes within minutes to hours (the
+#: collection's ticks are 32, 195 and 600 s); a longer one is a unit slip (milliseconds)
+MAX_GAP_SECONDS = 86400.0
+#: the largest instance count read (int32, the array the counts are kept in)
+MAX_COUNT = 2**31 - 1
+
+
 def _is_number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_finite(x: int | float) -> bool:
+    """``math.isfinite`` that is False (not ``OverflowError``) for an integer too large for
+    a float, as JSON can hold (``1e400`` written out as digits)."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def price_series(values: object, n_ticks: int, where: str) -> np.ndarray:
@@ -74,7 +90,7 @@ def price_series(values: object, n_ticks: int, where: str) -> np.ndarray:
             "aligned tick for tick with its trace (same window, same gap_seconds): use the "
             "price file made for this folder")
     for i, x in enumerate(values):
-        if not _is_number(x) or not math.isfinite(x) or x <= 0:
+        if not _is_number(x) or not _is_finite(x) or x <= 0:
             raise TraceFormatError(f"{where}: price [{i}] = {x!r}; every tick needs a finite "
                                    "positive number of $/h (no strings, null, NaN, 0 or < 0)")
     return np.asarray(values, dtype=float)
@@ -188,14 +204,23 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     if not isinstance(meta, dict) or "gap_seconds" not in meta:
         raise TraceFormatError(f"{p}: missing metadata.gap_seconds; add e.g. {{\"metadata\": {{\"gap_seconds\": 195}}}}")
     gap = meta["gap_seconds"]
-    if not _is_number(gap) or not math.isfinite(gap) or gap <= 0:
+    if not _is_number(gap) or not _is_finite(gap) or gap <= 0:
         raise TraceFormatError(f"{p}: metadata.gap_seconds must be a positive number of seconds, got {gap!r}")
+    if gap > MAX_GAP_SECONDS:
+        raise TraceFormatError(
+            f"{p}: metadata.gap_seconds = {gap:g} s ({gap / 86400:.3g} days per tick); a spot "
+            f"trace ticks every few seconds to minutes (the collection: 32, 195, 600 s) and at "
+            f"most {MAX_GAP_SECONDS:g} s (one day) is read: check the unit (seconds, not "
+            "milliseconds)")
     data = raw.get("data")
     if not isinstance(data, list) or not data:
         raise TraceFormatError(f"{p}: 'data' must be a non-empty list of instance counts per tick")
     for i, v in enumerate(data):
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise TraceFormatError(f"{p}: data[{i}] = {v!r}; every tick must be a non-negative integer count")
+        if v > MAX_COUNT:
+            raise TraceFormatError(f"{p}: data[{i}] = {v}; an instance count must be at most "
+                                   f"{MAX_COUNT} (the file may be corrupt)")
     zone, label = _parse_name(p)
     if "zone" in meta and meta["zone"] != zone:
         raise TraceFormatError(f"{p}: metadata.zone {meta['zone']!r} does not match the file name's "
@@ -204,6 +229,9 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
         raise TraceFormatError(f"{p}: 'data' has {len(data)} tick; a trace needs at least 2 "
                                "ticks (the file may be truncated)")
     price_info = meta.get("price_info")
+    if price_info is not None and not isinstance(price_info, dict):
+        raise TraceFormatError(f"{p}: metadata.price_info must be an object with 'price' and "
+                               f"'on_demand_price' ($/h), got {price_info!r}; fix it or remove it")
     nomad = isinstance(price_info, dict)  # SkyNomad files carry price_info (and invert)
     declared = meta.get("inverted")
     if declared is not None and not isinstance(declared, bool):
@@ -251,7 +279,7 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
                     f"{p}: metadata.price_info needs numeric 'price' and 'on_demand_price' "
                     f"($/h): {exc} is missing") from exc
             for name, v in (("price", sp), ("on_demand_price", od_price)):
-                if not _is_number(v) or not math.isfinite(v) or v <= 0:
+                if not _is_number(v) or not _is_finite(v) or v <= 0:
                     raise TraceFormatError(
                         f"{p}: metadata.price_info.{name} = {v!r}; 'price' and "
                         "'on_demand_price' must be finite positive numbers ($/h)")

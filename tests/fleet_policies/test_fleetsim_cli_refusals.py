@@ -166,3 +166,34 @@ def test_output_piped_into_head_stops_quietly(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cmd, "_run", closed_pipe)
     assert main(["fleet-sim", "--traces", str(tmp_path)]) == 141
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("case", "gap", "first", "needle"), [
+    # a tick of 1e12 s: stats / forecast printed garbage, fleet-sim hung in the bound's DP
+    ("gap 1e12 s", 1e12, {}, "metadata.gap_seconds = 1e+12 s"),
+    ("gap in ms", 195000, {}, "check the unit"),
+    ("gap 400 digits", 10**400, {}, "metadata.gap_seconds must be a positive number"),
+    ("count 2**40", 195, {"data": [1, 2**40, 0, 1]}, "data[1] = 1099511627776"),
+    ("price_info a string", 195, {"metadata": {"gap_seconds": 195, "price_info": "x"}},
+     "metadata.price_info must be an object"),
+], ids=["gap-1e12", "gap-in-ms", "gap-400-digits", "count-2**40", "price_info-string"])
+def test_out_of_range_fields_exit_2_naming_the_file(tmp_path, capsys, case, gap, first, needle):
+    # found by the outside evaluation (session 10): before, OverflowError tracebacks
+    # (400-digit gap, count 2**40), a silent run (gap in ms, price_info "x") or a hang
+    d = _folder(tmp_path / "t", gap=gap, **first)
+    rc = main(["fleet-sim", "--traces", str(d), *ARGS])
+    err = capsys.readouterr().err
+    assert rc == 2, case
+    assert err.startswith("spotfleet fleet-sim: error: ") and "us-east-1a_v100_1.json" in err
+    assert needle in err, err
+
+
+def test_price_file_with_a_400_digit_price_is_refused(tmp_path, capsys):
+    d = _folder(tmp_path / "t")
+    p = tmp_path / "prices.json"
+    series = {f"{z}_v100_1": [1.0] * 2000 for z in ("us-east-1a", "us-east-2a")}
+    series["us-east-2a_v100_1"][7] = 10**400
+    p.write_text(json.dumps(series))
+    rc = main(["fleet-sim", "--traces", str(d), "--prices", str(p), *ARGS])
+    err = capsys.readouterr().err
+    assert rc == 2 and str(p) in err and "price [7]" in err and "us-east-2a_v100_1" in err
