@@ -138,6 +138,17 @@ def _run(args: argparse.Namespace) -> int:
         if suffix not in kinds:
             raise ValueError(f"--plot {args.plot}: the file name must end in one of "
                              f"{sorted('.' + k for k in kinds)}, e.g. sweep.png")
+        import os
+
+        folder = Path(args.plot).parent
+        try:  # a folder that cannot be made (a file in the way) failed after the whole run
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"--plot {args.plot}: cannot create its folder {folder} ({exc}); "
+                             "pass a path in a writable folder") from None
+        if not os.access(folder, os.W_OK):
+            raise ValueError(f"--plot {args.plot}: the folder {folder} is not writable; pass a "
+                             "path in a writable folder")
     itypes = [x.strip() for x in args.instance_types.split(",") if x.strip()] or None
     market = Market.from_dir(args.traces, nodes=args.nodes, prices=args.prices or None,
                              instance_types=itypes,

@@ -197,3 +197,14 @@ def test_price_file_with_a_400_digit_price_is_refused(tmp_path, capsys):
     rc = main(["fleet-sim", "--traces", str(d), "--prices", str(p), *ARGS])
     err = capsys.readouterr().err
     assert rc == 2 and str(p) in err and "price [7]" in err and "us-east-2a_v100_1" in err
+
+
+def test_plot_path_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys):
+    # before: the whole sweep ran, then a FileExistsError traceback (a file named like the
+    # plot's folder)
+    d = _folder(tmp_path / "t")
+    (tmp_path / "out").write_text("a file, not a folder")
+    rc = main(["fleet-sim", "--traces", str(d), *ARGS, "--plot", str(tmp_path / "out" / "x.png")])
+    cap = capsys.readouterr()
+    assert rc == 2 and "cannot create its folder" in cap.err and "out" in cap.err
+    assert "fleet-sim:" not in cap.out  # refused before the header and the run
