@@ -172,7 +172,8 @@ def format_table(rows: Sequence[PolicySummary], markdown: bool = True) -> str:
     lines = []
     for r in rows:
         lines.append([r.policy, f"{r.mean_cost:.2f}", f"{r.p90_cost:.2f}", f"{r.cost_vs_on_demand:.3f}",
-                      f"{r.cost_vs_omniscient:.3f}", f"{r.deadline_met_rate:.0%}",
+                      "-" if math.isnan(r.cost_vs_omniscient) else f"{r.cost_vs_omniscient:.3f}",
+                      f"{r.deadline_met_rate:.0%}",
                       "-" if math.isnan(r.mean_completion_hours) else f"{r.mean_completion_hours:.1f}",
                       "-" if math.isnan(r.mean_preemptions) else f"{r.mean_preemptions:.2f}",
                       f"{r.mean_wasted_hours:.2f}"])

@@ -118,3 +118,15 @@ def test_best_baseline_line_names_the_cheapest_other_policy_and_counts_blocks():
     assert "0.750 [0.750, 0.750] per start; [0.750, 0.750] (30) per block" in line
     assert best_baseline_line(_sweep({"failover": [1.0]}, [1.0], [0]), 0.1) == ""
     assert best_baseline_line(_sweep({"on_demand": [1.0], "spotfleet": [1.0]}, [1.0], [0]), 0.1) == ""
+
+
+def test_table_without_the_bound_prints_a_dash_not_nan():
+    # `fleet-sim --no-omniscient` printed `nan` in the $/omniscient column
+    from fleet.simulation.sweep import format_table, summarize
+
+    rows = summarize(_sweep({"failover": [2.0, 3.0], "spotfleet": [1.0, 3.0]}, [], [0, 100]))
+    for markdown in (False, True):
+        table = format_table(rows, markdown=markdown)
+        assert "nan" not in table
+        cells = table.splitlines()[-1].replace("|", " ").split()
+        assert cells[0] == "spotfleet" and cells[4] == "-"
