@@ -230,9 +230,13 @@ class FleetPlan:
                              f"rate {z.rate_per_hour:.3f}/h  avail {z.availability:.2f}  "
                              f"c_eff {z.c_eff:.3f} $/useful h")
         lines.append(f"  failover order: {', '.join(self.failover_order) or '-'}")
-        lines.append(f"  expected cost {self.expected_cost:.2f} $ vs on-demand {self.on_demand_cost:.2f} $ "
-                     f"(saves {100 * self.savings_fraction:.0f}%); expected completion "
-                     f"{self.expected_completion_hours:.1f} h")
+        if math.isfinite(self.expected_cost) and math.isfinite(self.on_demand_cost):
+            lines.append(f"  expected cost {self.expected_cost:.2f} $ vs on-demand "
+                         f"{self.on_demand_cost:.2f} $ (saves {100 * self.savings_fraction:.0f}%); "
+                         f"expected completion {self.expected_completion_hours:.1f} h")
+        else:  # no price (printed `inf $` until 2026-11-27): the reasons below say which
+            lines.append(f"  expected cost unknown (no price); expected completion "
+                         f"{self.expected_completion_hours:.1f} h")
         if self.fallback_slack_hours is not None:
             lines.append(f"  switch to on-demand when slack < {self.fallback_slack_hours:.2f} h "
                          f"(latest switch at hour {self.latest_switch_hour:.1f} with no progress)")
@@ -365,7 +369,16 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
     on_demand_cost = req.work_hours * req.num_nodes * od_price
 
     if not cands:
-        reasons.append("no zone where spot beats on-demand: run on-demand")
+        if rejected and all(r["reason"].startswith("no price") for r in rejected):
+            reasons.append(f"no zone has a spot price for {req.accelerator} (every zone rejected "
+                           "for 'no price', below): give prices (--catalog or the config's "
+                           "prices) for this accelerator")
+        else:
+            reasons.append("no zone where spot beats on-demand: run on-demand")
+        if not math.isfinite(od_price):
+            reasons.append(f"no on-demand price for {itype} in any region of the traces: the "
+                           "cost of this plan is unknown")
+        reasons += [f"rejected {r['zone']}: {r['reason']}" for r in rejected]
         return FleetPlan(
             stage=req.name, accelerator=req.accelerator, instance_type=itype,
             num_nodes=req.num_nodes, spot_nodes=0, on_demand_nodes=req.num_nodes, zones=[],

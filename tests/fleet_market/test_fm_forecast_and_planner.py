@@ -172,3 +172,19 @@ def test_planner_prices_from_skypilot_with_proxy_stats(shared_data, tmp_path):
     assert plan.zones[0].spot_price == pytest.approx(0.5516)
     assert plan.on_demand_price == pytest.approx(1.624)
     assert any("stand in" in r for r in plan.reasons)
+
+
+def test_planner_without_any_price_says_so_instead_of_inf():
+    # `spotfleet plan ../shared/data/gcp-h100-2025 --accelerator H100` (no H100 in the
+    # default prices) printed "expected cost inf $ vs on-demand inf $" and "no zone where
+    # spot beats on-demand", hiding the per-zone "no price" rejections
+    traces = [Trace("us-central1-a", "H100", 1, 600.0, np.resize([1] * 30 + [0] * 3, 600)),
+              Trace("us-east4-a", "H100", 1, 600.0, np.resize([1] * 60 + [0] * 3, 600))]
+    plan = plan_stage(StageRequest(work_hours=8, deadline_hours=12, accelerator="H100"),
+                      zone_stats(traces), None, PriceBook.default())
+    assert plan.spot_nodes == 0 and len(plan.rejected) == 2
+    text = plan.explain()
+    assert "inf" not in text and "expected cost unknown (no price)" in text
+    assert "no zone has a spot price for H100" in text
+    assert "no zone where spot beats on-demand" not in text
+    assert "rejected us-central1-a: no price" in text and "rejected us-east4-a: no price" in text
