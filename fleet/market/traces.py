@@ -173,6 +173,15 @@ def _parse_name(p: Path) -> tuple[str, str]:
     return zone, label
 
 
+def _is_trace_name(p: Path) -> bool:
+    """Whether the file is named like a trace (``<zone>_<instance>.json``)."""
+    try:
+        _parse_name(p)
+    except TraceFormatError:
+        return False
+    return True
+
+
 def _folder_nodes(p: Path) -> int | None:
     for part in reversed(p.resolve().parent.parts):
         m = _NODES_DIR.match(part)
@@ -425,7 +434,8 @@ def load_trace_dir(directory: str | Path, cloud: str | None = None, nodes: int |
         traces = [load_trace(f, cloud=cloud, nodes=nodes, inverted=inverted)
                   for f in sorted(d.glob("*.json"))]
     if not traces:
-        below = sorted({str(f.parent.relative_to(d)) for f in d.rglob("*.json")})
+        below = sorted({str(f.parent.relative_to(d)) for f in d.rglob("*.json")
+                        if _is_trace_name(f)})  # not a folder of price files
         hint = (f"; its subfolders hold traces: pass one of {below[:8]}" if below
                 else "; pass a folder of <zone>_<instance>.json files")
         raise TraceFormatError(f"{d}: no *.json trace files found{hint}")

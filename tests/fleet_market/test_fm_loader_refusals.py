@@ -169,6 +169,15 @@ def test_folder_hints_nested_folders_and_ignored_files(tmp_path):
         assert len(load_trace_dir(d)) == 2
 
 
+def test_folder_hint_leaves_out_folders_of_price_files(tmp_path):
+    # `fleet-sim --traces ../shared/data` suggested 'spot-prices' (a price file, not traces)
+    _folder(tmp_path / "data" / "aws-x")
+    (tmp_path / "data" / "spot-prices").mkdir()
+    (tmp_path / "data" / "spot-prices" / "aws-v100-02-15-2023.json").write_text("{}")
+    with pytest.raises(TraceFormatError, match=r"pass one of \['aws-x'\]$"):
+        load_trace_dir(tmp_path / "data")
+
+
 def test_real_folders_still_load_without_warnings(shared_data):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
