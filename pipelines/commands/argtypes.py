@@ -11,8 +11,11 @@ import math
 from collections.abc import Callable
 
 
-def number(flag: str, *, integer: bool = False, allow_zero: bool = False) -> Callable[[str], float]:
-    """A finite number > 0 (``>= 0`` with ``allow_zero``; an ``int`` with ``integer``)."""
+def number(flag: str, *, integer: bool = False, allow_zero: bool = False,
+           below: float | None = None, at_most: float | None = None,
+           why: str = "") -> Callable[[str], float]:
+    """A finite number > 0 (``>= 0`` with ``allow_zero``; an ``int`` with ``integer``;
+    ``< below`` / ``<= at_most`` when given, ``why`` saying why in the message)."""
 
     def parse(text: str):
         try:
@@ -23,6 +26,10 @@ def number(flag: str, *, integer: bool = False, allow_zero: bool = False) -> Cal
         if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
             raise argparse.ArgumentTypeError(
                 f"{flag} must be {'>= 0' if allow_zero else '> 0'}, got {text!r}")
+        if below is not None and value >= below:
+            raise argparse.ArgumentTypeError(f"{flag} must be < {below:g}{why}, got {text!r}")
+        if at_most is not None and value > at_most:
+            raise argparse.ArgumentTypeError(f"{flag} must be at most {at_most:g}{why}, got {text!r}")
         return value
 
     return parse

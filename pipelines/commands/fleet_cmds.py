@@ -8,6 +8,11 @@ import sys
 import warnings
 
 from fleet.contract import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_RESTART_SECONDS
+from pipelines.commands.argtypes import number
+
+#: the longest forecast horizon (a year): the Monte-Carlo paths grow with it (2000 h: 45 s;
+#: 1e9 h ran out of memory with a traceback)
+_HORIZON = number("--horizon", at_most=8760.0, why=" h (a year)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,13 +45,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     stats.add_argument("trace_dir", help="folder of spot-trace JSON files <zone>_<accelerator>_<count>.json")
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
     stats.add_argument("--correlation", action="store_true", help="also print zone correlation")
-    stats.add_argument("--level", type=float, default=0.90, help="CI level for MTTP (default 0.90)")
+    stats.add_argument("--level", type=number("--level", below=1.0, why=" (a confidence level, e.g. 0.9)"),
+                       default=0.90, help="CI level for MTTP, between 0 and 1 (default 0.90)")
     stats.add_argument("--plot", help="write a PNG (availability, MTTP CI, hour-of-day rate)")
     stats.set_defaults(handler=_stats)
 
     fc = sub.add_parser("forecast", help="probabilistic availability forecast per zone")
     fc.add_argument("trace_dir", help="folder of spot-trace JSON files <zone>_<accelerator>_<count>.json")
-    fc.add_argument("--horizon", type=float, default=6.0, help="hours ahead (default 6)")
+    fc.add_argument("--horizon", type=_HORIZON, default=6.0, help="hours ahead (default 6)")
     fc.add_argument("--now-tick", type=int, default=None, help="forecast from this tick (default: end)")
     fc.add_argument("--samples", type=int, default=1000,
                     help="Monte Carlo sample paths per zone (default 1000)")
@@ -67,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--restart-min", type=float, default=DEFAULT_RESTART_SECONDS / 60.0,
                       help="restart cost R, minutes, when the zone has no measured one "
                            "(default: fleet.contract's, 6)")
-    plan.add_argument("--horizon", type=float, default=12.0, help="forecast horizon, hours")
+    plan.add_argument("--horizon", type=_HORIZON, default=12.0, help="forecast horizon, hours")
     plan.add_argument("--on-demand-core", type=int, default=0,
                       help="nodes kept on on-demand whatever the market (default 0)")
     plan.add_argument("--catalog", help="SkyPilot catalogs/v8 folder for prices (offline)")

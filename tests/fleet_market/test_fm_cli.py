@@ -92,3 +92,21 @@ def test_session_latency_flows_into_the_plan():
     assert slow.zones[0].restart_hours == pytest.approx(0.5)
     assert fast.zones[0].restart_hours == pytest.approx(0.05)
     assert slow.zones[0].c_eff > fast.zones[0].c_eff
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    # before: MemoryError traceback (1e9 h), "cannot convert float NaN to integer" (no flag
+    # named), and "MTTP CI: 500%" / "0%" printed with exit 0
+    (["forecast", "{d}", "--horizon", "1e9"], "--horizon must be at most 8760 h"),
+    (["forecast", "{d}", "--horizon", "nan"], "--horizon must be > 0"),
+    (["plan", "{d}", "--work", "4", "--horizon", "-1"], "--horizon must be > 0"),
+    (["stats", "{d}", "--level", "5"], "--level must be < 1 (a confidence level"),
+    (["stats", "{d}", "--level", "0"], "--level must be > 0"),
+])
+def test_cli_horizon_and_level_out_of_range_are_refused(tmp_path, capsys, argv, needle):
+    out = tmp_path / "market"
+    assert main(["market", "synth", "--zones", "2", "--hours", "48", "--out", str(out)]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main([a.format(d=out) for a in argv])
+    assert exc.value.code == 2 and needle in capsys.readouterr().err
