@@ -20,10 +20,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     msub = market.add_subparsers(dest="market_command", metavar="ACTION")
     synth = msub.add_parser("synth", help="generate a synthetic market (trace JSON files)")
     synth.add_argument("--zones", type=int, default=3, help="number of zones, 1-9 (default 3)")
-    synth.add_argument("--hours", type=float, default=7 * 24.0, help="length in hours (default 168)")
+    synth.add_argument("--hours", type=number("--hours"), default=7 * 24.0,
+                       help="length in hours, at least two ticks (default 168)")
     synth.add_argument("--seed", type=int, default=0, help="random seed of the market (default 0)")
     synth.add_argument("--nodes", type=int, default=1, help="instance slots per zone (default 1)")
-    synth.add_argument("--gap", type=float, default=195.0, help="tick length in seconds (default 195)")
+    synth.add_argument("--gap", type=number("--gap", at_most=86400.0, why=" s (one day, the longest "
+                                            "tick the loader reads)"),
+                       default=195.0, help="tick length in seconds, at most 86400 (default 195)")
     synth.add_argument("--config", help="JSON or YAML SyntheticMarketConfig instead of the default")
     synth.add_argument("--out", required=True, help="directory to write <zone>_<acc>_<n>.json into")
     synth.set_defaults(handler=_market_synth)
@@ -100,6 +103,10 @@ def _market_synth(args: argparse.Namespace) -> int:
         cfg = SyntheticMarketConfig(**raw)
     else:
         cfg = default_market_config(args.zones, nodes_per_zone=args.nodes, gap_seconds=args.gap)
+    if args.hours * 3600.0 <= cfg.gap_seconds:  # one tick: files the loader refuses
+        raise ValueError(f"--hours {args.hours:g} makes one tick of {cfg.gap_seconds:g} s, and "
+                         f"a trace needs at least 2: give more than {cfg.gap_seconds / 3600.0:.3g} "
+                         "hours (or a shorter --gap)")
     traces = generate_market(cfg, args.hours, seed=args.seed)
     for t in traces:
         p = save_trace(t, args.out)

@@ -110,3 +110,19 @@ def test_cli_horizon_and_level_out_of_range_are_refused(tmp_path, capsys, argv, 
     with pytest.raises(SystemExit) as exc:
         main([a.format(d=out) for a in argv])
     assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_market_synth_never_writes_files_the_loader_refuses(tmp_path, capsys):
+    # before: --hours 0.01 (or --gap 100000 for 24 h) wrote 1-tick files, then printed
+    # "next: spotfleet stats <out>", which refused them; --gap 0 printed a pydantic dump
+    out = tmp_path / "m"
+    assert main(["market", "synth", "--zones", "2", "--hours", "0.01", "--out", str(out)]) == 2
+    assert "a trace needs at least 2" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["market", "synth", "--zones", "2", "--gap", "100000", "--out", str(out)])
+    assert exc.value.code == 2 and "--gap must be at most 86400" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["market", "synth", "--zones", "2", "--gap", "0", "--out", str(out)])
+    assert "--gap must be > 0" in capsys.readouterr().err and not out.exists()
+    assert main(["market", "synth", "--zones", "2", "--hours", "0.06", "--out", str(out)]) == 0
+    assert main(["market", "load", str(out)]) == 0  # the shortest market it writes loads
