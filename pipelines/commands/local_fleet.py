@@ -156,6 +156,27 @@ def _reference_sha(cmd_tail: list[str], workdir: Path) -> str | None:
     return exits[-1].data.get("state_sha256") if exits else None
 
 
+def _set_aside_earlier_run(workdir: Path) -> None:
+    """A --workdir used before keeps its checkpoints (the re-run resumes from them) but not
+    the earlier run's node events and logs, nor its reference run: read again, the events
+    came back as this run's (negative market seconds, a 0 $ session; before 2026-11-27)."""
+    import shutil
+
+    fleet = workdir / "fleet"
+    if fleet.is_dir() and any(fleet.iterdir()):
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        prev = workdir / f"fleet-earlier-{stamp}"
+        k = 1
+        while prev.exists():
+            k += 1
+            prev = workdir / f"fleet-earlier-{stamp}-{k}"
+        fleet.rename(prev)
+        print(f"workdir {workdir} holds an earlier run: its node events and logs moved to "
+              f"{prev}; training resumes from the latest checkpoint in "
+              f"{workdir / 'checkpoints'}", file=sys.stderr)
+    shutil.rmtree(workdir / "reference", ignore_errors=True)  # the uninterrupted reference
+
+
 def run_handler(args) -> int:
     from fleet.emulation.injector import TimeScale
     from fleet.providers.base import AttemptFailed, StageSpec
@@ -169,6 +190,7 @@ def run_handler(args) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spotfleet-local-fleet-"))
     workdir.mkdir(parents=True, exist_ok=True)
     schedule = _schedule(args)
+    _set_aside_earlier_run(workdir)
     ts = TimeScale(args.time_scale)
     t0 = time.time()  # the market clock starts here: events and sessions come back in market time
     cfg = LocalFleetConfig(schedule=schedule, time_scale=ts, cloud=args.cloud, market_clock_start_unix=t0,

@@ -333,3 +333,24 @@ def test_relaunch_budget_decision():
     msg = relaunch_budget_error("st", 2.0, 1.5, 0.6)
     assert msg is not None and "$1.5000" in msg and "$0.6000" in msg and "$2.0000" in msg
     assert "enforce_budget: false" in msg
+
+
+def test_cli_rerun_in_the_same_workdir_reports_only_its_own_sessions(tmp_path, capsys):
+    """`local-fleet run --workdir W` twice (as its own "re-run the same command: it resumes"
+    advice says): the second run read the first run's node events as its own, printing
+    negative market times, a -17000 s session and "cost: 0.00 $" (before 2026-11-27)."""
+    from pipelines.cli import main
+
+    work = tmp_path / "w"
+    args = ["local-fleet", "run", "--steps", "10", "--workdir", str(work), "--no-verify",
+            "--quiet-progress"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    cap = capsys.readouterr()
+    rows = [ln.split() for ln in cap.out.splitlines() if ln.startswith("s0-n0")]
+    assert len(rows) == 1 and float(rows[0][4]) > 0 and float(rows[0][-1]) > 0  # market s, $
+    assert "holds an earlier run" in cap.err
+    assert "training RESUMED at step 10" in cap.out or "10->10" in cap.out
+    assert not any("| market  -" in ln for ln in cap.out.splitlines())
+    assert [p.name for p in work.iterdir() if p.name.startswith("fleet-earlier-")]
