@@ -182,16 +182,30 @@ def changepoint_run(run_hours: np.ndarray, mean_up_hours: np.ndarray, preemption
     return out
 
 
-def run_law_log_likelihood(holds: Sequence[tuple[float, bool]], runs_hours: np.ndarray) -> float:
-    """Log-likelihood of the job's ``holds`` (hours, ended by a preemption?) under a zone's
-    own run law: the mixture, with equal weights, of exponentials whose means are
-    ``runs_hours`` (the history's up-runs). A preempted hold contributes the mixture's
-    density at its length, any other (still open, or left by the job) its survival."""
+def run_law_log_likelihood(holds: Sequence[tuple], runs_hours: np.ndarray) -> float:
+    """Log-likelihood of the job's ``holds`` under a zone's own run law: the mixture, with
+    equal weights, of exponentials whose means are ``runs_hours`` (the history's up-runs).
+
+    A hold is ``(hours, ended by a preemption?)`` or ``(hours, preempted?, fresh?)``.
+    A *fresh* hold (the default) began with its run: a preempted one contributes the
+    mixture's density at its length, any other (still open, or left by the job) its
+    survival. A hold that began at an arbitrary moment of an up-run (``fresh`` False: a
+    launch into a zone the job had not just seen come back) samples runs in proportion to
+    their length, so it contributes the residual life of the run law: density
+    ``S(x) / E[R]`` (``S`` the mixture's survival, ``E[R]`` its mean) when preempted,
+    survival ``E[R e^(-x/R)] / E[R]`` otherwise. A few short runs in the history make
+    short fresh holds plausible, much less short holds that began mid-run."""
     r = np.maximum(np.asarray(runs_hours, dtype=float), 1e-9)
+    mean_r = float(np.mean(r))
     out = 0.0
-    for x, preempted in holds:
-        e = np.exp(-max(float(x), 0.0) / r)
-        v = float(np.mean(e / r)) if preempted else float(np.mean(e))
+    for hold in holds:
+        x, preempted = max(float(hold[0]), 0.0), bool(hold[1])
+        fresh = bool(hold[2]) if len(hold) > 2 else True
+        e = np.exp(-x / r)
+        if fresh:
+            v = float(np.mean(e / r)) if preempted else float(np.mean(e))
+        else:
+            v = float(np.mean(e)) / mean_r if preempted else float(np.mean(r * e)) / mean_r
         out += math.log(max(v, 1e-300))
     return out
 
@@ -200,8 +214,8 @@ def changed_probability_emp(holds: Sequence[tuple[float, bool]], runs_hours: np.
                             prior_hours: float, prior: float = CHANGE_PRIOR) -> float:
     """:func:`changed_probability` with the zone's own run law as H0
     (:func:`run_law_log_likelihood`) and per-hold evidence; H1 as there."""
-    n = float(sum(1 for _, p in holds if p))
-    h = float(sum(max(float(x), 0.0) for x, _ in holds))
+    n = float(sum(1 for hold in holds if hold[1]))
+    h = float(sum(max(float(hold[0]), 0.0) for hold in holds))
     b = max(float(prior_hours), 1e-9)
     log_l0 = run_law_log_likelihood(holds, runs_hours)
     return _changed_posterior(log_l0, n, h, b, prior)
@@ -229,8 +243,8 @@ def _hold_posteriors(holds: Sequence[Sequence[tuple[float, bool]]], runs_hours: 
     for z, zone_holds in enumerate(holds):
         if not zone_holds:
             continue
-        n = sum(1 for _, p in zone_holds if p)
-        h = sum(max(float(x), 0.0) for x, _ in zone_holds)
+        n = sum(1 for hold in zone_holds if hold[1])
+        h = sum(max(float(hold[0]), 0.0) for hold in zone_holds)
         yield z, n, h, changed_probability_emp(zone_holds, runs_hours[z], float(prior_hours[z]), prior)
 
 

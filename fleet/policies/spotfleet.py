@@ -133,6 +133,11 @@ class SpotfleetParams:
     interval_hazard: str = "run"  # "run": v6. "mixture" (sixteenth round, session 9, not
     # adopted): the checkpoint interval of a zone the job has held uses 1 / the posterior mean
     # hazard (market_view.changepoint_hazard_emp) instead of the posterior average of runs
+    hold_start: str = "run"  # "run": v6 (every hold of the job is read as a fresh run of the
+    # zone). "seen" (seventeenth round, session 10; zone_model="changepoint_updown" only): a
+    # hold is a fresh run only when it began at a recovery the job saw (an outage it was
+    # watching ended with the launch); any other began mid-run and is read as the run law's
+    # residual life (market_view.run_law_log_likelihood)
     h1_rate_ratio: float = 0.0  # 0: v6 (H1's Gamma(1, b) prior on a changed zone's rate has
     # b = one tick). > 0 (session 10 exploration, not adopted: on the tuning set 24 and 60 are
     # 1.036-1.038x v6 on SkyNomad's 6 H100 zones at D/W 1.05, docs/fleet-policies-tuning-log.md):
@@ -164,6 +169,9 @@ ZONE_MODELS = ("history", "changepoint", "changepoint_emp", "changepoint_updown"
 
 INTERVAL_HAZARDS = ("run", "mixture")
 """The values of ``SpotfleetParams.interval_hazard`` (see its comment)."""
+
+HOLD_STARTS = ("run", "seen")
+"""The values of ``SpotfleetParams.hold_start`` (see its comment)."""
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -217,6 +225,12 @@ class SpotfleetPolicy(Policy):
             raise ValueError(f"own_runs {self.p.own_runs!r}: one of {', '.join(OWN_RUNS)}")
         if self.p.zone_model not in ZONE_MODELS:
             raise ValueError(f"zone_model {self.p.zone_model!r}: one of {', '.join(ZONE_MODELS)}")
+        if self.p.hold_start not in HOLD_STARTS:
+            raise ValueError(f"hold_start {self.p.hold_start!r}: one of {', '.join(HOLD_STARTS)}")
+        if self.p.hold_start != "run" and self.p.zone_model != "changepoint_updown":
+            raise ValueError(f"hold_start={self.p.hold_start!r} needs zone_model="
+                             f"'changepoint_updown' (the outages the job watches), not "
+                             f"{self.p.zone_model!r}")
         if self.p.interval_hazard not in INTERVAL_HAZARDS:
             raise ValueError(f"interval_hazard {self.p.interval_hazard!r}: one of "
                              f"{', '.join(INTERVAL_HAZARDS)}")
@@ -239,7 +253,7 @@ class SpotfleetPolicy(Policy):
                               zip(np.asarray(hist[:, -n:], dtype=bool),
                                                 self.prior.mean_up_hours, strict=True)]
             self._holds: list[list[tuple[float, bool]]] = [[] for _ in range(obs.n_zones)]
-            self._open: list | None = None  # [zone, hours] of the hold in progress
+            self._open: list | None = None  # [zone, hours, fresh?] of the hold in progress
         if self.p.zone_model == "changepoint_updown":
             # the same for the down-runs: the history's outages per zone (h) and v5's mean;
             # the outages the job sees: (hours, seen up again?), and the one in progress
@@ -280,7 +294,7 @@ class SpotfleetPolicy(Policy):
         included as censored (own-evidence zone models)."""
         holds = [list(h) for h in self._holds]
         if self._open is not None:
-            holds[self._open[0]].append((self._open[1], False))
+            holds[self._open[0]].append((self._open[1], False, self._open[2]))
         return holds
 
     def _history_runs(self, obs: Observation, neighbour: bool = True) -> np.ndarray:
@@ -556,7 +570,7 @@ class SpotfleetPolicy(Policy):
         """``zone_model="changepoint_emp"``: the job's holds, one record per stay in a zone:
         (hours, ended by a preemption?); a stay the job left itself is censored."""
         def close(preempted: bool) -> None:
-            self._holds[self._open[0]].append((self._open[1], preempted))
+            self._holds[self._open[0]].append((self._open[1], preempted, self._open[2]))
             self._open = None
 
         if self._open is not None and held == self._open[0]:
@@ -564,12 +578,15 @@ class SpotfleetPolicy(Policy):
         elif held >= 0:
             if self._open is not None:
                 close(False)
-            self._open = [held, dt]
+            # hold_start="seen": fresh only when the job was watching an outage of this
+            # zone that the launch ended (its run began then); else it began mid-run
+            fresh = self.p.hold_start == "run" or bool(self._dn_first[held] >= 0)
+            self._open = [held, dt, fresh]
         if state.just_preempted and state.last_preempted_zone >= 0:
             if self._open is not None and self._open[0] == state.last_preempted_zone:
                 close(True)
             else:
-                self._holds[state.last_preempted_zone].append((0.0, True))
+                self._holds[state.last_preempted_zone].append((0.0, True, True))
         if self._open is not None and state.location != self._open[0]:
             close(False)
 

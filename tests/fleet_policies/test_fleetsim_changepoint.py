@@ -128,11 +128,12 @@ def test_changepoint_emp_records_one_hold_per_stay():
     pol = SpotfleetPolicy(SpotfleetParams(zone_model="changepoint_emp"))
     _decide_with(pol, 3)
     assert [len(h) for h in pol._holds] == [3, 0]
-    assert all(p for _, p in pol._holds[0])
+    assert all(h[1] for h in pol._holds[0])
+    assert all(h[2] for h in pol._holds[0])  # v6 (hold_start="run"): every hold a fresh run
     # each hold runs from the decision that launched it to the preemption (the first one
     # from the job's first decision), and together they are the hours held there
-    assert [x for x, _ in pol._holds[0]] == pytest.approx([GAP, 2 * GAP, 2 * GAP])
-    assert sum(x for x, _ in pol._holds[0]) == pytest.approx(pol._held_h[0])
+    assert [h[0] for h in pol._holds[0]] == pytest.approx([GAP, 2 * GAP, 2 * GAP])
+    assert sum(h[0] for h in pol._holds[0]) == pytest.approx(pol._held_h[0])
 
 
 def _decide_with(pol, times):
