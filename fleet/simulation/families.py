@@ -57,6 +57,8 @@ in session 8 for the thirteenth round, ``zone_model="changepoint"``).
 (session 8; fresh data for the fifteenth round, run once for it).
 ``volatile_holdout140`` / ``available_holdout140`` / ``shift_holdout140`` — seeds 140-144
 (session 9; fresh data for the sixteenth round, run once for it).
+``volatile_holdout150`` / ``available_holdout150`` / ``shift_holdout150`` — seeds 150-154
+(session 10; fresh data for the seventeenth round, run once for it).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -247,6 +249,10 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("140", range(140, 145)),
     "shift_holdout140": _synthetic("shift_holdout140", "held-out regime shift (seeds 140-144)",
                                    _shift(range(140, 145)), last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 10: fresh seeds for the seventeenth round (seeds 140-144 were seen by then)
+    **_held_out_pair("150", range(150, 155)),
+    "shift_holdout150": _synthetic("shift_holdout150", "held-out regime shift (seeds 150-154)",
+                                   _shift(range(150, 155)), last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 
