@@ -285,3 +285,66 @@ def test_the_policy_takes_h1s_prior_from_its_history_means():
     v6 = SpotfleetPolicy()
     _decide_with(v6, 2)
     assert v6._h1_b(obs) == pytest.approx([GAP, GAP])
+
+
+# ---------------------------- seventeenth round: hold_start="seen" (residual life of mid-run holds)
+def test_a_mid_run_hold_is_the_run_laws_residual_life():
+    """A hold that began mid-run samples runs by their length. With one run length the law
+    is exponential and memoryless: mid-run and fresh read the same. With a few short runs
+    in the history, a short preempted hold is plausible as a fresh run and not as the rest of
+    a run the job walked into."""
+    from fleet.policies.market_view import changed_probability_emp, run_law_log_likelihood
+
+    flat = np.full(8, 2.0)
+    for x, pre in ((0.3, True), (1.7, False)):
+        assert run_law_log_likelihood([(x, pre, False)], flat) == pytest.approx(
+            run_law_log_likelihood([(x, pre, True)], flat))
+    r = np.array([0.5, 4.0])
+    # residual density S(x) / E[R] and survival E[R e^(-x/R)] / E[R], by hand
+    dens = (math.exp(-0.2 / 0.5) + math.exp(-0.2 / 4.0)) / 2 / 2.25
+    surv = (0.5 * math.exp(-0.2 / 0.5) + 4.0 * math.exp(-0.2 / 4.0)) / 2 / 2.25
+    assert run_law_log_likelihood([(0.2, True, False)], r) == pytest.approx(math.log(dens))
+    assert run_law_log_likelihood([(0.2, False, False)], r) == pytest.approx(math.log(surv))
+    bursty = np.array([0.08, 0.1, 0.12] + [2.6] * 9)
+    b = 32.0 / 3600
+    fresh = [(0.1, True, True), (0.1, True, True)]
+    mid = [(0.1, True, False), (0.1, True, False)]
+    assert changed_probability_emp(fresh, bursty, b) < 0.15
+    assert changed_probability_emp(mid, bursty, b) > 0.5
+
+
+def test_hold_start_seen_marks_a_hold_fresh_only_after_a_watched_outage():
+    spec = JobSpec(20.0, 60.0, notice_seconds=120.0)
+    pre = np.ones((2, 240), dtype=bool)
+    prices, od = np.array([10.0, 12.0]), np.array([80.0, 80.0])
+
+    def obs(t, up0, seen0):
+        hist = np.hstack([pre, np.ones((2, t - 239), dtype=bool)])
+        hist[0, -1] = up0
+        return Observation(tick=t, gap_hours=GAP, zones=("a", "b"), available=hist[:, -1],
+                           history=hist, spot_price=prices, on_demand_price=od, probed=True,
+                           last_seen_tick=np.array([seen0, -1]))
+
+    def st(t, loc, **kw):
+        return JobState(tick=t, start_tick=239, elapsed_hours=(t - 239) * GAP, spec=spec,
+                        location=loc, **kw)
+
+    pol = SpotfleetPolicy(SpotfleetParams(hold_start="seen"))
+    pol.reset(spec, Observation(tick=239, gap_hours=GAP, zones=("a", "b"), available=pre[:, -1],
+                                history=pre, spot_price=prices, on_demand_price=od, probed=True,
+                                last_seen_tick=np.array([-1, -1])))
+    pol.decide(st(240, 0), obs(240, True, 240))        # at the start: walked into a run
+    pol.decide(st(242, IDLE, preemptions=1, last_preempted_zone=0, just_preempted=True),
+               obs(242, False, 242))                    # preempted: the job watches the outage
+    pol.decide(st(243, IDLE, preemptions=1), obs(243, False, 243))
+    pol.decide(st(245, 0, preemptions=1), obs(245, True, 244))  # launched as it came back
+    pol.decide(st(247, IDLE, preemptions=2, last_preempted_zone=0, just_preempted=True),
+               obs(247, False, 247))
+    assert [h[2] for h in pol._holds[0]] == [False, True]
+    assert [h[1] for h in pol._holds[0]] == [True, True]
+    v6 = SpotfleetPolicy()
+    with pytest.raises(ValueError, match="hold_start"):
+        SpotfleetPolicy(SpotfleetParams(hold_start="seen", zone_model="changepoint_emp")).reset(
+            spec, Observation(tick=239, gap_hours=GAP, zones=("a", "b"), available=pre[:, -1],
+                              history=pre, spot_price=prices, on_demand_price=od))
+    assert v6.p.hold_start == "run"
