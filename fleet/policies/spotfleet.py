@@ -134,7 +134,8 @@ class SpotfleetParams:
     # adopted): the checkpoint interval of a zone the job has held uses 1 / the posterior mean
     # hazard (market_view.changepoint_hazard_emp) instead of the posterior average of runs
     hold_start: str = "run"  # "run": v6 (every hold of the job is read as a fresh run of the
-    # zone). "seen" (seventeenth round, session 10; zone_model="changepoint_updown" only): a
+    # zone). "seen" (seventeenth round, session 10, rejected on the report set's strict misses;
+    # zone_model="changepoint_updown" only): a
     # hold is a fresh run only when it began at a recovery the job saw (an outage it was
     # watching ended with the launch); any other began mid-run and is read as the run law's
     # residual life (market_view.run_law_log_likelihood)
