@@ -236,6 +236,15 @@ def changepoint_run_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[fl
     return out
 
 
+def changed_runs_emp(holds: Sequence[Sequence[tuple]], runs_hours: Sequence[np.ndarray],
+                     prior_hours: float | np.ndarray, prior: float = CHANGE_PRIOR):
+    """(zone, P(changed), the changed run's posterior mean (h)) for each zone with holds:
+    :func:`changepoint_run_emp`'s two ingredients, for averaging something other than runs."""
+    b = np.broadcast_to(np.asarray(prior_hours, dtype=float), (len(holds),))
+    for z, n, h, p1 in _hold_posteriors(holds, runs_hours, b, prior):
+        yield z, p1, (b[z] + h) / max(n, 1)
+
+
 def _hold_posteriors(holds: Sequence[Sequence[tuple[float, bool]]], runs_hours: Sequence[np.ndarray],
                      prior_hours: np.ndarray, prior: float):
     """(zone, preemptions, hours held, P(changed)) for each zone with holds; H1's ``b`` per

@@ -83,6 +83,7 @@ from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Obse
 from fleet.policies.market_view import (
     PriorStats,
     belief_up,
+    changed_runs_emp,
     changepoint_hazard_emp,
     changepoint_run,
     changepoint_run_emp,
@@ -139,6 +140,10 @@ class SpotfleetParams:
     # hold is a fresh run only when it began at a recovery the job saw (an outage it was
     # watching ended with the launch); any other began mid-run and is read as the run law's
     # residual life (market_view.run_law_log_likelihood)
+    zone_cost: str = "run"  # "run": v6 (a held zone's cost per useful hour is that of its posterior
+    # average run). "mixture" (eighteenth round, session 10; own-evidence zone models only): the
+    # cost per useful hour averaged over the two hypotheses, (1 - p1) cost(history's run) +
+    # p1 min(cost(changed run), on-demand's), market_view.changed_runs_emp
     h1_rate_ratio: float = 0.0  # 0: v6 (H1's Gamma(1, b) prior on a changed zone's rate has
     # b = one tick). > 0 (session 10 exploration, not adopted: on the tuning set 24 and 60 are
     # 1.036-1.038x v6 on SkyNomad's 6 H100 zones at D/W 1.05, docs/fleet-policies-tuning-log.md):
@@ -170,6 +175,9 @@ ZONE_MODELS = ("history", "changepoint", "changepoint_emp", "changepoint_updown"
 
 INTERVAL_HAZARDS = ("run", "mixture")
 """The values of ``SpotfleetParams.interval_hazard`` (see its comment)."""
+
+ZONE_COSTS = ("run", "mixture")
+"""The values of ``SpotfleetParams.zone_cost`` (see its comment)."""
 
 HOLD_STARTS = ("run", "seen")
 """The values of ``SpotfleetParams.hold_start`` (see its comment)."""
@@ -226,6 +234,8 @@ class SpotfleetPolicy(Policy):
             raise ValueError(f"own_runs {self.p.own_runs!r}: one of {', '.join(OWN_RUNS)}")
         if self.p.zone_model not in ZONE_MODELS:
             raise ValueError(f"zone_model {self.p.zone_model!r}: one of {', '.join(ZONE_MODELS)}")
+        if self.p.zone_cost not in ZONE_COSTS:
+            raise ValueError(f"zone_cost {self.p.zone_cost!r}: one of {', '.join(ZONE_COSTS)}")
         if self.p.hold_start not in HOLD_STARTS:
             raise ValueError(f"hold_start {self.p.hold_start!r}: one of {', '.join(HOLD_STARTS)}")
         if self.p.hold_start != "run" and self.p.zone_model != "changepoint_updown":
@@ -352,15 +362,29 @@ class SpotfleetPolicy(Policy):
         for z in range(obs.n_zones):
             stay = held is not None and z == held
             moves = (not stay) and obs.moves_region(z)
-            over = overs[z]
             extra = obs.migration_usd if moves else 0.0
-            r = run[z]
-            if r >= rem + over:  # expected to finish before the next preemption
-                out[z] = (price[z] * (rem + over) + extra) / rem
-            else:
-                useful = r - over - self._lost_per_preemption(spec, r)
-                out[z] = (price[z] * r + extra) / useful if useful > 0.05 * r else math.inf
+            out[z] = self._eff(spec, float(price[z]), float(run[z]), float(overs[z]), extra, rem)
+        if self.p.zone_cost == "mixture" and self.p.zone_model in ("changepoint_emp", "changepoint_updown"):
+            # the cost per useful hour averaged over the two hypotheses, not the cost of the
+            # averaged run: a zone that has probably changed costs what its changed run costs
+            od = self.on_demand_cost_per_useful_hour(state, self._od_price(state, obs))
+            r0 = self._history_runs(obs, neighbour)
+            for z, p1, r1 in changed_runs_emp(self._holds_now(), self._emp_runs, self._h1_b(obs)):
+                stay = held is not None and z == held
+                extra = obs.migration_usd if (not stay) and obs.moves_region(z) else 0.0
+                e0 = self._eff(spec, float(price[z]), float(r0[z]), float(overs[z]), extra, rem)
+                e1 = min(self._eff(spec, float(price[z]), r1, float(overs[z]), extra, rem), od)
+                out[z] = (1.0 - p1) * e0 + p1 * e1
         return out
+
+    def _eff(self, spec: JobSpec, price: float, r: float, over: float, extra: float,
+             rem: float) -> float:
+        """$ per useful hour of a launch (``over`` h of restart and transfer, ``extra`` $ of
+        egress) in a zone at ``price`` $/h whose expected run is ``r`` h, ``rem`` h of work left."""
+        if r >= rem + over:  # expected to finish before the next preemption
+            return (price * (rem + over) + extra) / rem
+        useful = r - over - self._lost_per_preemption(spec, r)
+        return (price * r + extra) / useful if useful > 0.05 * r else math.inf
 
     def checkpoint_interval(self, run_hours: float, state: JobState, gap_hours: float) -> float | None:
         """Cost-model optimum for the zone's hazard; with a notice stretched by the share of

@@ -59,6 +59,8 @@ in session 8 for the thirteenth round, ``zone_model="changepoint"``).
 (session 9; fresh data for the sixteenth round, run once for it).
 ``volatile_holdout150`` / ``available_holdout150`` / ``shift_holdout150`` — seeds 150-154
 (session 10; fresh data for the seventeenth round, run once for it).
+``volatile_holdout160`` / ``available_holdout160`` / ``shift_holdout160`` — seeds 160-164
+(session 10; fresh data for the eighteenth round, run once for it).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -253,6 +255,10 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("150", range(150, 155)),
     "shift_holdout150": _synthetic("shift_holdout150", "held-out regime shift (seeds 150-154)",
                                    _shift(range(150, 155)), last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 10: fresh seeds for the eighteenth round (seeds 150-154 were seen by then)
+    **_held_out_pair("160", range(160, 165)),
+    "shift_holdout160": _synthetic("shift_holdout160", "held-out regime shift (seeds 160-164)",
+                                   _shift(range(160, 165)), last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 

@@ -348,3 +348,32 @@ def test_hold_start_seen_marks_a_hold_fresh_only_after_a_watched_outage():
             spec, Observation(tick=239, gap_hours=GAP, zones=("a", "b"), available=pre[:, -1],
                               history=pre, spot_price=prices, on_demand_price=od))
     assert v6.p.hold_start == "run"
+
+
+# ------------------------ eighteenth round: zone_cost="mixture" (the cost averaged, not the run)
+def test_mixture_cost_is_the_posterior_average_of_the_two_costs():
+    """A held zone that preempted the job three times in a few ticks: v6 costs its averaged
+    run (the history's long run still weighs in), the candidate averages the two costs."""
+    from fleet.policies.market_view import changed_runs_emp
+
+    pols = {c: SpotfleetPolicy(SpotfleetParams(zone_cost=c)) for c in ("run", "mixture")}
+    for pol in pols.values():
+        _decide_with(pol, 3)
+    spec = JobSpec(20.0, 30.0)  # no notice: a short run buys little progress
+    hist = np.ones((2, 127), dtype=bool)
+    obs = Observation(tick=126, gap_hours=GAP, zones=("a", "b"), available=hist[:, -1], history=hist,
+                      spot_price=np.array([10.0, 12.0]), on_demand_price=np.array([80.0, 80.0]))
+    st = JobState(tick=126, start_tick=119, elapsed_hours=7 * GAP, spec=spec, location=IDLE)
+    v6 = pols["run"].cost_per_useful_hour(st, obs)
+    mix = pols["mixture"].cost_per_useful_hour(st, obs)
+    pol = pols["mixture"]
+    (z, p1, r1), = list(changed_runs_emp(pol._holds_now(), pol._emp_runs, pol._h1_b(obs)))
+    assert z == 0 and 0.0 < p1 < 1.0
+    r0 = pol._history_runs(obs)[0]
+    rem = spec.work_hours
+    e0 = pol._eff(spec, 10.0, r0, spec.restart_hours, 0.0, rem)
+    e1 = min(pol._eff(spec, 10.0, r1, spec.restart_hours, 0.0, rem),
+             pol.on_demand_cost_per_useful_hour(st, pol._od_price(st, obs)))
+    assert mix[0] == pytest.approx((1 - p1) * e0 + p1 * e1)
+    assert mix[0] > v6[0]          # the changed branch is costed, not averaged away
+    assert mix[1] == v6[1]          # a zone the job never held: unchanged
