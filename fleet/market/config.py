@@ -149,7 +149,11 @@ class MarketConfig(BaseModel):
         return traces
 
     def price_book(self) -> PriceBook:
-        """The fleet's PriceBook with this market's spot / on-demand $/h."""
-        return PriceBook.default(overrides={
+        """The fleet's PriceBook with this market's spot / on-demand $/h (for p3.2xlarge)
+        and, for a trace folder whose files carry prices (SkyNomad ``price_info``), the
+        files' prices over the history window (``PriceBook.with_traces``): what the
+        planner prices zones with, as the fleet simulator does."""
+        book = PriceBook.default(overrides={
             "spot": {"p3.2xlarge": {"*": self.spot_price_per_hour}},
             "on_demand": {"p3.2xlarge": {"*": self.on_demand_price_per_hour}}})
+        return book.with_traces(self.traces("history")) if self.kind == "traces" else book

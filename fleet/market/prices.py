@@ -7,6 +7,11 @@ Sources, in the order a lookup tries them:
 2. SkyPilot's catalog, read through the SkyPilot library (``sky.catalog``): per-zone
    spot prices and per-region on-demand prices, loaded by ``PriceBook.from_skypilot``
    (offline with ``fleet.market.catalog.offline_catalog``).
+   Trace files that carry prices (SkyNomad ``gcp-h100-2025``: per-tick ``prices`` and
+   ``metadata.price_info``), added by ``PriceBook.with_traces``, fill the same two tables
+   and replace the catalog's entry for the same (type, zone / region): spot = the mean of
+   each file's per-tick prices over the last ``TRACE_PRICE_WINDOW_HOURS`` before the
+   traces' end (the planner's "now"), on-demand = ``price_info.on_demand_price``.
 3. ``FALLBACK_PRICES``: a small table for instance types the catalog subset lacks,
    notably p3.2xlarge (1x V100) of the public spot traces: 3.06 $/h on-demand and
    0.918 $/h spot (30 % of on-demand, the 2023 level used with those traces).
@@ -21,8 +26,12 @@ import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from fleet.market.traces import Trace
 
 #: instance type -> (on-demand $/h, spot $/h), the same in every region and zone
 FALLBACK_PRICES: dict[str, tuple[float, float]] = {
@@ -32,6 +41,10 @@ FALLBACK_PRICES: dict[str, tuple[float, float]] = {
 #: accelerator (lower case) -> 1-accelerator instance type, for accelerators the
 #: catalog subset lacks
 FALLBACK_INSTANCE_TYPES: dict[str, str] = {"v100": "p3.2xlarge"}
+
+#: hours of a file's per-tick spot prices (the last ones, up to the traces' end) whose mean
+#: is the spot price ``PriceBook.with_traces`` plans with
+TRACE_PRICE_WINDOW_HOURS = 24.0
 
 
 class PriceOverrides(BaseModel):
@@ -103,6 +116,8 @@ class PriceBook:
     def instance_types_for(self, accelerator: str, count: int = 1) -> list[str]:
         """Instance types offering ``accelerator`` (catalog first, then the fallback table)."""
         types = list(self.accelerators.get(f"{accelerator.upper()}:{count}", []))
+        # types of priced trace files: the files name the machine, not its accelerator count
+        types += [t for t in self.accelerators.get(f"{accelerator.upper()}:*", []) if t not in types]
         fb = FALLBACK_INSTANCE_TYPES.get(accelerator.lower())
         if count == 1 and fb and fb not in types:
             types.append(fb)
@@ -116,6 +131,56 @@ class PriceBook:
         ov = overrides if isinstance(overrides, PriceOverrides) else PriceOverrides(**overrides)
         return PriceBook(self.spot, self.on_demand, self.accelerators, ov, self.fallback,
                          self.source)
+
+    def with_traces(self, traces: Iterable[Trace],
+                    window_hours: float = TRACE_PRICE_WINDOW_HOURS) -> PriceBook:
+        """This book plus the prices the trace files carry (``Trace.spot_prices`` and
+        ``Trace.on_demand_price``, as ``load_trace`` read them: the fleet simulator's
+        prices), which replace the book's entry for the same key. Spot per zone: the mean of
+        the last ``window_hours`` of the file's per-tick prices (the traces end at the
+        planning "now"); on-demand per region: ``price_info.on_demand_price`` (the lowest
+        when zones of a region differ). Keys use ``trace_instance_type`` (the file's
+        machine type, e.g. a3-highgpu-8g), as the zone statistics do, and the trace's
+        accelerator maps to it at any count (``<ACC>:*``). Config overrides still win.
+        Traces without prices leave the book as it is (``source`` unchanged)."""
+        import math
+
+        from fleet.stats.preemption import trace_instance_type
+
+        spot, ond = dict(self.spot), dict(self.on_demand)
+        accs = {k: list(v) for k, v in self.accelerators.items()}
+        n_spot = n_od = 0
+        for t in traces:
+            itype = trace_instance_type(t)
+            if t.spot_prices is not None and len(t.spot_prices):
+                n = max(1, math.ceil(window_hours * 3600.0 / t.gap_seconds - 1e-9))
+                spot[(itype, t.zone)] = float(t.spot_prices[-n:].mean())
+                n_spot += 1
+            if t.on_demand_price is not None:
+                key = (itype, t.region)
+                od = float(t.on_demand_price)
+                ond[key] = min(od, ond[key]) if key in ond and key not in self.on_demand else od
+                n_od += 1
+            if t.spot_prices is not None or t.on_demand_price is not None:
+                k = f"{t.accelerator.upper()}:*"
+                if itype not in accs.setdefault(k, []):
+                    accs[k].append(itype)
+        if not (n_spot or n_od):
+            return self
+        parts = []
+        if n_spot:
+            parts.append(f"spot of {n_spot} zone(s) = mean of the last {window_hours:g} h of "
+                         "each file's per-tick prices")
+        if n_od:
+            parts.append(f"on-demand of {n_od} zone(s) = the files' price_info.on_demand_price")
+        source = f"trace files ({'; '.join(parts)}), else {self.source}"
+        return PriceBook(spot, ond, accs, self.overrides, self.fallback, source)
+
+    def describe(self) -> str:
+        """``source`` in words, for a plan's "prices:" line."""
+        table = ", ".join(f"{t} spot {sp:g} / on-demand {od:g} $/h"
+                          for t, (od, sp) in self.fallback.items())
+        return self.source.replace("fallback", f"the built-in table ({table})")
 
     def to_dict(self) -> dict:
         return {"source": self.source,

@@ -142,6 +142,8 @@ class FleetPlan:
     #: checkpoint_hours was measured in the statistics DB (not the default): only then do the
     #: priors carry it to the training process as its delta prior
     checkpoint_measured: bool = False
+    #: where the prices came from (``PriceBook.source``): trace files, a catalog, fallback
+    price_source: str = ""
 
     # -- the run contract ------------------------------------------------------------------
     def insurance_interval_seconds(self, zone: str | None = None) -> float | None:
@@ -240,6 +242,8 @@ class FleetPlan:
         if self.fallback_slack_hours is not None:
             lines.append(f"  switch to on-demand when slack < {self.fallback_slack_hours:.2f} h "
                          f"(latest switch at hour {self.latest_switch_hour:.1f} with no progress)")
+        if self.price_source:
+            lines.append(f"  prices: {self.price_source}")
         lines += [f"  - {r}" for r in self.reasons]
         return "\n".join(lines)
 
@@ -336,6 +340,13 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
     for st in stats:
         if req.candidate_zones and st.zone not in req.candidate_zones:
             continue
+        if not types and st.accelerator and st.accelerator.upper() != req.accelerator.upper():
+            # no type known for the accelerator: never price these statistics' type (e.g.
+            # the a3-highgpu-8g of H100 trace files) as if it carried the one asked for
+            rejected.append({"zone": st.zone, "reason": f"no price: no instance type with "
+                             f"{req.accelerator}:{req.accelerator_count} in the prices; the "
+                             f"statistics are for {st.accelerator} ({st.instance_type})"})
+            continue
         if types and st.instance_type not in types and not proxy:
             rejected.append({"zone": st.zone, "reason": f"statistics are for {st.instance_type}, "
                              f"not a {req.accelerator}:{req.accelerator_count} type {types}"})
@@ -390,7 +401,8 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
             latest_switch_hour=None, mean_nodes_lost_per_hour=0.0,
             variance_nodes_lost_per_hour=0.0, variance_by_zone_count={},
             rejected=rejected, reasons=reasons, work_hours=req.work_hours,
-            checkpoint_hours=req.ckpt_hours, restart_hours=req.restart_hours)
+            checkpoint_hours=req.ckpt_hours, restart_hours=req.restart_hours,
+            price_source=prices.describe())
 
     best = cands[0]
     ok = [c for c in cands if c.c_eff <= best.c_eff * (1 + req.diversify_tolerance)]
@@ -491,4 +503,5 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
         fallback_slack_hours=slack_threshold, latest_switch_hour=latest_switch,
         mean_nodes_lost_per_hour=mean_lost, variance_nodes_lost_per_hour=var_lost,
         variance_by_zone_count=var_by_z, rejected=rejected, reasons=reasons,
-        work_hours=req.work_hours, checkpoint_hours=req.ckpt_hours, restart_hours=r_plan)
+        work_hours=req.work_hours, checkpoint_hours=req.ckpt_hours, restart_hours=r_plan,
+        price_source=prices.describe())

@@ -45,6 +45,17 @@ def instance_type_for(accelerator: str) -> str:
     return TRACE_INSTANCE_TYPES.get(accelerator.lower(), accelerator)
 
 
+def trace_instance_type(trace: Trace) -> str:
+    """The instance type a trace's statistics and prices are for: the machine type its
+    file names when it carries prices (SkyNomad ``metadata.price_info.machine_type``, e.g.
+    a3-highgpu-8g), else the type of its accelerator (``instance_type_for``). The planner's
+    zone statistics and the price book built from the files (``PriceBook.with_traces``)
+    both use it, so the two meet on one name."""
+    if trace.on_demand_price is not None and trace.instance_type:
+        return trace.instance_type
+    return instance_type_for(trace.accelerator)
+
+
 @dataclass(frozen=True)
 class ZoneStats:
     """Preemption statistics of one (cloud, region, zone, instance type).
@@ -222,7 +233,7 @@ def trace_stats(trace: Trace, level: float = DEFAULT_CI_LEVEL,
     hour_rate, hour_avail = _hour_profiles(up, trace.gap_seconds, start_hour_utc)
     return ZoneStats(
         cloud=trace.cloud, region=trace.region, zone=trace.zone,
-        instance_type=instance_type_for(trace.accelerator), accelerator=trace.accelerator,
+        instance_type=trace_instance_type(trace), accelerator=trace.accelerator,
         count=trace.count, source="trace", observed_hours=trace.duration_hours,
         held_hours=held, availability=float(up.mean()) if up.size else 0.0,
         preemptions=npre, rate_per_hour=rate, rate_ci=(rlo, rhi),

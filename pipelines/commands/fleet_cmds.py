@@ -70,7 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--work", type=float, required=True, help="work per node, hours")
     plan.add_argument("--deadline", type=float, default=None, help="deadline, hours from now")
     plan.add_argument("--nodes", type=int, default=1, help="nodes in the stage's node group (default 1)")
-    plan.add_argument("--accelerator", default="V100", help="accelerator per node (default V100)")
+    plan.add_argument("--accelerator", default=None,
+                      help="accelerator per node (default: the traces' accelerator when they "
+                           "have one, e.g. H100 for gcp-h100-2025; else V100)")
     plan.add_argument("--ckpt-min", type=float, default=DEFAULT_CHECKPOINT_SECONDS / 60.0,
                       help="checkpoint cost, minutes (default: fleet.contract's, 1)")
     plan.add_argument("--restart-min", type=float, default=DEFAULT_RESTART_SECONDS / 60.0,
@@ -244,8 +246,11 @@ def _plan(args: argparse.Namespace) -> int:
               file=sys.stderr)
         traces = generate_market(default_market_config(3), 7 * 24.0, seed=0)
     prices = PriceBook.from_skypilot(args.catalog) if args.catalog else PriceBook.default()
+    prices = prices.with_traces(traces)  # the files' own prices, as fleet-sim bills them
+    accs = sorted({t.accelerator.upper() for t in traces})
+    accelerator = args.accelerator or (accs[0] if len(accs) == 1 else "V100")
     req = StageRequest(work_hours=args.work, deadline_hours=args.deadline, num_nodes=args.nodes,
-                       accelerator=args.accelerator, ckpt_hours=args.ckpt_min / 60.0,
+                       accelerator=accelerator, ckpt_hours=args.ckpt_min / 60.0,
                        restart_hours=args.restart_min / 60.0, on_demand_core=args.on_demand_core)
     forecasts = forecast_zones(traces, None, args.horizon)  # warns when it cuts the traces
     with warnings.catch_warnings():  # ... so the correlation's same cut is not said twice
