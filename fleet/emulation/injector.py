@@ -174,6 +174,14 @@ class CapacitySchedule:
     def up_zones(self, t: float) -> list[str]:
         return [z for z in self.traces if self.is_up(z, t)]
 
+    def spot_price(self, zone: str, t: float) -> float | None:
+        """The zone's spot $/h in the tick of trace time ``t`` when its file carries
+        per-tick prices (SkyNomad ``prices``, as the fleet simulator bills them), else None."""
+        tr = self._trace(zone)
+        if tr.spot_prices is None:
+            return None
+        return float(tr.spot_prices[self._tick(zone, t)])
+
     def next_change(self, zone: str, t: float) -> float | None:
         """Trace time of the next up/down flip of ``zone`` after ``t`` (None: never)."""
         tr = self._trace(zone)

@@ -50,8 +50,9 @@ def register(subparsers) -> None:
     r.add_argument("--start-hour", type=number("--start-hour", allow_zero=True), default=72.0,
                    help="where in the trace the replay starts (hours); the hours before it are "
                         "the market's past the fleet policy starts from")
-    r.add_argument("--cloud", choices=["aws", "gcp", "azure", "signal"], default="aws",
-                   help="whose notice protocol the nodes hear")
+    r.add_argument("--cloud", choices=["aws", "gcp", "azure", "signal"], default=None,
+                   help="whose notice protocol the nodes hear (default: the cloud the trace "
+                        "files name with --market traces, e.g. gcp for gcp-h100-2025; else aws)")
     r.add_argument("--grace-scale", type=number("--grace-scale"), default=0.05,
                    help="grace window = the cloud's (AWS 120 s, GCP/Azure 30 s) x this")
     r.add_argument("--min-uptime", type=number("--min-uptime", allow_zero=True), default=2.0,
@@ -127,13 +128,31 @@ def _default_policy() -> str:
 def _priors(args, schedule, ts, cfg):
     """The run contract's priors in emulated (market) seconds for the example job."""
     from fleet.contract import RunPriors
+    from fleet.emulation.injector import CLOUD_GRACE_SECONDS
 
-    grace = cfg.grace_seconds if cfg.grace_seconds is not None else 120.0 * cfg.grace_scale
+    grace = (cfg.grace_seconds if cfg.grace_seconds is not None
+             else CLOUD_GRACE_SECONDS[cfg.cloud] * cfg.grace_scale)
     return RunPriors(
         work_seconds=args.steps * (args.step_sleep + 0.005) * ts.factor,
         notice_seconds=grace * ts.factor,
-        on_demand_price_per_hour=cfg.prices.on_demand_price(cfg.instance_type, "us-east-1"),
+        on_demand_price_per_hour=_on_demand_price(schedule, cfg),
         spot_price_per_hour={z: cfg.prices.spot_price(cfg.instance_type, z) for z in schedule.zones})
+
+
+def _on_demand_price(schedule, cfg) -> float:
+    """On-demand $/h of the fleet's instance type: the cheapest region of the schedule
+    (where the simulator runs on-demand before anything is saved; was us-east-1's price
+    whatever the zones)."""
+    return min(cfg.prices.on_demand_price(cfg.instance_type, schedule.region_of(z))
+               for z in schedule.zones)
+
+
+def _cloud(args, schedule) -> str:
+    """--cloud, else the cloud the trace files name (one for every zone), else aws."""
+    if args.cloud:
+        return args.cloud
+    clouds = {t.cloud for t in schedule.traces.values()}
+    return clouds.pop() if args.market == "traces" and len(clouds) == 1 else "aws"
 
 
 def _reference_sha(cmd_tail: list[str], workdir: Path) -> str | None:
@@ -193,9 +212,12 @@ def run_handler(args) -> int:
     _set_aside_earlier_run(workdir)
     ts = TimeScale(args.time_scale)
     t0 = time.time()  # the market clock starts here: events and sessions come back in market time
-    cfg = LocalFleetConfig(schedule=schedule, time_scale=ts, cloud=args.cloud, market_clock_start_unix=t0,
+    cloud = _cloud(args, schedule)
+    cfg = LocalFleetConfig(schedule=schedule, time_scale=ts, cloud=cloud, market_clock_start_unix=t0,
                            grace_scale=args.grace_scale, min_uptime_seconds=args.min_uptime,
-                           workdir=workdir / "fleet", seed=args.seed)
+                           workdir=workdir / "fleet", seed=args.seed).with_file_prices()
+    accs = {t.accelerator.upper() for t in schedule.traces.values()}
+    accelerator = accs.pop() if args.market == "traces" and len(accs) == 1 else "V100"
     tail = ["--steps", str(args.steps), "--seed", str(args.seed), "--model", args.model,
             "--size", "tiny", "--periodic-every", str(args.periodic_every)]
     spec = StageSpec(name="example", command=[sys.executable, str(EXAMPLE), *tail,
@@ -204,10 +226,13 @@ def run_handler(args) -> int:
                      zones=tuple(schedule.zones),
                      deadline_seconds=args.deadline * ts.factor if args.deadline else None,
                      max_relaunches=args.max_relaunches, policy=args.policy,
-                     priors=_priors(args, schedule, ts, cfg))
+                     accelerator=accelerator, priors=_priors(args, schedule, ts, cfg))
     print(f"local fleet: {len(schedule.zones)} zones {schedule.zones}, market {args.market}, "
-          f"1 emulated hour = {ts.wall_seconds_per_trace_hour:g} s wall, notices as {args.cloud} "
+          f"1 emulated hour = {ts.wall_seconds_per_trace_hour:g} s wall, notices as {cloud} "
           f"(grace {cfg.grace_scale:g} x the cloud's window), workdir {workdir}", flush=True)
+    print(f"billing {cfg.instance_type}: {cfg.prices.describe()}"
+          + ("; spot per tick of the files at each launch" if any(
+              t.spot_prices is not None for t in schedule.traces.values()) else ""), flush=True)
     narrator = Narrator(t0, progress=not args.quiet_progress, factor=ts.factor)
 
     def show(event) -> None:
@@ -223,7 +248,7 @@ def run_handler(args) -> int:
               f"checkpoint in {workdir / 'checkpoints'}.", file=sys.stderr)
         return 1
     info = result.info
-    od = cfg.prices.on_demand_price(cfg.instance_type, schedule.region_of(schedule.zones[0]))
+    od = _on_demand_price(schedule, cfg)
     emulated_h = (time.time() - t0) * ts.factor / 3600.0
     print("\nnode sessions (market seconds, cost of the emulated hours):")
     print(sessions_table(result.sessions))

@@ -21,7 +21,8 @@ def _run(tmp_path, budget_left_usd):
     seen = []
     run = drill_run(tmp_path / "w", tmp_path / "c", nodes=4, zones=ZONES, on_event=seen.append)
     run.spec = dataclasses.replace(run.spec, budget_left_usd=budget_left_usd)
-    run.injector = SimpleNamespace(up_zones=lambda now: ZONES)  # every zone has capacity
+    run.injector = SimpleNamespace(up_zones=lambda now: ZONES,  # every zone has capacity
+                                   trace_time=lambda wall=None: 0.0)  # launch prices' tick
     workdir = run._workdir()
     return run, workdir, seen
 

@@ -322,8 +322,8 @@ class ElasticStageRun(AttemptRecord):
                   f"grow: {len(alive)} of {self.spec.num_nodes} nodes up")
         for (zone, spot), slot in zip(plan, free_slots, strict=False):
             region = schedule.region_of(zone)
-            price = (self.cfg.prices.spot_price(itype, zone) if spot
-                     else self.cfg.prices.on_demand_price(itype, region))
+            price = self.cfg.price_per_hour(itype, zone, region, spot,
+                                            self.injector.trace_time())
             nid = f"{self.spec.name}-a{self.attempt}-e{len(self._nodes)}-n{slot}"
             ev = workdir / "events" / f"{nid}.jsonl"
             node = _ElasticNode(
@@ -352,8 +352,8 @@ class ElasticStageRun(AttemptRecord):
             return False
         schedule = self.provider.schedule()
         itype = self.spec.instance_type or self.cfg.instance_type
-        prices = [self.cfg.prices.spot_price(itype, z) if spot
-                  else self.cfg.prices.on_demand_price(itype, schedule.region_of(z))
+        prices = [self.cfg.price_per_hour(itype, z, schedule.region_of(z), spot,
+                                          self.injector.trace_time())
                   for z, spot in plan]
         # a node group of len(plan) nodes at their mean price: start-up = sum of their prices
         group = replace(self.spec, num_nodes=len(plan))

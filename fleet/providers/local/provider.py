@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,37 @@ class LocalFleetConfig:
     poll_seconds: float = 0.05
     extra_env: dict[str, str] = field(default_factory=dict)
 
+    def price_per_hour(self, instance_type: str, zone: str, region: str, spot: bool,
+                       trace_seconds: float | None = None) -> float:
+        """What a node launched now is billed, $/h: spot = the zone's per-tick price at
+        trace time ``trace_seconds`` when the schedule's file carries one (SkyNomad
+        ``prices``, what ``fleet-sim`` bills), else ``prices``; on-demand from ``prices``
+        (the files' ``price_info`` once ``with_file_prices`` added them). A session keeps
+        the price of the tick it was launched in."""
+        if spot and trace_seconds is not None and self.schedule is not None \
+                and zone in self.schedule.traces:
+            p = self.schedule.spot_price(zone, trace_seconds)
+            if p is not None:
+                return p
+        return (self.prices.spot_price(instance_type, zone) if spot
+                else self.prices.on_demand_price(instance_type, region))
+
+    def with_file_prices(self) -> LocalFleetConfig:
+        """When the schedule's trace files carry prices (SkyNomad ``price_info``): ``prices``
+        plus theirs (``PriceBook.with_traces``) and ``instance_type`` = the files' machine
+        type (``trace_instance_type``, e.g. a3-highgpu-8g), so the fleet bills what the
+        files say instead of the V100 fallback. Unchanged otherwise."""
+        from fleet.stats.preemption import trace_instance_type
+
+        if self.schedule is None:
+            return self
+        traces = list(self.schedule.traces.values())
+        priced = [t for t in traces if t.spot_prices is not None or t.on_demand_price is not None]
+        if not priced:
+            return self
+        return replace(self, prices=self.prices.with_traces(traces),
+                       instance_type=trace_instance_type(priced[0]))
+
 
 @dataclass(kw_only=True)
 class _Node(NodeProcess):
@@ -140,7 +171,7 @@ def local_provider_from_options(options: dict[str, Any]) -> LocalFleetProvider:
         cloud=m.cloud, grace_seconds=m.grace_seconds, prices=m.price_book(),
         workdir=Path(options["workdir"]) if options.get("workdir") else None,
         extra_env=dict(options.get("extra_env") or {}))
-    return LocalFleetProvider(cfg)
+    return LocalFleetProvider(cfg.with_file_prices())
 
 
 class LocalFleetProvider(FleetProvider):
@@ -439,8 +470,8 @@ class _StageRun(AttemptRecord):
         """Raise AttemptFailed when relaunching would spend past ``spec.budget_left_usd``."""
         region = schedule.region_of(launch.zone) if launch.zone in schedule.traces else launch.zone
         itype = self.spec.instance_type or self.cfg.instance_type
-        price = (self.cfg.prices.spot_price(itype, launch.zone) if launch.spot
-                 else self.cfg.prices.on_demand_price(itype, region))
+        price = self.cfg.price_per_hour(itype, launch.zone, region, launch.spot,
+                                        self.injector.trace_time())
         msg = attempt_budget_error(self.spec, self.sessions, price)
         if msg is not None:
             raise AttemptFailed(msg)
@@ -515,8 +546,8 @@ class _StageRun(AttemptRecord):
                 and self.spec.accelerator.upper() != FALLBACK_PRICE_ACCELERATOR:
             # the default instance type carries a V100: never bill another accelerator as one
             raise missing_price_error(self.spec.accelerator, "spot" if launch.spot else "on-demand")
-        price = (self.cfg.prices.spot_price(itype, launch.zone) if launch.spot
-                 else self.cfg.prices.on_demand_price(itype, region))
+        price = self.cfg.price_per_hour(itype, launch.zone, region, launch.spot,
+                                        self.injector.trace_time())
         group: list[_Node] = []
         now = time.time()
         for rank in range(self.spec.num_nodes):
