@@ -107,13 +107,18 @@ class MetadataEmulator:
                     reply = _Reply(500, f"emulator error: {exc}")
                 with emulator._lock:
                     emulator.requests.append((method, split.path, reply.status))
-                self.send_response(reply.status)
-                self.send_header("Content-Type", reply.content_type)
-                self.send_header("Content-Length", str(len(reply.body)))
-                for key, value in reply.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(reply.body)
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", reply.content_type)
+                    self.send_header("Content-Length", str(len(reply.body)))
+                    for key, value in reply.headers.items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(reply.body)
+                except (BrokenPipeError, ConnectionResetError):
+                    # the node was killed (or exited) during a long poll (GCP
+                    # wait_for_change): nobody to answer; printed a traceback before
+                    return
 
             def do_GET(self) -> None:
                 self._serve("GET")
