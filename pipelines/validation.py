@@ -14,7 +14,8 @@ fields). This module checks what the values *mean*, before anything runs:
   files), or zones the catalog knows for the accelerator; inside ``resources.regions``;
 * ``deadline_hours``: at least the stages' work (even on-demand cannot finish sooner);
 * ``script`` / ``command``: the training script exists where the stage will run it;
-* ``market``: ``trace_dir`` holds traces, fault-injection keys name real stages.
+* ``market``: ``trace_dir`` holds traces that pass the loader's checks (``MarketConfig.traces``,
+  what the ``spot_market`` step reads), fault-injection keys name real stages.
 
 Each problem is a :class:`Problem` naming the field path, the value as written and the
 fix. The catalog folder is ``$SPOTFLEET_CATALOG_DIR``, else SkyPilot's own
@@ -206,6 +207,23 @@ def local_market(cfg: PipelineConfig) -> tuple[LocalMarket | None, list[Problem]
     return LocalMarket("synthetic", allz[: m.n_zones], acc, itype, allz), []
 
 
+def _check_trace_files(cfg: PipelineConfig) -> list[Problem]:
+    """The market's traces as every asset will read them (``MarketConfig.traces``: the
+    loader's ``load_trace_dir`` / ``check_trace_set`` checks, the ``instance_types``
+    filter and the history window's up check), now instead of in the ``spot_market``
+    step (a Dagster traceback at run time until 2026-11-27). The loader's warnings are
+    left to the run."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cfg.market.traces("history")
+    except ValueError as exc:  # TraceFormatError too: the message names the file and the fix
+        return [Problem("market.trace_dir", str(exc), cfg.market.trace_dir)]
+    return []
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -243,6 +261,8 @@ def check_pipeline(cfg: PipelineConfig, *, catalog: Catalog | None = None, cwd: 
     if cfg.provider == "local":
         market, mp = local_market(cfg)
         problems += mp
+    if cfg.market.kind == "traces" and not any(p.loc == "market.trace_dir" for p in problems):
+        problems += _check_trace_files(cfg)
     names = [s.name for s in cfg.stages]
     for key in ("inject_preemptions_at_steps", "lose_attempt_at_step"):
         for stage in getattr(cfg.market, key):

@@ -1,0 +1,79 @@
+"""A bad file in the pipeline's market.trace_dir is a config error caught at load, with the
+loader's own message, not a Dagster traceback in the spot_market step at run time (the
+behaviour until 2026-11-27)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.config import EXAMPLE_PIPELINES, PipelineConfigError, parse_pipelines
+
+REPO = Path(__file__).resolve().parents[2]
+CATALOG = REPO.parent / "shared" / "data" / "skypilot-catalog-v8"
+
+
+@pytest.fixture(autouse=True)
+def _catalog(monkeypatch):
+    monkeypatch.setenv("SPOTFLEET_CATALOG_DIR", str(CATALOG))
+
+
+def _folder(tmp_path, bad: dict | None) -> Path:
+    d = tmp_path / "traces"
+    d.mkdir()
+    good = {"metadata": {"gap_seconds": 195}, "data": [1, 1, 0, 1] * 200}
+    (d / "us-east-1a_v100_1.json").write_text(json.dumps(good))
+    (d / "us-east-1b_v100_1.json").write_text(json.dumps(bad or good))
+    return d
+
+
+def _raw(trace_dir: Path, provider: str = "local") -> dict:
+    raw = yaml.safe_load(EXAMPLE_PIPELINES.read_text())
+    p = raw["pipelines"][0]
+    p["market"].update(kind="traces", trace_dir=str(trace_dir), hours=24)
+    p["provider"] = provider
+    for s in p["stages"]:
+        s["resources"]["zones"] = []
+    return raw
+
+
+@pytest.mark.parametrize("provider", ["local", "skypilot"])
+def test_a_bad_trace_file_is_a_config_error_naming_file_and_fix(tmp_path, provider):
+    d = _folder(tmp_path, {"metadata": {"gap_seconds": 195}, "data": [1, "x", 1]})
+    with pytest.raises(PipelineConfigError) as err:
+        parse_pipelines(_raw(d, provider), "team.yaml")
+    msg = str(err.value)
+    assert "invalid pipeline configuration (1 problem(s))" in msg
+    assert (f"pipelines[0].market.trace_dir: {d}/us-east-1b_v100_1.json: data[1] = 'x'; every "
+            "tick must be a non-negative integer count") in msg
+
+
+def test_a_folder_the_loader_refuses_as_a_market_is_caught_too(tmp_path):
+    # files of two collections (different ticks): check_trace_set's refusal
+    d = _folder(tmp_path, {"metadata": {"gap_seconds": 600}, "data": [1, 0] * 100})
+    with pytest.raises(PipelineConfigError, match=r"market.trace_dir: .*different gap_seconds"):
+        parse_pipelines(_raw(d), "team.yaml")
+
+
+def test_a_good_folder_passes(tmp_path):
+    [cfg] = parse_pipelines(_raw(_folder(tmp_path, None)), "team.yaml")
+    assert cfg.market.kind == "traces"
+
+
+def test_spotfleet_main_stops_before_any_run(tmp_path, monkeypatch, capsys):
+    from pipelines.cli import main
+
+    for k in ("DAGSTER_HOME", "SPOTFLEET_VAR_DIR"):
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
+    d = _folder(tmp_path, {"metadata": {"gap_seconds": 195}, "data": [1, "x", 1]})
+    bad = tmp_path / "team.yaml"
+    bad.write_text(yaml.safe_dump(_raw(d), sort_keys=False))
+    var = tmp_path / "var"
+    assert main(["main", "--pipelines", str(bad), "--var-dir", str(var)]) == 2
+    err = capsys.readouterr().err
+    assert "market.trace_dir" in err and "data[1] = 'x'" in err and "Traceback" not in err
+    assert not (var / "dagster_home" / "storage").exists()
