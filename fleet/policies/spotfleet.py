@@ -141,7 +141,8 @@ class SpotfleetParams:
     # watching ended with the launch); any other began mid-run and is read as the run law's
     # residual life (market_view.run_law_log_likelihood)
     zone_cost: str = "run"  # "run": v6 (a held zone's cost per useful hour is that of its posterior
-    # average run). "mixture" (eighteenth round, session 10; own-evidence zone models only): the
+    # average run). "mixture" (eighteenth round, session 10, rejected at clause 3 on the April
+    # 2023 trace and the fresh shift at D/W 3 with notice; own-evidence zone models only): the
     # cost per useful hour averaged over the two hypotheses, (1 - p1) cost(history's run) +
     # p1 min(cost(changed run), on-demand's), market_view.changed_runs_emp
     h1_rate_ratio: float = 0.0  # 0: v6 (H1's Gamma(1, b) prior on a changed zone's rate has
