@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
+from nomad_traces import write_nomad_trace
 
 from fleet.market.prices import PriceBook
 from fleet.market.traces import load_trace_dir
@@ -29,12 +30,7 @@ def _nomad(d, zone, spot_early, spot_late, on_demand, period, down=3):
     n = 120 * 3600 // GAP
     data = np.resize([0] * period + [1] * down, n).tolist()
     prices = [spot_early] * (n - 144) + [spot_late] * 144
-    info = {"region": zone.rsplit("-", 1)[0], "machine_type": "a3-highgpu-8g", "currency": "USD",
-            "price": spot_late, "on_demand_price": on_demand}
-    d.mkdir(parents=True, exist_ok=True)
-    (d / f"{zone}_h100_16.json").write_text(json.dumps(
-        {"metadata": {"gap_seconds": GAP, "zone": zone, "price_info": info},
-         "data": data, "prices": prices}))
+    write_nomad_trace(d, zone, data, prices, spot_late, on_demand, GAP)
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ said "notices as aws".
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
 import pytest
+from nomad_traces import write_nomad_trace
 
 from fleet.emulation.injector import CapacitySchedule, TimeScale
 from fleet.market.traces import load_trace_dir
@@ -29,12 +29,7 @@ def _nomad(d, zone, replay_price):
     n = 120 * HOUR
     data = np.resize([0] * 20 + [1] * 4, 24 * HOUR).tolist() + [0] * (n - 24 * HOUR)
     prices = [30.0] * (48 * HOUR) + [replay_price] * (24 * HOUR) + [40.0] * (48 * HOUR)
-    info = {"region": zone.rsplit("-", 1)[0], "machine_type": "a3-highgpu-8g",
-            "price": 40.0, "on_demand_price": 82.5}
-    d.mkdir(parents=True, exist_ok=True)
-    (d / f"{zone}_h100_16.json").write_text(json.dumps(
-        {"metadata": {"gap_seconds": GAP, "zone": zone, "price_info": info},
-         "data": data, "prices": prices}))
+    write_nomad_trace(d, zone, data, prices, 40.0, 82.5, GAP)
 
 
 @pytest.fixture
