@@ -210,7 +210,7 @@ def run_law_log_likelihood(holds: Sequence[tuple], runs_hours: np.ndarray) -> fl
     return out
 
 
-def changed_probability_emp(holds: Sequence[tuple[float, bool]], runs_hours: np.ndarray,
+def changed_probability_emp(holds: Sequence[tuple], runs_hours: np.ndarray,
                             prior_hours: float, prior: float = CHANGE_PRIOR) -> float:
     """:func:`changed_probability` with the zone's own run law as H0
     (:func:`run_law_log_likelihood`) and per-hold evidence; H1 as there."""
@@ -221,7 +221,7 @@ def changed_probability_emp(holds: Sequence[tuple[float, bool]], runs_hours: np.
     return _changed_posterior(log_l0, n, h, b, prior)
 
 
-def changepoint_run_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[float, bool]]],
+def changepoint_run_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple]],
                         runs_hours: Sequence[np.ndarray], prior_hours: float | np.ndarray,
                         prior: float = CHANGE_PRIOR) -> np.ndarray:
     """Expected up-run (h) of each zone averaged over :func:`changed_probability_emp`'s two
@@ -230,9 +230,8 @@ def changepoint_run_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[fl
     was no preemption). Zones with no holds keep ``run_hours``. ``prior_hours`` (H1's
     ``b``): one value, or one per zone (:func:`h1_prior_hours`)."""
     out = np.array(run_hours, dtype=float)
-    b = np.broadcast_to(np.asarray(prior_hours, dtype=float), out.shape)
-    for z, n, h, p1 in _hold_posteriors(holds, runs_hours, b, prior):
-        out[z] = (1.0 - p1) * out[z] + p1 * (b[z] + h) / max(n, 1)
+    for z, p1, r1 in changed_runs_emp(holds, runs_hours, prior_hours, prior):
+        out[z] = (1.0 - p1) * out[z] + p1 * r1
     return out
 
 
@@ -245,7 +244,7 @@ def changed_runs_emp(holds: Sequence[Sequence[tuple]], runs_hours: Sequence[np.n
         yield z, p1, (b[z] + h) / max(n, 1)
 
 
-def _hold_posteriors(holds: Sequence[Sequence[tuple[float, bool]]], runs_hours: Sequence[np.ndarray],
+def _hold_posteriors(holds: Sequence[Sequence[tuple]], runs_hours: Sequence[np.ndarray],
                      prior_hours: np.ndarray, prior: float):
     """(zone, preemptions, hours held, P(changed)) for each zone with holds; H1's ``b`` per
     zone from ``prior_hours``."""
@@ -257,7 +256,7 @@ def _hold_posteriors(holds: Sequence[Sequence[tuple[float, bool]]], runs_hours: 
         yield z, n, h, changed_probability_emp(zone_holds, runs_hours[z], float(prior_hours[z]), prior)
 
 
-def changepoint_hazard_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple[float, bool]]],
+def changepoint_hazard_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple]],
                            runs_hours: Sequence[np.ndarray], prior_hours: float | np.ndarray,
                            prior: float = CHANGE_PRIOR) -> np.ndarray:
     """Posterior mean hazard (1/h) of each zone over :func:`changed_probability_emp`'s two
@@ -280,7 +279,8 @@ def h1_prior_hours(history_hours: np.ndarray, gap_hours: float, rate_ratio: floa
     depends on the trace's tick: 32 s to 600 s across the collection, 23-227x the
     histories' median rate); else ``history_hours / rate_ratio``, the zone's history mean
     (run or outage, hours) over ``rate_ratio``: H1's prior mean rate is ``rate_ratio`` x
-    the history's, whatever the tick (seventeenth round)."""
+    the history's, whatever the tick (``SpotfleetParams.h1_rate_ratio``, session 10
+    exploration, not adopted)."""
     h = np.asarray(history_hours, dtype=float)
     if rate_ratio <= 0:
         return np.full(h.shape, float(gap_hours))

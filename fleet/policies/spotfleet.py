@@ -249,6 +249,7 @@ class SpotfleetPolicy(Policy):
         n = max(2, int(self.p.lookback_hours / obs.gap_hours))
         self._down = ~np.asarray(hist[:, -n:], dtype=bool).any(axis=0)  # no zone up, per tick
         self._gap = obs.gap_hours
+        self._h1_cache: tuple[np.ndarray, np.ndarray] | None = None  # _h1_b: (up-runs, outages)
         self._pre_tick = -(10**9)
         self._pre_region: str | None = None
         self._idle_h = 0.0  # hours spent idle so far (the no-deadline delay budget)
@@ -264,7 +265,8 @@ class SpotfleetPolicy(Policy):
             self._emp_runs = [np.append(up_run_ticks(row) * obs.gap_hours, m) for row, m in
                               zip(np.asarray(hist[:, -n:], dtype=bool),
                                                 self.prior.mean_up_hours, strict=True)]
-            self._holds: list[list[tuple[float, bool]]] = [[] for _ in range(obs.n_zones)]
+            # (hours, ended by a preemption?, began with its run?) per hold (hold_start)
+            self._holds: list[list[tuple[float, bool, bool]]] = [[] for _ in range(obs.n_zones)]
             self._open: list | None = None  # [zone, hours, fresh?] of the hold in progress
         if self.p.zone_model == "changepoint_updown":
             # the same for the down-runs: the history's outages per zone (h) and v5's mean;
@@ -297,12 +299,15 @@ class SpotfleetPolicy(Policy):
 
     def _h1_b(self, obs: Observation, down: bool = False) -> np.ndarray:
         """H1's prior ``b`` (hours) per zone for the up-runs (or ``down``: the outages):
-        :func:`h1_prior_hours` of the history's means and ``h1_rate_ratio``."""
-        hist = self.prior.mean_down_hours if down else self.prior.mean_up_hours
-        return h1_prior_hours(hist, obs.gap_hours, self.p.h1_rate_ratio)
+        :func:`h1_prior_hours` of the history's means and ``h1_rate_ratio``, fixed for the
+        job (computed once at its first use)."""
+        if self._h1_cache is None:
+            self._h1_cache = tuple(h1_prior_hours(m, obs.gap_hours, self.p.h1_rate_ratio)
+                                   for m in (self.prior.mean_up_hours, self.prior.mean_down_hours))
+        return self._h1_cache[1 if down else 0]
 
-    def _holds_now(self) -> list[list[tuple[float, bool]]]:
-        """The job's holds per zone (hours, ended by a preemption?), the one in progress
+    def _holds_now(self) -> list[list[tuple[float, bool, bool]]]:
+        """The job's holds per zone (hours, ended by a preemption?, fresh?), the one in progress
         included as censored (own-evidence zone models)."""
         holds = [list(h) for h in self._holds]
         if self._open is not None:
