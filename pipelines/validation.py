@@ -32,11 +32,12 @@ import functools
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
+    from fleet.market.traces import Trace
     from pipelines.config import PipelineConfig, StageConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -176,10 +177,16 @@ class LocalMarket:
     instance_type: str
     all_synthetic_zones: tuple[str, ...] = ()
     trace_dir: str | None = None
+    #: the instance type is the one the trace files price (``priced_instance_type``)
+    file_prices: bool = False
 
 
-def local_market(cfg: PipelineConfig) -> tuple[LocalMarket | None, list[Problem]]:
-    """The local fleet's market of ``cfg`` (None with problems when it cannot be read)."""
+def local_market(cfg: PipelineConfig, traces: list[Trace] | None = None
+                 ) -> tuple[LocalMarket | None, list[Problem]]:
+    """The local fleet's market of ``cfg`` (None with problems when it cannot be read).
+    A trace folder's instance type is the one its files price when they carry prices
+    (``with_file_instance_type``: what the fleet bills at run time), read from ``traces``
+    (the market's history traces, when the caller has loaded them) or from the folder."""
     from fleet.market.prices import FALLBACK_INSTANCE_TYPES
 
     m = cfg.market
@@ -197,8 +204,11 @@ def local_market(cfg: PipelineConfig) -> tuple[LocalMarket | None, list[Problem]
                                   "in this folder; point it at a folder of spot traces", m.trace_dir)]
         acc = names[0]["accelerator"].upper()
         itype = FALLBACK_INSTANCE_TYPES.get(acc.lower(), "p3.2xlarge")
-        return LocalMarket("traces", tuple(n["zone"] for n in names), acc, itype,
-                           trace_dir=str(d)), []
+        market = LocalMarket("traces", tuple(n["zone"] for n in names), acc, itype,
+                             trace_dir=str(d))
+        if traces is None:
+            traces, _ = _check_trace_files(cfg)  # a bad file: check_pipeline reports it
+        return (market if traces is None else with_file_instance_type(market, traces)), []
     from fleet.market.synthetic import SyntheticMarketConfig, default_market_config
 
     allz = tuple(z.zone for z in default_market_config(9).zones)
@@ -207,7 +217,7 @@ def local_market(cfg: PipelineConfig) -> tuple[LocalMarket | None, list[Problem]
     return LocalMarket("synthetic", allz[: m.n_zones], acc, itype, allz), []
 
 
-def _check_trace_files(cfg: PipelineConfig) -> list[Problem]:
+def _check_trace_files(cfg: PipelineConfig) -> tuple[list[Trace] | None, list[Problem]]:
     """The market's traces as every asset will read them (``MarketConfig.traces``: the
     loader's ``load_trace_dir`` / ``check_trace_set`` checks, the ``instance_types``
     filter and the history window's up check), now instead of in the ``spot_market``
@@ -218,10 +228,22 @@ def _check_trace_files(cfg: PipelineConfig) -> list[Problem]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cfg.market.traces("history")
+            return cfg.market.traces("history"), []
     except ValueError as exc:  # TraceFormatError too: the message names the file and the fix
-        return [Problem("market.trace_dir", str(exc), cfg.market.trace_dir)]
-    return []
+        return None, [Problem("market.trace_dir", str(exc), cfg.market.trace_dir)]
+
+
+def with_file_instance_type(market: LocalMarket, traces: list[Trace]) -> LocalMarket:
+    """``market`` with the instance type the local fleet will bill on these traces: the
+    type their files price (e.g. a3-highgpu-8g for the GCP H100 folder), as
+    ``LocalFleetConfig.with_file_prices`` sets it at run time; unchanged for files without
+    prices (until 2026-11-27 the check held stages to p3.2xlarge on any folder)."""
+    from fleet.stats.preemption import priced_instance_type
+
+    itype = priced_instance_type(traces)
+    if itype is None:
+        return market
+    return replace(market, instance_type=itype, file_prices=True)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -258,11 +280,15 @@ def check_pipeline(cfg: PipelineConfig, *, catalog: Catalog | None = None, cwd: 
     cwd = (cwd or Path.cwd()).resolve()
     problems: list[Problem] = []
     market: LocalMarket | None = None
+    traces, tp = None, []
+    if cfg.market.kind == "traces" and (cfg.provider != "local"
+                                        or Path(cfg.market.trace_dir or "").is_dir()):
+        traces, tp = _check_trace_files(cfg)  # read once, here
     if cfg.provider == "local":
-        market, mp = local_market(cfg)
+        market, mp = local_market(cfg, traces)
         problems += mp
-    if cfg.market.kind == "traces" and not any(p.loc == "market.trace_dir" for p in problems):
-        problems += _check_trace_files(cfg)
+    if not any(p.loc == "market.trace_dir" for p in problems):
+        problems += tp
     names = [s.name for s in cfg.stages]
     for key in ("inject_preemptions_at_steps", "lose_attempt_at_step"):
         for stage in getattr(cfg.market, key):
@@ -313,13 +339,14 @@ def _check_stage(cfg: PipelineConfig, stage: StageConfig, market: LocalMarket | 
                                f"count: 1 (and nodes: {r.nodes * r.count} for more accelerators)",
                                r.count))
         if r.instance_type is not None and r.instance_type != market.instance_type:
-            if r.instance_type not in catalog.instance_types:
+            if r.instance_type not in catalog.instance_types and not market.file_prices:
                 out.append(_unknown_type(r.instance_type, catalog))
             else:
+                how = ("the prices in market.trace_dir's files" if market.file_prices
+                       else "market.spot_price_per_hour / on_demand_price_per_hour")
                 out.append(Problem("resources.instance_type",
-                                   f"the local fleet prices only {market.instance_type} (market."
-                                   "spot_price_per_hour / on_demand_price_per_hour); remove "
-                                   f"instance_type or set it to {market.instance_type}",
+                                   f"the local fleet prices only {market.instance_type} ({how}); "
+                                   f"remove instance_type or set it to {market.instance_type}",
                                    r.instance_type))
     elif acc is not None:
         out += _check_cloud_type(r.accelerator, acc, r.count, r.instance_type, catalog)

@@ -56,6 +56,17 @@ def trace_instance_type(trace: Trace) -> str:
     return instance_type_for(trace.accelerator)
 
 
+def priced_instance_type(traces: Iterable[Trace]) -> str | None:
+    """The instance type a set of trace files prices (``trace_instance_type`` of the first
+    file carrying prices, SkyNomad ``price_info`` or per-tick ``prices``), None when none
+    does. The local fleet bills it (``LocalFleetConfig.with_file_prices``) and the pipeline
+    config check holds stages to it (``pipelines.validation.local_market``): one rule."""
+    for t in traces:
+        if t.spot_prices is not None or t.on_demand_price is not None:
+            return trace_instance_type(t)
+    return None
+
+
 @dataclass(frozen=True)
 class ZoneStats:
     """Preemption statistics of one (cloud, region, zone, instance type).

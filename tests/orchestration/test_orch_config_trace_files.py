@@ -77,3 +77,38 @@ def test_spotfleet_main_stops_before_any_run(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "market.trace_dir" in err and "data[1] = 'x'" in err and "Traceback" not in err
     assert not (var / "dagster_home" / "storage").exists()
+
+
+def _h100_raw(tmp_path, instance_type: str | None) -> dict:
+    from nomad_traces import write_nomad_trace
+
+    d = tmp_path / "gcp-h100"
+    for zone in ("us-central1-a", "us-east4-a"):
+        write_nomad_trace(d, zone, [0, 0, 1, 0] * 100, [19.0] * 400, 19.0, 82.5)
+    raw = _raw(d)
+    for s in raw["pipelines"][0]["stages"]:
+        s["resources"].update(accelerator="H100", instance_type=instance_type)
+    return raw
+
+
+def test_a_priced_folder_s_type_is_the_one_the_local_fleet_bills(tmp_path):
+    # the check and `local-fleet run` (LocalFleetConfig.with_file_prices) agree on the type:
+    # until 2026-11-27 the check said p3.2xlarge on the GCP H100 folder and refused the
+    # a3-highgpu-8g that the fleet then billed as an unknown instance type
+    from fleet.emulation.injector import CapacitySchedule
+    from fleet.providers.local import LocalFleetConfig
+    from pipelines.validation import local_market
+
+    [cfg] = parse_pipelines(_h100_raw(tmp_path, "a3-highgpu-8g"), "team.yaml")
+    market, problems = local_market(cfg)
+    assert problems == [] and market.instance_type == "a3-highgpu-8g"
+    run = LocalFleetConfig(schedule=CapacitySchedule(cfg.market.traces("all"))).with_file_prices()
+    assert run.instance_type == market.instance_type
+
+
+def test_a_priced_folder_refuses_the_v100_type_naming_the_files_type(tmp_path):
+    with pytest.raises(PipelineConfigError) as err:
+        parse_pipelines(_h100_raw(tmp_path, "p3.2xlarge"), "team.yaml")
+    assert ("stages[0].resources.instance_type: the local fleet prices only a3-highgpu-8g (the "
+            "prices in market.trace_dir's files); remove instance_type or set it to "
+            "a3-highgpu-8g (got 'p3.2xlarge')") in str(err.value)

@@ -130,16 +130,15 @@ class LocalFleetConfig:
         plus theirs (``PriceBook.with_traces``) and ``instance_type`` = the files' machine
         type (``trace_instance_type``, e.g. a3-highgpu-8g), so the fleet bills what the
         files say instead of the V100 fallback. Unchanged otherwise."""
-        from fleet.stats.preemption import trace_instance_type
+        from fleet.stats.preemption import priced_instance_type
 
         if self.schedule is None:
             return self
         traces = list(self.schedule.traces.values())
-        priced = [t for t in traces if t.spot_prices is not None or t.on_demand_price is not None]
-        if not priced:
+        itype = priced_instance_type(traces)
+        if itype is None:
             return self
-        return replace(self, prices=self.prices.with_traces(traces),
-                       instance_type=trace_instance_type(priced[0]))
+        return replace(self, prices=self.prices.with_traces(traces), instance_type=itype)
 
 
 @dataclass(kw_only=True)
