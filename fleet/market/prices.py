@@ -133,7 +133,8 @@ class PriceBook:
                          self.source)
 
     def with_traces(self, traces: Iterable[Trace],
-                    window_hours: float = TRACE_PRICE_WINDOW_HOURS) -> PriceBook:
+                    window_hours: float = TRACE_PRICE_WINDOW_HOURS, *,
+                    spot_source: str = "each file's per-tick prices") -> PriceBook:
         """This book plus the prices the trace files carry (``Trace.spot_prices`` and
         ``Trace.on_demand_price``, as ``load_trace`` read them: the fleet simulator's
         prices), which replace the book's entry for the same key. Spot per zone: the mean of
@@ -142,7 +143,9 @@ class PriceBook:
         when zones of a region differ). Keys use ``trace_instance_type`` (the file's
         machine type, e.g. a3-highgpu-8g), as the zone statistics do, and the trace's
         accelerator maps to it at any count (``<ACC>:*``). Config overrides still win.
-        Traces without prices leave the book as it is (``source`` unchanged)."""
+        Traces without prices leave the book as it is (``source`` unchanged).
+        ``spot_source``: where the per-tick spot prices came from, for ``source`` (a price
+        file attached with ``attach_spot_prices``, as ``plan --prices`` does)."""
         import math
 
         from fleet.stats.preemption import trace_instance_type
@@ -170,7 +173,7 @@ class PriceBook:
         parts = []
         if n_spot:
             parts.append(f"spot of {n_spot} zone(s) = mean of the last {window_hours:g} h of "
-                         "each file's per-tick prices")
+                         f"{spot_source}")
         if n_od:
             parts.append(f"on-demand of {n_od} zone(s) = the files' price_info.on_demand_price")
         source = f"trace files ({'; '.join(parts)}), else {self.source}"

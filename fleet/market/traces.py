@@ -96,6 +96,47 @@ def price_series(values: object, n_ticks: int, where: str) -> np.ndarray:
     return np.asarray(values, dtype=float)
 
 
+def read_price_file(path: str | Path) -> dict:
+    """A per-tick spot price file (``spot-prices/*.json``: ``{"<zone>_<instance>": [$/h per
+    tick, ...]}``, aligned tick for tick with a trace folder), read but not yet matched to
+    traces (``price_file_series``). ``TraceFormatError`` naming the file when it cannot be
+    read or is not such a mapping."""
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceFormatError(f"{p}: cannot read the price file ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise TraceFormatError(f"{p}: must map '<zone>_<instance>' to a list of $/h per tick")
+    return raw
+
+
+def check_price_file_covers(raw: dict, zones: Sequence[str], path: str | Path) -> None:
+    """Refuse a price file (``read_price_file``) that has a series for none of ``zones``
+    (``zone`` or ``zone/instance``): it was made for another folder."""
+    if not any(k.split("_", 1)[0] == z.split("/")[0] for k in raw for z in zones):
+        raise TraceFormatError(
+            f"{path}: the price file covers none of the market's zones {list(zones)[:6]} "
+            f"(its series: {sorted(raw)[:6]}); it was made for another folder: pass the "
+            "price file of this folder, or none (the files' own prices, else the default spot "
+            "price: fleet-sim's --spot-price, plan's price table)")
+
+
+def price_file_series(raw: dict, zone: str, instance: str, n_ticks: int,
+                      path: str | Path) -> np.ndarray:
+    """The series of ``zone``'s trace of ``instance`` (its file label, e.g. v100_1) in a
+    price file: the key ``<zone>_<instance>``, else the zone's only key; exactly
+    ``n_ticks`` finite positive prices (``price_series``). ``TraceFormatError`` otherwise."""
+    zone = zone.split("/")[0]
+    cands = [k for k in raw if k == f"{zone}_{instance}"] or [
+        k for k in raw if k.split("_", 1)[0] == zone]
+    if len(cands) != 1:
+        raise TraceFormatError(
+            f"{path}: no unique price series for zone {zone} (instance {instance!r}); keys "
+            f"found: {sorted(raw)[:12]}; add one series per zone, named <zone>_<instance>")
+    return price_series(raw[cands[0]], n_ticks, f"{path}: series {cands[0]}")
+
+
 def zone_cloud(zone: str) -> str | None:
     """``"aws"`` / ``"gcp"`` from the shape of a zone name, ``None`` when unknown."""
     if _AWS_ZONE.match(zone):
@@ -455,6 +496,19 @@ def load_trace_dir(directory: str | Path, cloud: str | None = None, nodes: int |
         warnings.warn(f"{d}: ignored {len(other)} file(s) that are not *.json: {other[:5]}; "
                       "only <zone>_<instance>.json files are read", stacklevel=2)
     return traces
+
+
+def attach_spot_prices(traces: Sequence[Trace], path: str | Path) -> list[Trace]:
+    """``traces`` with the per-tick spot prices of a price file (``spot-prices/*.json``)
+    replacing whatever spot prices their files carry: what ``fleet-sim --prices`` bills
+    (``Market.from_dir``), read by the same rules (``read_price_file``,
+    ``check_price_file_covers``, ``price_file_series``: one series per trace, exactly as
+    many ticks as its file). On-demand prices are left as they are."""
+    raw = read_price_file(path)
+    check_price_file_covers(raw, [t.zone for t in traces], Path(path))
+    return [replace(t, spot_prices=price_file_series(raw, t.zone, t.instance_type or t.accelerator,
+                                                     t.n_ticks, Path(path)))
+            for t in traces]
 
 
 def trace_file_name(trace: Trace) -> str:

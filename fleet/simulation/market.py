@@ -7,7 +7,6 @@ instance type, nodes needed); several instance types may share a zone.
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,11 +16,12 @@ import numpy as np
 
 from fleet.market.traces import (
     Trace,
-    TraceFormatError,
+    check_price_file_covers,
     check_trace_set,
     cut_to_common_length,
     load_trace_dir,
-    price_series,
+    price_file_series,
+    read_price_file,
     zone_region,
 )
 
@@ -178,32 +178,15 @@ class Market:
         passes each file's own length, as a folder's files may differ in length). A
         longer or shorter series is refused, not cut: it was made for another window or
         tick length."""
-        p = Path(path)
-        try:
-            raw = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise TraceFormatError(f"{p}: cannot read the price file ({exc})") from exc
-        if not isinstance(raw, dict):
-            raise TraceFormatError(f"{p}: must map '<zone>_<instance>' to a list of $/h per tick")
+        raw = read_price_file(path)
         lengths = list(series_ticks) if series_ticks is not None else [self.n_ticks] * self.n_zones
         if len(lengths) != self.n_zones or min(lengths) < self.n_ticks:
             raise ValueError(f"series_ticks needs one length >= {self.n_ticks} per zone "
                              f"({self.n_zones}), got {lengths}")
-        if not any(k.split("_", 1)[0] == z.split("/")[0] for k in raw for z in self.zones):
-            raise TraceFormatError(
-                f"{p}: the price file covers none of the market's zones {list(self.zones)[:6]} "
-                f"(its series: {sorted(raw)[:6]}); it was made for another folder: pass the "
-                "price file of this folder, or none (data prices or the flat --spot-price)")
+        check_price_file_covers(raw, self.zones, Path(path))
         rows = []
         for z, it, n in zip(self.zones, self.instance_types, lengths, strict=True):
-            zone = z.split("/")[0]
-            cands = [k for k in raw if k == f"{zone}_{it}"] or [
-                k for k in raw if k.split("_", 1)[0] == zone]
-            if len(cands) != 1:
-                raise TraceFormatError(
-                    f"{p}: no unique price series for zone {zone} (instance {it!r}); keys "
-                    f"found: {sorted(raw)[:12]}; add one series per zone, named <zone>_<instance>")
-            arr = price_series(raw[cands[0]], n, f"{p}: series {cands[0]}")
+            arr = price_file_series(raw, z, it, n, Path(path))
             rows.append(arr[: self.n_ticks])
         return Market(zones=self.zones, gap_seconds=self.gap_seconds, available=self.available,
                       regions=self.regions, clouds=self.clouds,

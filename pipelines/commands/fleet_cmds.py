@@ -82,6 +82,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--on-demand-core", type=int, default=0,
                       help="nodes kept on on-demand whatever the market (default 0)")
     plan.add_argument("--catalog", help="SkyPilot catalogs/v8 folder for prices (offline)")
+    plan.add_argument("--prices", default="",
+                      help="per-tick spot price file to attach, as fleet-sim --prices, e.g. "
+                           "../shared/data/spot-prices/aws-v100-02-15-2023.json: it replaces "
+                           "the files' spot prices; the plan uses each zone's mean over the "
+                           "last 24 h (GCP H100 files carry their own prices)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(handler=_plan)
 
@@ -233,10 +238,16 @@ def _forecast(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from fleet.market.prices import PriceBook
+    from fleet.market.traces import attach_spot_prices
     from fleet.planning.planner import StageRequest, plan_stage
     from fleet.stats.forecast import forecast_zones
     from fleet.stats.preemption import zone_correlation, zone_stats
 
+    if args.prices and not args.trace_dir:
+        raise ValueError(f"--prices {args.prices}: a price file is aligned tick for tick with a "
+                         "trace folder; give that folder too (e.g. spotfleet plan "
+                         "../shared/data/spot-traces/availability/1-node/aws-02-15-2023 "
+                         "--prices ../shared/data/spot-prices/aws-v100-02-15-2023.json)")
     if args.trace_dir:
         traces = _load(args.trace_dir)
     else:
@@ -245,8 +256,13 @@ def _plan(args: argparse.Namespace) -> int:
         print("no trace directory: planning on the embedded synthetic market (3 zones, 7 days)",
               file=sys.stderr)
         traces = generate_market(default_market_config(3), 7 * 24.0, seed=0)
+    spot_source = "each file's per-tick prices"
+    if args.prices:
+        traces = attach_spot_prices(traces, args.prices)  # fleet-sim --prices' rules
+        spot_source = f"the per-tick prices of {args.prices}"
     prices = PriceBook.from_skypilot(args.catalog) if args.catalog else PriceBook.default()
-    prices = prices.with_traces(traces)  # the files' own prices, as fleet-sim bills them
+    # the files' own prices (or --prices), as fleet-sim bills them
+    prices = prices.with_traces(traces, spot_source=spot_source)
     accs = sorted({t.accelerator.upper() for t in traces})
     accelerator = args.accelerator or (accs[0] if len(accs) == 1 else "V100")
     req = StageRequest(work_hours=args.work, deadline_hours=args.deadline, num_nodes=args.nodes,

@@ -100,6 +100,35 @@ def test_cli_plan_on_the_real_gcp_h100_folder(shared_data, capsys):
     assert "prices: trace files" in text
 
 
+def test_cli_plan_reads_a_price_file_as_fleet_sim_does(tmp_path, capsys):
+    """`plan --prices FILE` (until 2026-11-27 only fleet-sim took it): the file's series
+    replace the folder's spot prices; the plan uses each zone's mean of the last 24 h."""
+    d = tmp_path / "v100"
+    d.mkdir()
+    n = 48 * 3600 // 195  # 886 ticks of 195 s, always up
+    for z in ("us-east-1a", "us-west-2b"):
+        (d / f"{z}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 195},
+                                                         "data": [1] * n}))
+    last = int(np.ceil(24 * 3600 / 195))  # 444 ticks
+    series = {"us-east-1a_v100_1": [9.0] * (n - last) + [1.5] * last,
+              "us-west-2b_v100_1": [9.0] * (n - last) + [1.2] * last}
+    pf = tmp_path / "prices.json"
+    pf.write_text(json.dumps(series))
+    args = ["plan", str(d), "--work", "8", "--deadline", "12", "--json"]
+    assert main(args + ["--prices", str(pf)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert {z["zone"]: z["spot_price"] for z in plan["zones"]} == pytest.approx(
+        {"us-east-1a": 1.5, "us-west-2b": 1.2})
+    assert f"the per-tick prices of {pf}" in plan["price_source"]
+    assert plan["on_demand_price"] == pytest.approx(3.06)  # the file holds spot only
+    assert main(args) == 0  # without it: the built-in 0.918 $/h, as before
+    assert {z["spot_price"] for z in json.loads(capsys.readouterr().out)["zones"]} == {0.918}
+    # a price file needs its folder; no synthetic market is generated first
+    assert main(["plan", "--work", "8", "--prices", str(pf)]) == 2
+    err = capsys.readouterr().err
+    assert "give that folder too" in err and "synthetic" not in err
+
+
 def test_pipeline_market_prices_come_from_the_files(h100_dir):
     """The pipeline's MarketConfig.price_book (the fleet_plan asset and the local fleet)."""
     from fleet.market.config import MarketConfig

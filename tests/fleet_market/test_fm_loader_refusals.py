@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 
-from fleet.market.traces import TraceFormatError, load_trace, load_trace_dir
+from fleet.market.traces import TraceFormatError, attach_spot_prices, load_trace, load_trace_dir
 from fleet.simulation.market import Market
 
 INFO = {"price": 18.98, "on_demand_price": 88.49, "machine_type": "a3-highgpu-8g"}
@@ -109,6 +109,10 @@ def test_price_file_must_match_the_folder_tick_for_tick(tmp_path, series, needle
     with pytest.raises(TraceFormatError) as exc:
         Market.from_dir(d, prices=p)
     assert needle in str(exc.value) and str(p) in str(exc.value)
+    # `spotfleet plan --prices` reads the file by the same rules, with the same message
+    with pytest.raises(TraceFormatError) as plan_exc:
+        attach_spot_prices(load_trace_dir(d), p)
+    assert str(plan_exc.value) == str(exc.value)
 
 
 def test_price_file_aligned_with_files_of_different_lengths(tmp_path):
