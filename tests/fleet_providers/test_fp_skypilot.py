@@ -475,6 +475,29 @@ def test_an_enforced_budget_stops_the_first_launch_before_any_managed_job(api_se
     assert list(prov.sessions()) == []
 
 
+def test_a_stage_looks_up_its_on_demand_prices_once(api_server, monkeypatch):
+    """One catalog look-up of the candidates' on-demand prices per stage, shared by the
+    priors (catalog_priced) and the driver; until 2026-11-27 a stage planned without an
+    on-demand price made it twice."""
+    from fleet.providers.skypilot import provider as sp
+
+    calls = []
+    real = sp.catalog_on_demand_prices
+
+    def counted(spec):
+        calls.append(spec.name)
+        return real(spec)
+
+    monkeypatch.setattr(sp, "catalog_on_demand_prices", counted)
+    assert not PRIORS.on_demand_price_per_hour  # the plan carried none
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=Controller(api_server, ["succeed"]))
+    with pytest.raises(AttemptFailed):  # stopped by the budget before any job: a quick stage
+        prov.run_stage(_spec(budget_left_usd=0.01))
+    assert calls == ["pretrain"]
+    # what the driver decides with is unchanged: the cheapest zone's catalog price
+    assert sp.catalog_priced(_spec(), real(_spec())) == sp.catalog_priced(_spec())
+
+
 def test_an_enforced_budget_stops_the_relaunch_after_a_preemption(api_server):
     """The first job fits (start-up $0.0230 <= $0.20 left) and runs one billed hour in
     us-east-2a ($0.2756) before it is preempted: spent + the relaunch's start-up is over what

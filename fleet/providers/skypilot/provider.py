@@ -193,12 +193,16 @@ class _SkyRun(AttemptRecord):
         self.started = started
         self.driver = None
         if spec.use_spot and zones:
-            self.driver = PolicyDriver(self.cfg.policy or spec.policy, zones, priors=catalog_priced(spec),
+            # once per stage: one catalog look-up per zone (until 2026-11-27 twice, the
+            # second inside catalog_priced when the plan carried no on-demand price)
+            on_demand = catalog_on_demand_prices(spec)
+            self.driver = PolicyDriver(self.cfg.policy or spec.policy, zones,
+                                       priors=catalog_priced(spec, on_demand),
                                        deadline_seconds=spec.deadline_seconds,
                                        gap_seconds=self.cfg.decision_tick_seconds,
                                        prior_history=prior_history(
                                            spec.priors, zones, self.cfg.decision_tick_seconds),
-                                       on_demand_prices=catalog_on_demand_prices(spec) or None,
+                                       on_demand_prices=on_demand or None,
                                        accelerator=spec.accelerator)
         prev_zone: str | None = None
         relaunches = 0
@@ -472,7 +476,7 @@ def catalog_on_demand_prices(spec: StageSpec) -> dict[str, float]:
     return out
 
 
-def catalog_priced(spec: StageSpec):
+def catalog_priced(spec: StageSpec, on_demand_prices: dict[str, float] | None = None):
     """``spec.priors`` with the stage's own catalog prices where the plan carried none.
 
     The policy decides in $/h; a stage planned without prices (e.g. on a market whose
@@ -482,7 +486,8 @@ def catalog_priced(spec: StageSpec):
     (:func:`catalog_on_demand_prices`), as the planner's flat on-demand price is its
     cheapest on-demand region's (fleet/planning/planner.py). What the catalog lacks stays
     missing, and the policy driver then raises an error naming the accelerator; it is
-    never priced as the V100 fallback.
+    never priced as the V100 fallback. ``on_demand_prices``: ``catalog_on_demand_prices(spec)``
+    when the caller has computed it (``_SkyRun.execute`` does, for the driver too).
     """
     pr = spec.priors
     if pr.spot_price_per_hour and pr.on_demand_price_per_hour:
@@ -498,6 +503,8 @@ def catalog_priced(spec: StageSpec):
         except Exception:  # noqa: BLE001 - not in the catalog: left missing (see the docstring)
             continue
     # no planned on-demand price here, so these are the catalog's own (not rescaled)
-    on_demand = pr.on_demand_price_per_hour or min(catalog_on_demand_prices(spec).values(),
+    if not pr.on_demand_price_per_hour and on_demand_prices is None:
+        on_demand_prices = catalog_on_demand_prices(spec)
+    on_demand = pr.on_demand_price_per_hour or min(on_demand_prices.values(),
                                                      default=pr.on_demand_price_per_hour)
     return replace(pr, spot_price_per_hour=spot, on_demand_price_per_hour=on_demand)
