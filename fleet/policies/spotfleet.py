@@ -459,7 +459,13 @@ class SpotfleetPolicy(Policy):
         if must_go_on_demand(state, g):
             return Action(ON_DEMAND, None, obs.tick + 1, watch=())
         k = ticks_until_unsafe(state, g)
-        if self._idle_since is not None:
+        if self._idle_since is not None and state.location == IDLE and not state.just_preempted:
+            # idle since the last decision only when none of its launches ran: a job placed
+            # by that decision (held now, or preempted since) was not idle. Counting every
+            # interval that began idle charged the no-deadline wait budget with the run
+            # that followed the launch -- one tick in fleet-sim, the hours until the live
+            # driver asked again (local fleet: 3.8 market h, the node's start; it then
+            # left the cheapest zone's 10-min outage for a 69.91 $/h zone)
             self._idle_h += max(0.0, state.elapsed_hours - self._idle_since)
         self._idle_since = state.elapsed_hours if state.location == IDLE else None
         if state.just_preempted and state.last_preempted_zone >= 0 and obs.regions:

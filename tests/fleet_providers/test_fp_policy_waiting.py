@@ -106,3 +106,67 @@ def test_without_deadline_a_drought_of_the_cheap_zone_ends_the_wait():
     done, idle_up = replay(s, d, steps)
     assert done is not None
     assert 0 < idle_up * gap / 3600.0 <= 10.0, idle_up  # it waited, within the budget
+
+
+def _gcp_like() -> tuple[CapacitySchedule, dict[str, float], dict[str, float]]:
+    """The three zones of ``local-fleet run --market traces --traces-dir gcp-h100-2025
+    --zones 3`` in miniature (made-up availability, the files' prices): asia-south2-b
+    always up at 69.91 $/h, asia-southeast1-b mostly down and asia-southeast1-c mostly up
+    (10-min outages) at 19.256 $/h; after the start asia-southeast1-c is down for one
+    tick at 4.9 market h."""
+    from fleet.market.traces import Trace
+
+    gap = 600.0
+    pre, post = 432, 288
+    n = pre + post
+    t = np.arange(n)
+    avail = {
+        "asia-south2-b": np.ones(n, dtype=np.int32),
+        "asia-southeast1-b": (t % 20 == 0).astype(np.int32),  # up 5 % of the ticks
+        "asia-southeast1-c": (t % 108 != 50).astype(np.int32),  # 1-tick outages, 18 h apart
+    }
+    avail["asia-southeast1-c"][pre + 29] = 0
+    traces = [Trace(zone=z, accelerator="H100", count=1, gap_seconds=gap, available=a,
+                    source="test") for z, a in avail.items()]
+    spot = {"asia-south2-b": 69.91, "asia-southeast1-b": 19.256, "asia-southeast1-c": 19.256}
+    od = {"asia-south2": 99.12, "asia-southeast1": 107.01}
+    return CapacitySchedule(traces, offset_seconds=pre * gap), spot, od
+
+
+@pytest.mark.parametrize("first_recheck_h", [1 / 6, 3.83])  # fleet-sim's next tick; live's
+def test_without_deadline_the_launch_before_a_preemption_is_not_idle_time(first_recheck_h):
+    """Live: after a preemption in asia-southeast1-c (mean outage 10 min) the policy
+    launched in asia-south2-b at 69.91 $/h and moved back an hour later. Its no-deadline
+    wait budget had been charged with the 3.8 market h between the first launch and the
+    live driver's first re-ask (the node's start), as if the job had idled; fleet-sim
+    re-asks one tick after a launch and charged one tick. Neither was idle time: the job
+    waits for the zone 3.5x cheaper whenever the driver asks again."""
+    from fleet.contract import RunPriors
+    from fleet.providers.decisions import PolicyDriver
+
+    s, spot, od = _gcp_like()
+    zones = list(s.zones)
+    gap = 600.0
+    pri = RunPriors(work_seconds=100 * STEP_S, notice_seconds=0.75 * 3600.0,
+                    on_demand_price_per_hour=99.12, spot_price_per_hour=spot)
+    d = PolicyDriver("spotfleet", zones, priors=pri, gap_seconds=gap,
+                     prior_history=np.stack([s.past(z, 0.0, 4320) for z in zones]),
+                     regions=[s.region_of(z) for z in zones], on_demand_prices=od,
+                     accelerator="H100")
+    first = d.decide(0.0, Progress(total_steps=100, step_seconds=STEP_S))
+    lau, _ = d.try_launch(0.0, first, lambda z: s.is_up(z, 0.0))
+    assert lau is not None and lau.zone == "asia-southeast1-c"
+    held = Progress(total_steps=100, step=10, committed_step=10, step_seconds=STEP_S)
+    d.decide(first_recheck_h * 3600.0, held, "asia-southeast1-c")
+    t = 4.9 * 3600.0
+    assert not s.is_up("asia-southeast1-c", t) and s.is_up("asia-south2-b", t)
+    d.preempted(t, "asia-southeast1-c")
+    p = Progress(total_steps=100, step=56, committed_step=56, step_seconds=STEP_S)
+    dec = d.decide(t, p)
+    # before: tries asia-southeast1-b (down), asia-south2-b (69.91 $/h), on-demand
+    assert all(x is None or x.zone == "asia-southeast1-c" for x in dec.tries), dec.tries
+    # one tick later the outage is over: back to asia-southeast1-c, never to asia-south2-b
+    t2 = t + gap
+    dec = d.decide(t2, p)
+    lau, _ = d.try_launch(t2, dec, lambda z: s.is_up(z, t2))
+    assert lau is not None and lau.zone == "asia-southeast1-c", dec.tries
