@@ -12,6 +12,8 @@ import importlib
 import sys
 import warnings
 
+from pipelines.commands.argtypes import resolve_trace_dir
+
 COMMAND_MODULES = (
     "pipelines.commands.costs",  # cost-table, intervals          (checkpointing math)
     "pipelines.commands.training_sim",  # simulate-training        (thesis simulator)
@@ -57,6 +59,7 @@ def _one_line_warnings(command: str, fallback):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    resolve_trace_dir(args)  # TRACE_DIR or --traces-dir (argtypes.add_trace_dir)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

@@ -102,12 +102,13 @@ def run_sweep(market: Market, spec: JobSpec, policies: Sequence[Policy], starts:
     if market.on_demand_price is not None:
         res.on_demand_cost = float(market.on_demand_price.min()) * (
             spec.work_hours + spec.restart_hours)
+    n_starts = f"{len(starts)} start{'' if len(starts) == 1 else 's'}"  # not "1 starts"
     if with_omniscient:
         tp = time.perf_counter()
         res.omniscient = _each(lambda s: omniscient_bound(market, spec, s).cost, starts,
                                OMNISCIENT, progress)
         if progress:
-            progress(f"  {OMNISCIENT:<24} {len(starts)} starts  mean ${np.mean(res.omniscient):8.2f}"
+            progress(f"  {OMNISCIENT:<24} {n_starts}  mean ${np.mean(res.omniscient):8.2f}"
                      f"  ({time.perf_counter() - tp:.1f} s)")
     for pol in policies:
         tp = time.perf_counter()
@@ -116,7 +117,7 @@ def run_sweep(market: Market, spec: JobSpec, policies: Sequence[Policy], starts:
         res.runs[pol.name] = runs
         if progress:
             met = np.mean([r.deadline_met for r in runs])
-            progress(f"  {pol.name:<24} {len(starts)} starts  mean ${np.mean([r.cost for r in runs]):8.2f}"
+            progress(f"  {pol.name:<24} {n_starts}  mean ${np.mean([r.cost for r in runs]):8.2f}"
                      f"  deadlines met {met:6.1%}  ({time.perf_counter() - tp:.1f} s)")
     res.wall_seconds = time.perf_counter() - t0
     return res

@@ -8,7 +8,20 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
+
+
+def plain_text(doc: str) -> str:
+    """A docstring's text for ``--help``: reST literals (````spotfleet run````) without
+    their backticks, which argparse would print as they are."""
+    return re.sub(r"``(.+?)``", r"\1", doc).replace("`", "")
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 region``, ``2 regions``: a count and its noun, singular for one (the fleet-sim
+    header said "1 regions" until 2026-11-27)."""
+    return f"{n} {noun if n == 1 else noun + 's'}"
 
 
 def number(flag: str, *, integer: bool = False, allow_zero: bool = False,
@@ -79,3 +92,32 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
                 or not action.option_strings):
             return text
         return text + " (default: %(default)s)"
+
+
+def add_trace_dir(parser: argparse.ArgumentParser, help: str, *, required: bool = True) -> None:
+    """The trace folder of a subcommand: ``--traces-dir DIR``, the spelling every subcommand
+    accepts (``fleet-sim``, ``local-fleet run``), or the positional ``TRACE_DIR`` this
+    subcommand always took (kept working). ``pipelines.cli.main`` puts whichever was given in
+    ``args.trace_dir`` (``resolve_trace_dir``)."""
+    parser.add_argument("trace_dir", nargs="?", metavar="TRACE_DIR",
+                        help=f"{help}; or give it as --traces-dir")
+    parser.add_argument("--traces-dir", dest="traces_dir_option", metavar="DIR",
+                        help="the same folder as TRACE_DIR, in the spelling of fleet-sim and "
+                             "local-fleet run")
+    parser.set_defaults(trace_dir_parser=(parser, required))
+
+
+def resolve_trace_dir(args: argparse.Namespace) -> None:
+    """``args.trace_dir`` = the positional or ``--traces-dir`` (``add_trace_dir``); a usage
+    error (exit 2) when both are given and differ, or neither where the folder is needed."""
+    spec = getattr(args, "trace_dir_parser", None)
+    if spec is None:
+        return
+    parser, required = spec
+    positional, option = args.trace_dir, args.traces_dir_option
+    if positional and option and positional != option:
+        parser.error(f"two trace folders: TRACE_DIR {positional} and --traces-dir {option}; "
+                     "give one")
+    args.trace_dir = positional or option
+    if required and not args.trace_dir:
+        parser.error("the trace folder is required: give it as TRACE_DIR or --traces-dir DIR")

@@ -8,7 +8,7 @@ import sys
 import warnings
 
 from fleet.contract import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_RESTART_SECONDS
-from pipelines.commands.argtypes import number
+from pipelines.commands.argtypes import add_trace_dir, number
 
 #: the longest forecast horizon (a year): the Monte-Carlo paths grow with it (2000 h: 45 s;
 #: 1e9 h ran out of memory with a traceback)
@@ -31,21 +31,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     synth.add_argument("--out", required=True, help="directory to write <zone>_<acc>_<n>.json into")
     synth.set_defaults(handler=_market_synth)
     load = msub.add_parser("load", help="validate a trace directory and summarize it")
-    load.add_argument("trace_dir", help="folder of spot-trace JSON files <zone>_<accelerator>_<count>.json")
+    add_trace_dir(load, "folder of spot-trace JSON files <zone>_<accelerator>_<count>.json")
     load.set_defaults(handler=_market_load)
     prices = msub.add_parser("prices", help="print spot / on-demand prices ($/h)")
     prices.add_argument("--catalog", help="a SkyPilot catalogs/v8 folder to read offline")
     prices.add_argument("--json", action="store_true", help="print JSON instead of a table")
     prices.set_defaults(handler=_market_prices)
     cmp = msub.add_parser("compare", help="real traces vs the calibrated synthetic market")
-    cmp.add_argument("trace_dir", help="folder of real spot traces to compare with")
+    add_trace_dir(cmp, "folder of real spot traces to compare with")
     cmp.add_argument("--seed", type=int, default=7, help="seed of the synthetic market (default 7)")
     cmp.add_argument("--plot", help="write a PNG figure here")
     cmp.set_defaults(handler=_market_compare)
     market.set_defaults(handler=lambda a: (market.print_help(), 2)[1])
 
     stats = sub.add_parser("stats", help="preemption statistics per zone of a trace directory")
-    stats.add_argument("trace_dir", help="folder of spot-trace JSON files <zone>_<accelerator>_<count>.json")
+    add_trace_dir(stats, "folder of spot-trace JSON files <zone>_<accelerator>_<count>.json")
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
     stats.add_argument("--correlation", action="store_true", help="also print zone correlation")
     stats.add_argument("--level", type=number("--level", below=1.0, why=" (a confidence level, e.g. 0.9)"),
@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     stats.set_defaults(handler=_stats)
 
     fc = sub.add_parser("forecast", help="probabilistic availability forecast per zone")
-    fc.add_argument("trace_dir", help="folder of spot-trace JSON files <zone>_<accelerator>_<count>.json")
+    add_trace_dir(fc, "folder of spot-trace JSON files <zone>_<accelerator>_<count>.json")
     fc.add_argument("--horizon", type=_HORIZON, default=6.0, help="hours ahead (default 6)")
     fc.add_argument("--now-tick", type=int, default=None, help="forecast from this tick (default: end)")
     fc.add_argument("--samples", type=int, default=1000,
@@ -66,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     fc.set_defaults(handler=_forecast)
 
     plan = sub.add_parser("plan", help="plan zones and the spot / on-demand mix for a stage")
-    plan.add_argument("trace_dir", nargs="?", help="trace directory (default: synthetic market)")
+    add_trace_dir(plan, "trace directory (default: synthetic market)", required=False)
     plan.add_argument("--work", type=float, required=True, help="work per node, hours")
     plan.add_argument("--deadline", type=float, default=None, help="deadline, hours from now")
     plan.add_argument("--nodes", type=int, default=1, help="nodes in the stage's node group (default 1)")

@@ -13,7 +13,7 @@ import warnings
 
 from fleet.contract import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_RESTART_SECONDS
 from fleet.market.config import DEFAULT_ON_DEMAND_PRICE, DEFAULT_SPOT_PRICE
-from pipelines.commands.argtypes import number
+from pipelines.commands.argtypes import counted, number
 
 
 def register(subparsers) -> None:
@@ -25,7 +25,7 @@ def register(subparsers) -> None:
             "--deadline-hours, started at --starts evenly spaced times (after a week of "
             "history), under every fleet policy, against the exact omniscient bound."),
     )
-    p.add_argument("--traces", required=True,
+    p.add_argument("--traces-dir", "--traces", dest="traces", metavar="DIR", required=True,
                    help="any folder of the public collection (one JSON file per zone and "
                         "instance type), e.g. ../shared/data/spot-traces/availability/1-node/"
                         "aws-02-15-2023 or ../shared/data/gcp-h100-2025")
@@ -180,12 +180,12 @@ def _run(args: argparse.Namespace) -> int:
               else f"flat spot {spec.spot_price:g} $/h")
     priced += (", on-demand from the files" if market.on_demand_price is not None
                else f", flat on-demand {spec.on_demand_price:g} $/h")
-    print(f"fleet-sim: {market.n_zones} zones ({', '.join(market.zones)}) in "
-          f"{len(market.region_names)} regions, {market.nodes} node(s), {priced}, "
+    print(f"fleet-sim: {counted(market.n_zones, 'zone')} ({', '.join(market.zones)}) in "
+          f"{counted(len(market.region_names), 'region')}, {market.nodes} node(s), {priced}, "
           f"{market.duration_hours:.0f} h of {market.gap_seconds:.0f} s ticks; "
           f"job {spec.work_hours:g} h of work, deadline {spec.deadline_hours:g} h, "
-          f"notice {spec.notice_seconds:g} s; {len(starts)} starts x {len(policies)} policies",
-          flush=True)
+          f"notice {spec.notice_seconds:g} s; {counted(len(starts), 'start')} x "
+          f"{len(policies)} {'policy' if len(policies) == 1 else 'policies'}", flush=True)
     res = run_sweep(market, spec, policies, starts, with_omniscient=not args.no_omniscient,
                     progress=lambda line: print(line, flush=True), observe=args.observe)
     rows = summarize(res)

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipelines.commands.argtypes import DefaultsHelpFormatter, number
+from pipelines.commands.argtypes import DefaultsHelpFormatter, counted, number, plain_text
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "examples" / "train_example.py"
@@ -23,7 +23,7 @@ EXAMPLE = REPO_ROOT / "examples" / "train_example.py"
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "local-fleet", help="run the example training job on the local emulated spot fleet",
-        description=__doc__.split("\n\n")[0])
+        description=plain_text(__doc__.split("\n\n")[0]))
     sub = p.add_subparsers(dest="local_fleet_command", metavar="SUBCOMMAND")
     r = sub.add_parser(
         "run", help="train through injected preemptions to completion",
@@ -227,7 +227,7 @@ def run_handler(args) -> int:
                      deadline_seconds=args.deadline * ts.factor if args.deadline else None,
                      max_relaunches=args.max_relaunches, policy=args.policy,
                      accelerator=accelerator, priors=_priors(args, schedule, ts, cfg))
-    print(f"local fleet: {len(schedule.zones)} zones {schedule.zones}, market {args.market}, "
+    print(f"local fleet: {counted(len(schedule.zones), 'zone')} {schedule.zones}, market {args.market}, "
           f"1 emulated hour = {ts.wall_seconds_per_trace_hour:g} s wall, notices as {cloud} "
           f"(grace {cfg.grace_scale:g} x the cloud's window), workdir {workdir}", flush=True)
     print(f"billing {cfg.instance_type}: {cfg.prices.describe()}"

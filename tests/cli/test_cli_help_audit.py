@@ -107,3 +107,73 @@ def test_the_ui_hint_names_a_dagster_that_exists(tmp_path, monkeypatch):
     env = dict(w.split("=", 1) for w in words if "=" in w)
     assert env == {"DAGSTER_HOME": str(home), "SPOTFLEET_VAR_DIR": str(var),
                    "SPOTFLEET_PIPELINES": str(tmp_path / "p.yaml")}
+
+
+def _trace_folder_parsers():
+    """Every subcommand that reads a spot-trace folder (gfs-report's --traces names GFS job
+    traces, v2023,v2026: not a folder)."""
+    for path, parser in PARSERS:
+        if path[-1] == "gfs-report":
+            continue
+        names = {s for a in parser._actions for s in (*a.option_strings, a.dest)}
+        if {"trace_dir", "--traces", "--traces-dir"} & names:
+            yield path, parser
+
+
+def test_every_trace_folder_subcommand_accepts_traces_dir():
+    """One spelling everywhere (until 2026-11-27: --traces in fleet-sim, --traces-dir in
+    local-fleet run, positional in stats / forecast / plan / market load / compare); the
+    old spellings still work."""
+    found = {" ".join(p): {s for a in parser._actions for s in a.option_strings}
+             for p, parser in _trace_folder_parsers()}
+    assert {"spotfleet fleet-sim", "spotfleet local-fleet run", "spotfleet stats",
+            "spotfleet forecast", "spotfleet plan", "spotfleet market load",
+            "spotfleet market compare"} <= set(found)
+    assert [name for name, opts in found.items() if "--traces-dir" not in opts] == []
+    assert "--traces" in found["spotfleet fleet-sim"]  # the old spelling, an alias
+
+
+def test_traces_dir_and_the_positional_folder_are_one_argument(tmp_path, capsys):
+    from fleet.market.synthetic import default_market_config, generate_market
+    from fleet.market.traces import save_trace
+
+    for t in generate_market(default_market_config(2), 48.0, seed=1):
+        save_trace(t, tmp_path / "m")
+    assert main(["market", "load", str(tmp_path / "m")]) == 0
+    positional = capsys.readouterr().out
+    assert main(["market", "load", "--traces-dir", str(tmp_path / "m")]) == 0
+    assert capsys.readouterr().out == positional and "2 valid trace(s)" in positional
+    with pytest.raises(SystemExit) as exc:
+        main(["stats"])
+    assert exc.value.code == 2
+    assert "the trace folder is required: give it as TRACE_DIR or --traces-dir DIR" in \
+        capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["stats", str(tmp_path / "m"), "--traces-dir", str(tmp_path / "other")])
+    assert "two trace folders" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("path", "parser"), PARSERS, ids=[" ".join(p) for p, _ in PARSERS])
+def test_help_prints_no_markup(path, parser):
+    """--help is plain text: no reST backticks (local-fleet's description, taken from its
+    module docstring, printed ``spotfleet local-fleet run`` until 2026-11-27)."""
+    assert "`" not in parser.format_help()
+
+
+def test_counts_agree_with_their_nouns(tmp_path, capsys):
+    """fleet-sim's header on a one-zone folder said "1 zones ... in 1 regions ... 1 starts
+    x 1 policies" until 2026-11-27."""
+    from fleet.market.synthetic import default_market_config, generate_market
+    from fleet.market.traces import save_trace
+    from pipelines.commands.argtypes import counted
+
+    assert (counted(1, "region"), counted(2, "region"), counted(0, "zone")) == \
+        ("1 region", "2 regions", "0 zones")
+    for t in generate_market(default_market_config(1), 60.0, seed=0):
+        save_trace(t, tmp_path / "one")
+    assert main(["fleet-sim", "--traces-dir", str(tmp_path / "one"), "--starts", "1",
+                 "--policies", "on_demand", "--no-omniscient", "--work-hours", "2",
+                 "--deadline-hours", "3", "--warmup-hours", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "fleet-sim: 1 zone (" in out and " in 1 region, " in out and "; 1 start x 1 policy" in out
+    assert "on_demand                1 start  mean" in out
