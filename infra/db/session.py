@@ -14,10 +14,12 @@ ENV_DB_URL = "SPOTFLEET_DB_URL"
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 
-def db_url(url: str | None = None, var_dir: str | os.PathLike[str] | None = None) -> str:
+def db_url(url: str | None = None, var_dir: str | os.PathLike[str] | None = None, *,
+           create_dir: bool = True) -> str:
     """The database URL: explicit, else ``$SPOTFLEET_DB_URL``, else ``<var_dir>/spotfleet.db``.
 
-    ``var_dir`` defaults to ``$SPOTFLEET_VAR_DIR`` or ``./var``.
+    ``var_dir`` defaults to ``$SPOTFLEET_VAR_DIR`` or ``./var``, created unless
+    ``create_dir`` is False (a reader such as ``spotfleet cost-report`` creates nothing).
     """
     if url:
         return url
@@ -25,7 +27,8 @@ def db_url(url: str | None = None, var_dir: str | os.PathLike[str] | None = None
     if env:
         return env
     base = Path(var_dir or os.environ.get("SPOTFLEET_VAR_DIR") or "var").resolve()
-    base.mkdir(parents=True, exist_ok=True)
+    if create_dir:
+        base.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{base / 'spotfleet.db'}"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 from pathlib import Path
 
 
@@ -43,18 +44,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_cost_report(args) -> int:
     from assets import cost_tables as ct
     from assets.cost_report import ReportSelection, build_report
-    from pipelines.commands.db_errors import with_db
+    from infra.db.session import db_url
+    from pipelines.commands.db_errors import require_existing_sqlite, with_db
     from pipelines.config import load_default_pipelines
-    from pipelines.home import var_dir
     from pipelines.resources import StatsDB
 
-    var = var_dir(args.var_dir)
+    # a reader: no state folder and no database are created (reports/ only once there is one)
+    var = Path(args.var_dir or os.environ.get("SPOTFLEET_VAR_DIR") or "var").resolve()
     configs = load_default_pipelines(str(Path(args.pipelines).resolve()) if args.pipelines else None)
     cfg = next((c for c in configs if c.name == args.pipeline), None) if args.pipeline else configs[0]
     if cfg is None:
         raise ValueError(f"--pipeline {args.pipeline!r} is not in the file; choose from {[c.name for c in configs]}")
-    stats = StatsDB(url=args.db_url or "", var_dir=str(var))
-    eng = with_db(stats.resolved_url(), "--db-url" if args.db_url else None, stats.engine)
+    url = db_url(args.db_url or None, var, create_dir=False)
+    flag = "--db-url" if args.db_url else None
+    # where the URL came from, for the message: --db-url, $SPOTFLEET_DB_URL, --var-dir, default
+    source = flag or (None if os.environ.get("SPOTFLEET_DB_URL") else
+                      "--var-dir" if args.var_dir else None)
+    require_existing_sqlite(url, source)
+    stats = StatsDB(url=url, var_dir=str(var))
+    eng = with_db(url, flag, stats.engine)
     data = ct.load(eng, cfg.name)
     if not data.run_ids:
         print(f"no run of pipeline {cfg.name} is recorded in {stats.resolved_url()}; run `spotfleet main` first")

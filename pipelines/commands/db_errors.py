@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -51,6 +52,30 @@ def db_url_error(url: str, exc: BaseException, flag: str | None) -> str:
         return (f"{head}: cannot connect ({detail}); check host, port, user, password and "
                 "database name, and that the server is running")
     return f"{head}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
+def require_existing_sqlite(url: str, flag: str | None) -> None:
+    """For a command that only reads the statistics DB: a SQLite URL whose file does not
+    exist is a one-line ``ValueError`` naming the file and the fix, before SQLite would
+    create an empty database there (``spotfleet cost-report`` did until 2026-11-27)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        u = make_url(url)
+    except Exception:  # noqa: BLE001 - with_db reports a malformed URL
+        return
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:" \
+            or u.database.startswith("file:"):
+        return
+    path = Path(u.database).resolve()
+    if path.is_file():
+        return
+    where = flag or ("$SPOTFLEET_DB_URL" if os.environ.get("SPOTFLEET_DB_URL") == url else "the default")
+    raise ValueError(
+        f"statistics DB {path} does not exist (URL {shown_url(url)!r}, from {where}), so no run is "
+        "recorded there; nothing was created. Point --db-url (or --var-dir, or "
+        "$SPOTFLEET_DB_URL) at the database `spotfleet main` wrote, e.g. "
+        "sqlite:///var/spotfleet.db, or run `spotfleet main` first")
 
 
 def with_db(url: str, flag: str | None, fn: Callable[[], T]) -> T:

@@ -484,6 +484,25 @@ def test_cost_report_cli_any_run_and_period(two_runs, tmp_path, capsys):
     assert "no recorded run of demo starts with it" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("how", ["--db-url", "--var-dir"])
+def test_cost_report_on_a_missing_database_creates_nothing(tmp_path, capsys, monkeypatch, how):
+    """Until 2026-11-27 it created (and migrated) an empty SQLite file there, and the var
+    folder, then said "no run ... recorded"."""
+    from pipelines.cli import main
+
+    for k in ("SPOTFLEET_DB_URL", "SPOTFLEET_VAR_DIR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "nowhere" / "spotfleet.db"
+    args = (["--db-url", f"sqlite:///{missing}"] if how == "--db-url"
+            else ["--var-dir", str(missing.parent)])
+    assert main(["cost-report", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"spotfleet cost-report: error: statistics DB {missing} does not exist")
+    assert f"from {how}" in err and "nothing was created" in err and "spotfleet main" in err
+    assert list(tmp_path.iterdir()) == []  # no database, no var folder, no reports
+
+
 def test_the_cost_report_asset_reports_the_selected_run_and_period(two_runs, tmp_path):
     """The asset's config is the run / period selector: run_id (prefix) + first_day/last_day."""
     from dagster import DagsterInstance
