@@ -241,6 +241,12 @@ def test_a_policy_move_sends_a_notice_saves_and_relaunches_where_it_said(tmp_pat
     emergency = [e.data["step"] for e in res.events
                  if e.kind == "save_committed" and e.data.get("kind") == "emergency"]
     assert emergency and last.first_step == emergency[-1] == first.last_checkpoint_step
+    # what `local-fleet run` prints: the move and its notice, never a capacity loss
+    from fleet.providers.local.narrate import Narrator
+
+    lines = [x for x in map(Narrator(0.0).line, res.events) if x]
+    assert any(f"MOVE {ZONES[0]} -> {ZONES[0]} (on-demand)" in x for x in lines), lines
+    assert any("MOVE NOTICE" in x for x in lines) and not any("lost capacity" in x for x in lines)
 
 
 def test_reported_times_are_market_time_and_the_wall_clock_stays_inside(tmp_path):

@@ -36,6 +36,8 @@ class Narrator:
         self.progress = progress
         self.zone_of: dict[str, str] = {}
         self.last_emergency: int | None = None
+        self.moving_from: str | None = None  # zone of a group the policy is moving (its
+        # next notice is the move's, not a capacity loss)
 
     def line(self, e: Event) -> str | None:
         d = e.data
@@ -58,12 +60,19 @@ class Narrator:
 
     def _message(self, e: Event, d: dict) -> str | None:
         if e.kind == "launch":
+            self.moving_from = None
             kind = "spot" if d.get("spot") else "ON-DEMAND"
             return (f"launch ({kind}, {d.get('price_per_hour', 0):.3f} $/h) - {d.get('reason')}")
+        if e.kind == "moved":
+            self.moving_from = d.get("from_zone")
+            kind = "spot" if d.get("spot") else "idle" if d.get("spot") is None else "on-demand"
+            return f"MOVE {d.get('from_zone')} -> {d.get('to_zone')} ({kind}): {d.get('reason')}"
         if e.kind == "notice_sent":
             src = ",".join(s.split(":")[0] for s in str(d.get("sources") or "").split(","))
-            return (f"PREEMPTION NOTICE: zone lost capacity; delivered via {src}, "
-                    f"kill in {self._dur(d.get('grace_seconds'))}")
+            what = "PREEMPTION NOTICE: zone lost capacity"
+            if self.moving_from is not None and d.get("zone") == self.moving_from:
+                what = "MOVE NOTICE: the policy moves the group (its zone still has capacity)"
+            return f"{what}; delivered via {src}, kill in {self._dur(d.get('grace_seconds'))}"
         if e.kind == "preempted":
             how = (f"exit code {d['exit_code']}" if d.get("exit_code") is not None
                    else f"process reported {d.get('exit_reason')}")
