@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleet.market.regions import spec_migration
+from fleet.market.traces import MAX_GAP_SECONDS
 from fleet.policies.base import IDLE, ON_DEMAND, JobSpec
 from fleet.simulation.market import Market
 
@@ -78,6 +79,20 @@ def quantum_seconds(gap_seconds: float, restart_hours: float, checkpoint_hours: 
     for iv in ints:
         q = math.gcd(q, iv)
     return max(q, 1)
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n`` >= 1, ascending, in O(sqrt(n)) steps (a scan of 1..n took 95 s
+    for a 1000-day tick in code that builds a Market without the loader's one-day cap)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 @njit(cache=True)
@@ -449,6 +464,8 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
                      want_plan: bool = False, max_cells: int | None = None,
                      first_on_demand_region: int | None = None) -> OmniscientResult:
     """Cheapest offline schedule for ``spec`` starting at ``start_tick`` ($, hours).
+    A market whose tick is longer than a day (``MAX_GAP_SECONDS``, the loader's limit;
+    only a Market built in code can have one) is refused with a ``ValueError``.
 
     Per-tick spot prices, per-region on-demand prices and cross-region migration (egress
     $ and transfer time, :mod:`fleet.market.regions`) are those the simulator charges.
@@ -472,6 +489,15 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
     benchmarks/fleet_billing_quirks.py). Cost-only. A cross-region move with nothing
     committed is free, as in the simulator.
     """
+    if market.gap_seconds > MAX_GAP_SECONDS:
+        # the DP sizes each progress row by two ticks: a 1000-day tick with a restart time
+        # in fractional seconds (quantum 1 s) took 49 s and gigabytes; within a day, < 2 s
+        raise ValueError(
+            f"omniscient bound: a tick of {market.gap_seconds:g} s "
+            f"({market.gap_seconds / 3600.0:g} h) is longer than one day "
+            f"({MAX_GAP_SECONDS:g} s, the longest tick the trace loader reads); give the "
+            "market ticks of at most a day (check the unit: seconds), or skip the bound "
+            "(fleet-sim --no-omniscient)")
     if max_cells is None:
         max_cells = _MAX_PLAN_CELLS if want_plan else _MAX_CELLS
     mig = spec_migration(spec, market.clouds[0] if market.clouds else "aws")
@@ -495,7 +521,7 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
         gap_i = int(round(gap))
         exact = False
         q = 0
-        for cand in sorted(d for d in range(1, gap_i + 1) if gap_i % d == 0):
+        for cand in _divisors(gap_i):
             units = [gap_i // cand] + [int(math.floor(x * 3600.0 / cand + 1e-9)) for x in (
                 spec.restart_hours, spec.checkpoint_hours, mig_s / 3600.0)]
             if _cells(market, spec, cand, *units) <= max_cells:

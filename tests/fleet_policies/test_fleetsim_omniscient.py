@@ -74,6 +74,32 @@ def test_dp_handles_ticks_shorter_than_the_checkpoint_and_huge_grids():
     assert fine.cost >= exact.cost - 1e-9  # longer restart and save cannot be cheaper
 
 
+def test_long_ticks_up_to_a_day_are_bounded_and_longer_ones_refused():
+    """Ticks of several hours, up to the loader's one day, even with a restart time in
+    fractional seconds (the fallback's scan of the tick's divisors): a quick bound, below
+    the simulator's runs. Longer ticks (only a Market built in code has them) are refused:
+    until 2026-11-27 a 1000-day tick with such a restart took 49 s and gigabytes of DP."""
+    from fleet.simulation.omniscient import _divisors
+
+    assert _divisors(86400)[:6] == [1, 2, 3, 4, 5, 6] and _divisors(86400)[-1] == 86400
+    assert _divisors(86400) == [d for d in range(1, 86401) if 86400 % d == 0]
+    assert _divisors(1) == [1] and _divisors(49) == [1, 7, 49]
+    rng = np.random.default_rng(3)
+    odd = JobSpec(work_hours=24.0, deadline_hours=36.0, restart_hours=360.3 / 3600,
+                  checkpoint_hours=1 / 60)
+    for gap_h in (6.0, 24.0):
+        m = Market(zones=("us-east-1a", "us-east-1b"), gap_seconds=gap_h * 3600.0,
+                   available=rng.random((2, 40)) < 0.7)
+        b = omniscient_bound(m, odd, 0)
+        assert not b.exact and b.quantum_seconds >= 1
+        for pol in make_policies(["on_demand", "failover"]):
+            run = simulate(pol, m, odd, 0)
+            assert not run.deadline_met or run.cost >= b.cost - 1e-9
+    days = Market(zones=("us-east-1a",), gap_seconds=2 * 86400.0, available=np.ones((1, 5), bool))
+    with pytest.raises(ValueError, match=r"a tick of 172800 s \(48 h\) is longer than one day"):
+        omniscient_bound(days, odd, 0)
+
+
 @pytest.fixture(scope="module")
 def real_market(shared_data):
     return Market.from_dir(shared_data / AVAIL)
