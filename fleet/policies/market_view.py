@@ -256,6 +256,99 @@ def _hold_posteriors(holds: Sequence[Sequence[tuple]], runs_hours: Sequence[np.n
         yield z, n, h, changed_probability_emp(zone_holds, runs_hours[z], float(prior_hours[z]), prior)
 
 
+CHANGE_POOLS = ("off", "seen", "all")
+"""The values of ``SpotfleetParams.change_pool`` (:func:`pooled_changed_runs_emp`)."""
+
+POOL_CONCENTRATION = 2.0
+"""a + b of the Beta prior on the share of zones that changed (:func:`pooled_change_posteriors`):
+mean :data:`CHANGE_PRIOR`, weight of two zones. Fixed before the nineteenth round's runs."""
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+def pooled_change_posteriors(log_l0: Sequence[float], log_l1: Sequence[float],
+                             prior: float = CHANGE_PRIOR,
+                             concentration: float = POOL_CONCENTRATION) -> tuple[np.ndarray, float]:
+    """P(changed) of each of K zones, and of a zone without evidence, when the zones change
+    *together*: each zone changed with probability ``pi``, ``pi ~ Beta(prior c, (1 - prior) c)``
+    (``c`` = ``concentration``), so a change seen in one zone raises the chance that the
+    others changed too (a market whose histories are stale), where v6's per-zone update
+    (:func:`_changed_posterior`, ``prior`` fixed) treats each zone on its own.
+
+    ``log_l0[z]`` / ``log_l1[z]``: zone z's log-likelihood of the job's evidence under
+    "as its history says" / "changed". Exact: integrating ``pi`` out gives the configuration
+    prior ``B(a + k, b + K - k) / B(a, b)`` for any ``k`` changed zones of K, and the sum
+    over configurations runs over ``k`` (elementary symmetric sums, O(K^2)). With one zone
+    of evidence its P(changed) is v6's. Returns (P(changed) per zone, E[pi | evidence])."""
+    l0 = np.asarray(log_l0, dtype=float)
+    l1 = np.asarray(log_l1, dtype=float)
+    k_n = l0.size
+    a, b = prior * concentration, (1.0 - prior) * concentration
+    if k_n == 0:
+        return np.zeros(0), prior
+    top = np.maximum(l0, l1)
+    w0, w1 = np.exp(l0 - top), np.exp(l1 - top)  # common factors cancel
+
+    def sym(skip: int) -> np.ndarray:
+        # e[k] = sum over configurations of the zones other than ``skip`` with k changed
+        e = np.zeros(k_n + 1)
+        e[0] = 1.0
+        for z in range(k_n):
+            if z == skip:
+                continue
+            e[1:] = e[1:] * w0[z] + e[:-1] * w1[z]
+            e[0] *= w0[z]
+        return e
+
+    ks = np.arange(k_n + 1)
+    log_conf = np.array([_log_beta(a + k, b + k_n - k) for k in ks]) - _log_beta(a, b)
+    conf = np.exp(log_conf - log_conf.max())
+    e_all = sym(-1)
+    evidence = float(np.sum(conf * e_all))
+    post_k = conf * e_all / evidence  # P(k zones changed | evidence)
+    mean_pi = float(np.sum(post_k * (a + ks) / (a + b + k_n)))
+    p1 = np.empty(k_n)
+    for z in range(k_n):
+        e = sym(z)  # the others; zone z changed adds one to k
+        p1[z] = float(np.sum(conf[1:] * e[:-1] * w1[z])) / evidence
+    return np.clip(p1, 0.0, 1.0), mean_pi
+
+
+def pooled_changed_runs_emp(holds: Sequence[Sequence[tuple]], runs_hours: Sequence[np.ndarray],
+                            prior_hours: float | np.ndarray, unseen: bool,
+                            prior: float = CHANGE_PRIOR,
+                            concentration: float = POOL_CONCENTRATION):
+    """:func:`changed_runs_emp` with the zones' changes pooled
+    (:func:`pooled_change_posteriors`): (zone, P(changed), the changed run's posterior mean
+    (h)) for each zone with holds and, with ``unseen``, for every zone without: P(changed) =
+    E[pi | evidence], and the changed run pooled over the zones the job held, each weighted
+    by its P(changed): ``(b + sum p H) / max(sum p n, 1)`` (a zone the job never held is
+    taken to have changed as the held ones did)."""
+    b = np.broadcast_to(np.asarray(prior_hours, dtype=float), (len(holds),))
+    seen = [z for z, zh in enumerate(holds) if zh]
+    l0, l1, nh = [], [], []
+    for z in seen:
+        zone_holds = holds[z]
+        n = float(sum(1 for hold in zone_holds if hold[1]))
+        h = float(sum(max(float(hold[0]), 0.0) for hold in zone_holds))
+        bz = max(float(b[z]), 1e-9)
+        l0.append(run_law_log_likelihood(zone_holds, runs_hours[z]))
+        l1.append(math.log(bz) + math.lgamma(n + 1.0) - (n + 1.0) * math.log(bz + h))
+        nh.append((n, h))
+    p1, mean_pi = pooled_change_posteriors(l0, l1, prior, concentration)
+    for i, z in enumerate(seen):
+        n, h = nh[i]
+        yield z, float(p1[i]), (b[z] + h) / max(n, 1.0)
+    if unseen and seen:
+        pn = sum(float(p1[i]) * nh[i][0] for i in range(len(seen)))
+        ph = sum(float(p1[i]) * nh[i][1] for i in range(len(seen)))
+        for z in range(len(holds)):
+            if not holds[z]:
+                yield z, mean_pi, (float(b[z]) + ph) / max(pn, 1.0)
+
+
 def changepoint_hazard_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple]],
                            runs_hours: Sequence[np.ndarray], prior_hours: float | np.ndarray,
                            prior: float = CHANGE_PRIOR) -> np.ndarray:

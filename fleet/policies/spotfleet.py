@@ -81,6 +81,7 @@ import numpy as np
 from checkpointing.costmodel import optimal_interval_hours
 from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
 from fleet.policies.market_view import (
+    CHANGE_POOLS,
     PriorStats,
     belief_up,
     changed_runs_emp,
@@ -92,6 +93,7 @@ from fleet.policies.market_view import (
     history_rejected,
     hold_p_value,
     launch_action,
+    pooled_changed_runs_emp,
     up_run_ticks,
 )
 from fleet.policies.safety import (
@@ -150,6 +152,12 @@ class SpotfleetParams:
     # 1.036-1.038x v6 on SkyNomad's 6 H100 zones at D/W 1.05, docs/fleet-policies-tuning-log.md):
     # b = the zone's history mean run (or outage) / h1_rate_ratio, so the own-evidence update
     # does not depend on the tick (market_view.h1_prior_hours)
+    change_pool: str = "off"  # "off": v6 (each zone's P(changed) on its own evidence, prior 0.1).
+    # "seen" (nineteenth round, session 11): the zones change together, P(changed) of the
+    # held zones from all of the job's evidence (a Beta prior on the share of zones that
+    # changed, market_view.pooled_change_posteriors); "all": that, and a zone the job never
+    # held is mixed too, with the pooled P(changed) and the held zones' changed run
+    # (market_view.pooled_changed_runs_emp); up-runs only, own-evidence zone models only
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -243,6 +251,12 @@ class SpotfleetPolicy(Policy):
             raise ValueError(f"hold_start={self.p.hold_start!r} needs zone_model="
                              f"'changepoint_updown' (the outages the job watches), not "
                              f"{self.p.zone_model!r}")
+        if self.p.change_pool not in CHANGE_POOLS:
+            raise ValueError(f"change_pool {self.p.change_pool!r}: one of {', '.join(CHANGE_POOLS)}")
+        if self.p.change_pool != "off" and self.p.zone_model not in ("changepoint_emp",
+                                                                     "changepoint_updown"):
+            raise ValueError(f"change_pool={self.p.change_pool!r} needs an own-evidence zone_model "
+                             f"(changepoint_emp or changepoint_updown), not {self.p.zone_model!r}")
         if self.p.interval_hazard not in INTERVAL_HAZARDS:
             raise ValueError(f"interval_hazard {self.p.interval_hazard!r}: one of "
                              f"{', '.join(INTERVAL_HAZARDS)}")
@@ -293,6 +307,11 @@ class SpotfleetPolicy(Policy):
         if self.p.zone_model == "changepoint":
             run = changepoint_run(run, self.prior.mean_up_hours, self._own_n, self._held_h,
                                   obs.gap_hours)
+        elif self.p.change_pool != "off":
+            run = np.array(run, dtype=float)
+            for z, p1, r1 in pooled_changed_runs_emp(self._holds_now(), self._emp_runs,
+                                                     self._h1_b(obs), self.p.change_pool == "all"):
+                run[z] = (1.0 - p1) * run[z] + p1 * r1
         elif self.p.zone_model in ("changepoint_emp", "changepoint_updown"):
             run = changepoint_run_emp(run, self._holds_now(), self._emp_runs, self._h1_b(obs))
         return run

@@ -61,6 +61,8 @@ in session 8 for the thirteenth round, ``zone_model="changepoint"``).
 (session 10; fresh data for the seventeenth round, run once for it).
 ``volatile_holdout160`` / ``available_holdout160`` / ``shift_holdout160`` — seeds 160-164
 (session 10; fresh data for the eighteenth round, run once for it).
+``volatile_holdout170`` / ``available_holdout170`` / ``shift_holdout170`` — seeds 170-174
+(session 11; fresh data for the nineteenth round, run once for it).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -259,6 +261,10 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("160", range(160, 165)),
     "shift_holdout160": _synthetic("shift_holdout160", "held-out regime shift (seeds 160-164)",
                                    _shift(range(160, 165)), last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 11: fresh seeds for the nineteenth round (seeds 160-164 were seen by then)
+    **_held_out_pair("170", range(170, 175)),
+    "shift_holdout170": _synthetic("shift_holdout170", "held-out regime shift (seeds 170-174)",
+                                   _shift(range(170, 175)), last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 
