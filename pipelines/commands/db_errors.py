@@ -54,10 +54,18 @@ def db_url_error(url: str, exc: BaseException, flag: str | None) -> str:
     return f"{head}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
 
 
-def require_existing_sqlite(url: str, flag: str | None) -> None:
-    """For a command that only reads the statistics DB: a SQLite URL whose file does not
-    exist is a one-line ``ValueError`` naming the file and the fix, before SQLite would
-    create an empty database there (``spotfleet cost-report`` did until 2026-11-27)."""
+#: what ``spotfleet cost-report`` says after "does not exist": the reader's consequence and fix
+COST_REPORT_FIX = ("so no run is recorded there; nothing was created. Point --db-url (or --var-dir, "
+                   "or $SPOTFLEET_DB_URL) at the database `spotfleet main` wrote, e.g. "
+                   "sqlite:///var/spotfleet.db, or run `spotfleet main` first")
+
+
+def require_existing_sqlite(url: str, flag: str | None, fix: str = COST_REPORT_FIX) -> None:
+    """For a command that only reads the statistics DB (``spotfleet cost-report``,
+    ``spotfleet db current``): a SQLite URL whose file does not exist is a one-line
+    ``ValueError`` naming the file, where the URL came from and ``fix`` (the command's
+    consequence and remedy), before SQLite would create an empty database there (both
+    commands did until 2026-11-27)."""
     from sqlalchemy.engine import make_url
 
     try:
@@ -71,11 +79,7 @@ def require_existing_sqlite(url: str, flag: str | None) -> None:
     if path.is_file():
         return
     where = flag or ("$SPOTFLEET_DB_URL" if os.environ.get("SPOTFLEET_DB_URL") == url else "the default")
-    raise ValueError(
-        f"statistics DB {path} does not exist (URL {shown_url(url)!r}, from {where}), so no run is "
-        "recorded there; nothing was created. Point --db-url (or --var-dir, or "
-        "$SPOTFLEET_DB_URL) at the database `spotfleet main` wrote, e.g. "
-        "sqlite:///var/spotfleet.db, or run `spotfleet main` first")
+    raise ValueError(f"statistics DB {path} does not exist (URL {shown_url(url)!r}, from {where}), {fix}")
 
 
 def with_db(url: str, flag: str | None, fn: Callable[[], T]) -> T:

@@ -33,11 +33,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_db(args) -> int:
     from infra.db.session import current_revision, db_url, head_revision, upgrade
-    from pipelines.commands.db_errors import shown_url, with_db
+    from pipelines.commands.db_errors import require_existing_sqlite, shown_url, with_db
 
-    url = db_url(args.url)
+    # `current` only reads: no state folder and no database are created for it
+    url = db_url(args.url, create_dir=args.action == "upgrade")
     shown = shown_url(url)
     flag = "--url" if args.url else None
+    if args.action == "current":
+        require_existing_sqlite(url, flag, "so it has no revision to show; nothing was created. "
+                                "Point --url (or $SPOTFLEET_DB_URL) at an existing database, "
+                                "or create it at the newest revision with `spotfleet db upgrade` "
+                                "(`spotfleet main` does too)")
     if args.action == "upgrade":
         rev = with_db(url, flag, lambda: upgrade(url))
         print(f"statistics DB {shown} is at revision {rev} (head {head_revision()})")

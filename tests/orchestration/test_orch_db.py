@@ -177,12 +177,41 @@ def test_db_cli_upgrades_and_reports_the_revision(tmp_path, capsys):
     from pipelines.cli import main
 
     url = f"sqlite:///{tmp_path / 'cli.db'}"
-    assert main(["db", "current", "--url", url]) == 0
-    assert "revision (none)" in capsys.readouterr().out
     assert main(["db", "upgrade", "--url", url]) == 0
     assert f"at revision {head_revision()}" in capsys.readouterr().out
     assert main(["db", "current", "--url", url]) == 0
     assert "up to date" in capsys.readouterr().out
+
+
+def test_db_current_reports_an_empty_database_as_never_migrated(tmp_path, capsys):
+    from pipelines.cli import main
+
+    (tmp_path / "empty.db").touch()  # an existing file: read, not refused
+    assert main(["db", "current", "--url", f"sqlite:///{tmp_path / 'empty.db'}"]) == 0
+    assert "revision (none)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("how", ["--url", "default", "$SPOTFLEET_DB_URL"])
+def test_db_current_on_a_missing_database_creates_nothing(tmp_path, capsys, monkeypatch, how):
+    """`db current` only reads. Until 2026-11-27 it created an empty SQLite file there (and
+    ./var for the default) and said "revision (none)"."""
+    from pipelines.cli import main
+
+    for k in ("SPOTFLEET_DB_URL", "SPOTFLEET_VAR_DIR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / ("var" if how == "default" else "nowhere") / "spotfleet.db"
+    args = ["--url", f"sqlite:///{missing}"] if how == "--url" else []
+    if how == "$SPOTFLEET_DB_URL":
+        monkeypatch.setenv("SPOTFLEET_DB_URL", f"sqlite:///{missing}")
+    assert main(["db", "current", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"spotfleet db: error: statistics DB {missing} does not exist (URL "
+                          f"'sqlite:///{missing}', from {'the default' if how == 'default' else how}), "
+                          "so it has no revision to show; nothing was created. Point --url (or "
+                          "$SPOTFLEET_DB_URL) at an existing database, or create it at the newest "
+                          "revision with `spotfleet db upgrade`")
+    assert list(tmp_path.iterdir()) == []  # no database, no var folder
 
 
 def test_no_time_scale_column_anywhere(db_url):
