@@ -134,7 +134,7 @@ class PriceBook:
 
     def with_traces(self, traces: Iterable[Trace],
                     window_hours: float = TRACE_PRICE_WINDOW_HOURS, *,
-                    spot_source: str = "each file's per-tick prices") -> PriceBook:
+                    spot_source: str = "each trace file's per-tick prices") -> PriceBook:
         """This book plus the prices the trace files carry (``Trace.spot_prices`` and
         ``Trace.on_demand_price``, as ``load_trace`` read them: the fleet simulator's
         prices), which replace the book's entry for the same key. Spot per zone: the mean of
@@ -145,7 +145,10 @@ class PriceBook:
         accelerator maps to it at any count (``<ACC>:*``). Config overrides still win.
         Traces without prices leave the book as it is (``source`` unchanged).
         ``spot_source``: where the per-tick spot prices came from, for ``source`` (a price
-        file attached with ``attach_spot_prices``, as ``plan --prices`` does)."""
+        file attached with ``attach_spot_prices``, as ``plan --prices`` does). ``source``
+        names the origin of each kind of price: the spot part, the on-demand part, then the
+        book's own source for the rest (until 2026-11-27 it began "trace files (...)" even
+        when the spot prices came from a ``--prices`` file and on-demand from the table)."""
         import math
 
         from fleet.stats.preemption import trace_instance_type
@@ -175,8 +178,11 @@ class PriceBook:
             parts.append(f"spot of {n_spot} zone(s) = mean of the last {window_hours:g} h of "
                          f"{spot_source}")
         if n_od:
-            parts.append(f"on-demand of {n_od} zone(s) = the files' price_info.on_demand_price")
-        source = f"trace files ({'; '.join(parts)}), else {self.source}"
+            parts.append(f"on-demand of {n_od} zone(s) = the trace files' "
+                         "price_info.on_demand_price")
+        rest = ("other prices" if n_spot and n_od else
+                "on-demand and other prices" if n_spot else "spot and other prices")
+        source = f"{'; '.join(parts)}; {rest}: {self.source}"
         return PriceBook(spot, ond, accs, self.overrides, self.fallback, source)
 
     def describe(self) -> str:

@@ -256,10 +256,10 @@ def _plan(args: argparse.Namespace) -> int:
         print("no trace directory: planning on the embedded synthetic market (3 zones, 7 days)",
               file=sys.stderr)
         traces = generate_market(default_market_config(3), 7 * 24.0, seed=0)
-    spot_source = "each file's per-tick prices"
+    spot_source = "each trace file's per-tick prices"
     if args.prices:
         traces = attach_spot_prices(traces, args.prices)  # fleet-sim --prices' rules
-        spot_source = f"the per-tick prices of {args.prices}"
+        spot_source = f"the per-tick prices of --prices {args.prices}"
     prices = PriceBook.from_skypilot(args.catalog) if args.catalog else PriceBook.default()
     # the files' own prices (or --prices), as fleet-sim bills them
     prices = prices.with_traces(traces, spot_source=spot_source)

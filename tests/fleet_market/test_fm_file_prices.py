@@ -22,6 +22,7 @@ from fleet.stats.preemption import zone_stats
 from pipelines.cli import main
 
 GAP = 600  # s: 144 ticks = 24 h
+TABLE = "the built-in table (p3.2xlarge spot 0.918 / on-demand 3.06 $/h)"
 
 
 def _nomad(d, zone, spot_early, spot_late, on_demand, period, down=3):
@@ -50,7 +51,9 @@ def test_price_book_from_trace_files(h100_dir):
     assert book.spot_price("a3-highgpu-8g", "us-central1-a") == pytest.approx(19.0)
     assert book.on_demand_price("a3-highgpu-8g", "europe-west1") == pytest.approx(90.9)
     assert book.instance_types_for("H100") == ["a3-highgpu-8g"]
-    assert "trace files" in book.source and "price_info.on_demand_price" in book.source
+    assert book.source == ("spot of 3 zone(s) = mean of the last 24 h of each trace file's per-tick "
+                           "prices; on-demand of 3 zone(s) = the trace files' "
+                           "price_info.on_demand_price; other prices: fallback")
     # a longer window reaches back into the dearer early prices
     wide = PriceBook.default().with_traces(traces, window_hours=48)
     assert wide.spot_price("a3-highgpu-8g", "us-east4-a") == pytest.approx(27.5)
@@ -70,7 +73,7 @@ def test_planner_prices_h100_zones_from_the_files(h100_dir):
     assert prices == pytest.approx({"us-central1-a": 19.0, "us-east4-a": 15.0,
                                     "europe-west1-c": 16.0})
     assert plan.on_demand_price == pytest.approx(82.5)  # cheapest region of the files
-    assert "trace files" in plan.explain()
+    assert "prices: spot of 3 zone(s) = mean of the last 24 h of each trace file's" in plan.explain()
     # an accelerator the files do not carry is not priced as their a3-highgpu-8g
     other = plan_stage(StageRequest(work_hours=8, accelerator="A100"), zone_stats(traces),
                        None, book)
@@ -86,7 +89,9 @@ def test_cli_plan_uses_the_files_prices_and_accelerator(h100_dir, capsys):
     assert plan["accelerator"] == "H100" and plan["instance_type"] == "a3-highgpu-8g"
     assert {z["zone"]: z["spot_price"] for z in plan["zones"]}["us-east4-a"] == pytest.approx(15.0)
     assert plan["on_demand_price"] == pytest.approx(82.5)
-    assert "trace files" in plan["price_source"]
+    assert plan["price_source"].startswith("spot of 3 zone(s) = mean of the last 24 h of each "
+                                           "trace file's per-tick prices; on-demand of 3 zone(s) = "
+                                           "the trace files' price_info.on_demand_price")
 
 
 def test_cli_plan_on_the_real_gcp_h100_folder(shared_data, capsys):
@@ -97,7 +102,9 @@ def test_cli_plan_on_the_real_gcp_h100_folder(shared_data, capsys):
     text = capsys.readouterr().out
     assert "x a3-highgpu-8g (H100)" in text and "spot 0.918 $/h" not in text
     assert "spot 14.853 $/h" in text  # us-east4-a, the cheapest per useful hour
-    assert "prices: trace files" in text
+    assert ("prices: spot of 13 zone(s) = mean of the last 24 h of each trace file's per-tick "
+            "prices; on-demand of 13 zone(s) = the trace files' price_info.on_demand_price; other "
+            f"prices: {TABLE}") in text
 
 
 def test_cli_plan_reads_a_price_file_as_fleet_sim_does(tmp_path, capsys):
@@ -119,7 +126,10 @@ def test_cli_plan_reads_a_price_file_as_fleet_sim_does(tmp_path, capsys):
     plan = json.loads(capsys.readouterr().out)
     assert {z["zone"]: z["spot_price"] for z in plan["zones"]} == pytest.approx(
         {"us-east-1a": 1.5, "us-west-2b": 1.2})
-    assert f"the per-tick prices of {pf}" in plan["price_source"]
+    # each price says where it came from: spot from --prices, on-demand from the table (until
+    # 2026-11-27 the line began "trace files (...)", though no trace file held a price)
+    assert plan["price_source"] == (f"spot of 2 zone(s) = mean of the last 24 h of the per-tick "
+                                    f"prices of --prices {pf}; on-demand and other prices: {TABLE}")
     assert plan["on_demand_price"] == pytest.approx(3.06)  # the file holds spot only
     assert main(args) == 0  # without it: the built-in 0.918 $/h, as before
     assert {z["spot_price"] for z in json.loads(capsys.readouterr().out)["zones"]} == {0.918}
@@ -127,6 +137,26 @@ def test_cli_plan_reads_a_price_file_as_fleet_sim_does(tmp_path, capsys):
     assert main(["plan", "--work", "8", "--prices", str(pf)]) == 2
     err = capsys.readouterr().err
     assert "give that folder too" in err and "synthetic" not in err
+
+
+def test_cli_plan_names_each_price_s_origin_with_prices_on_a_priced_folder(h100_dir, tmp_path,
+                                                                          capsys):
+    """--prices on a folder whose files carry prices: spot from the price file, on-demand from
+    the files' price_info, each said (until 2026-11-27 both went under "trace files (...)")."""
+    n = 120 * 3600 // GAP
+    pf = tmp_path / "h100-prices.json"
+    pf.write_text(json.dumps({f"{z}_h100_16": [7.0] * n
+                              for z in ("us-central1-a", "us-east4-a", "europe-west1-c")}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["plan", str(h100_dir), "--work", "8", "--deadline", "12", "--json",
+                     "--prices", str(pf)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert {z["spot_price"] for z in plan["zones"]} == {7.0}
+    assert plan["on_demand_price"] == pytest.approx(82.5)
+    assert plan["price_source"] == (f"spot of 3 zone(s) = mean of the last 24 h of the per-tick "
+                                    f"prices of --prices {pf}; on-demand of 3 zone(s) = the trace "
+                                    f"files' price_info.on_demand_price; other prices: {TABLE}")
 
 
 def test_pipeline_market_prices_come_from_the_files(h100_dir):

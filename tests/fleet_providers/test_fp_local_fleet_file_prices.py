@@ -62,7 +62,9 @@ def test_cli_run_bills_the_files_prices_in_their_cloud(h100_dir, tmp_path, capsy
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "notices as gcp" in out and "notices as aws" not in out
-    assert "billing a3-highgpu-8g: trace files" in out
+    assert ("billing a3-highgpu-8g: spot of 2 zone(s) = mean of the last 24 h of each trace file's "
+            "per-tick prices; on-demand of 2 zone(s) = the trace files' price_info.on_demand_price; "
+            "other prices: the built-in table") in out
     launched = [float(x) for x in re.findall(r"launch \(spot, ([\d.]+) \$/h\)", out)]
     assert launched and set(launched) <= {21.0, 17.0}, out  # the replay's ticks, not 40 or 0.918
     rows = [ln.split() for ln in out.splitlines() if re.match(r"s\d+-n\d+ ", ln)]
