@@ -9,7 +9,9 @@ fields). This module checks what the values *mean*, before anything runs:
   a V100);
 * ``resources.instance_type``: a catalog instance type carrying that accelerator and
   count; on the local fleet, the instance type its prices are for;
-* ``resources.count``: an accelerator count some instance type offers;
+* ``resources.count``: an accelerator count some instance type offers; on the local
+  fleet, the accelerators of the machine it bills per node (1 V100 on p3.2xlarge, 8 H100
+  on the a3-highgpu-8g that gcp-h100-2025's files price);
 * ``resources.zones``: zones of the local fleet's market (synthetic zones or trace
   files), or zones the catalog knows for the accelerator; inside ``resources.regions``;
 * ``deadline_hours``: at least the stages' work (even on-demand cannot finish sooner);
@@ -179,6 +181,11 @@ class LocalMarket:
     trace_dir: str | None = None
     #: the instance type is the one the trace files price (``priced_instance_type``)
     file_prices: bool = False
+    #: accelerators of one node (one machine of ``instance_type``); None when the priced
+    #: files do not say (their ``price_info`` itemizes no GPUs)
+    per_node: int | None = 1
+    #: the trace files' instance labels (``h100_16`` for ``<zone>_h100_16.json``), for hints
+    labels: tuple[str, ...] = ()
 
 
 def local_market(cfg: PipelineConfig, traces: list[Trace] | None = None
@@ -204,8 +211,9 @@ def local_market(cfg: PipelineConfig, traces: list[Trace] | None = None
                                   "in this folder; point it at a folder of spot traces", m.trace_dir)]
         acc = names[0]["accelerator"].upper()
         itype = FALLBACK_INSTANCE_TYPES.get(acc.lower(), "p3.2xlarge")
+        labels = tuple(sorted({f"{n['accelerator']}_{n['count']}" for n in names}))
         market = LocalMarket("traces", tuple(n["zone"] for n in names), acc, itype,
-                             trace_dir=str(d))
+                             trace_dir=str(d), labels=labels)
         if traces is None:
             traces, _ = _check_trace_files(cfg)  # a bad file: check_pipeline reports it
         return (market if traces is None else with_file_instance_type(market, traces)), []
@@ -237,13 +245,17 @@ def with_file_instance_type(market: LocalMarket, traces: list[Trace]) -> LocalMa
     """``market`` with the instance type the local fleet will bill on these traces: the
     type their files price (e.g. a3-highgpu-8g for the GCP H100 folder), as
     ``LocalFleetConfig.with_file_prices`` sets it at run time; unchanged for files without
-    prices (until 2026-11-27 the check held stages to p3.2xlarge on any folder)."""
-    from fleet.stats.preemption import priced_instance_type
+    prices (until 2026-11-27 the check held stages to p3.2xlarge on any folder), and
+    with the accelerators of one such machine as the files itemize them (8 for
+    a3-highgpu-8g; None when they do not)."""
+    from fleet.stats.preemption import priced_instance_type, trace_instance_type
 
     itype = priced_instance_type(traces)
     if itype is None:
         return market
-    return replace(market, instance_type=itype, file_prices=True)
+    per_node = next((t.accelerators_per_instance for t in traces
+                     if trace_instance_type(t) == itype and t.accelerators_per_instance), None)
+    return replace(market, instance_type=itype, file_prices=True, per_node=per_node)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -332,12 +344,8 @@ def _check_stage(cfg: PipelineConfig, stage: StageConfig, market: LocalMarket | 
                            f"skypilot to run on real {acc} nodes", r.accelerator))
     # count / instance type -----------------------------------------------------
     if acc is not None and market is not None:
-        if r.count != 1:
-            out.append(Problem("resources.count",
-                               f"the local fleet emulates nodes with one {market.accelerator} "
-                               f"({market.instance_type}), so {r.count} would be billed as 1; use "
-                               f"count: 1 (and nodes: {r.nodes * r.count} for more accelerators)",
-                               r.count))
+        if market.per_node is not None and r.count != market.per_node:
+            out.append(_local_count(r.count, r.nodes, market))
         if r.instance_type is not None and r.instance_type != market.instance_type:
             if r.instance_type not in catalog.instance_types and not market.file_prices:
                 out.append(_unknown_type(r.instance_type, catalog))
@@ -370,6 +378,26 @@ def _check_stage(cfg: PipelineConfig, stage: StageConfig, market: LocalMarket | 
                                     f"({', '.join(r.regions)}) leaves out; add {region} to regions or "
                                     "remove the zone", zone))
     return out
+
+
+def _local_count(count: int, nodes: int, market: LocalMarket) -> Problem:
+    """``resources.count`` other than the accelerators of the machine the local fleet bills
+    per node: what it is billed as, and the count and nodes that ask for that machine.
+    Until 2026-11-27 this said "nodes with one H100 (a3-highgpu-8g)" on gcp-h100-2025,
+    whose machine has 8, and advised count: 1 with 8 nodes (8 machines, 64 H100)."""
+    n, acc, itype = market.per_node or 1, market.accelerator, market.instance_type
+    if n == 1:
+        return Problem("resources.count",
+                       f"the local fleet emulates nodes with one {acc} ({itype}), so {count} would "
+                       f"be billed as 1; use count: 1 (and nodes: {nodes * count} for more "
+                       "accelerators)", count)
+    want = nodes * count
+    k = -(-want // n)
+    return Problem("resources.count",
+                   f"the local fleet emulates nodes of one {itype} with {n} {acc} (as "
+                   f"market.trace_dir's files price it) and bills each node as that whole machine, so "
+                   f"{count} would be billed as {n}; use count: {n} and nodes: {k} ({k * n} {acc}, "
+                   f"the fewest whole machines for the {want} asked for)", count)
 
 
 def _unknown_type(itype: str, catalog: Catalog) -> Problem:
@@ -410,7 +438,8 @@ def _check_local_zone(zone: str, market: LocalMarket, cfg: PipelineConfig, loc: 
         return Problem(loc, f"the local fleet's market has no trace for zone {zone!r}: "
                             f"market.trace_dir ({market.trace_dir}) has {have}"
                             f"{_did_you_mean(zone, market.zones)}; use some of those, or add "
-                            f"{zone}_{market.accelerator.lower()}_1.json there", zone)
+                            f"{_trace_file_for(zone, market)} there, in the format of its "
+                            "other files", zone)
     if zone in market.all_synthetic_zones:
         need = market.all_synthetic_zones.index(zone) + 1
         return Problem(loc, f"zone {zone} is not in the local fleet's market: the synthetic market "
@@ -420,6 +449,15 @@ def _check_local_zone(zone: str, market: LocalMarket, cfg: PipelineConfig, loc: 
                         f"{have}{_did_you_mean(zone, market.all_synthetic_zones)}; use some of "
                         f"those (market.n_zones up to 9 adds "
                         f"{', '.join(market.all_synthetic_zones[len(market.zones):]) or 'none'})", zone)
+
+
+def _trace_file_for(zone: str, market: LocalMarket) -> str:
+    """The file a trace of ``zone`` would be in the market's folder, named like the files
+    there (``<zone>_h100_16.json`` in gcp-h100-2025; until 2026-11-27 the hint always said
+    ``<zone>_<accelerator>_1.json``)."""
+    if len(market.labels) == 1:
+        return f"{zone}_{market.labels[0]}.json"
+    return f"{zone}_<label>.json (the folder's labels: {', '.join(market.labels)})"
 
 
 def _check_cloud_zone(zone: str, acc: str | None, clouds: list[str], catalog: Catalog,

@@ -162,7 +162,8 @@ class Trace:
     tick lasts ``gap_seconds`` seconds. ``count`` is the number of instances the job
     needs: the zone is up in a tick when ``available >= count``. ``spot_prices`` ($/h per
     tick, same length as ``available``) and ``on_demand_price`` ($/h) are set when the
-    file carries them.
+    file carries them; ``accelerators_per_instance`` when its ``price_info`` itemizes the
+    machine's GPUs (SkyNomad ``components``: label ``gpu``, quantity 8 for a3-highgpu-8g).
     """
 
     zone: str
@@ -175,6 +176,7 @@ class Trace:
     instance_type: str = ""
     spot_prices: np.ndarray | None = None
     on_demand_price: float | None = None
+    accelerators_per_instance: int | None = None
 
     @property
     def region(self) -> str:
@@ -312,6 +314,7 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
                                f"launched; it cannot tell whether {need} nodes were available")
     spot_prices = None
     od_price = None
+    per_instance = None
     instance_type = label
     if nomad or "prices" in raw:
         prices = raw.get("prices")
@@ -337,11 +340,13 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
             if spot_prices is None:
                 spot_prices = np.full(len(data), sp)
             instance_type = str(price_info.get("machine_type") or label)
+            per_instance = _priced_gpus(price_info)
     cl = cloud or zone_cloud(zone) or "aws"
     accelerator = re.split(r"[_-]", label)[0]
     tr = Trace(zone=zone, accelerator=accelerator, count=int(need), gap_seconds=float(gap),
                available=counts, cloud=cl, source=str(p), instance_type=instance_type,
-               spot_prices=spot_prices, on_demand_price=od_price)
+               spot_prices=spot_prices, on_demand_price=od_price,
+               accelerators_per_instance=per_instance)
     if (nodes is None and "nodes" not in meta and _folder_nodes(p) is None and not inv
             and int(counts.max()) > 1):
         warnings.warn(f"{p}: counts reach {int(counts.max())} but no node count was given (no "
@@ -355,6 +360,20 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
                       "treated as never available. Lower nodes (--nodes) if the job needs fewer.",
                       stacklevel=2)
     return tr
+
+
+def _priced_gpus(price_info: dict) -> int | None:
+    """The GPUs of the priced machine, from ``price_info.components`` (SkyNomad: the
+    ``gpu`` component's ``quantity``, 8 for a3-highgpu-8g); None when the file does not
+    itemize them (only what it says is used: no guess from the machine type's name)."""
+    comps = price_info.get("components")
+    if not isinstance(comps, list):
+        return None
+    qty = [c.get("quantity") for c in comps if isinstance(c, dict) and c.get("label") == "gpu"]
+    if len(qty) != 1 or not _is_number(qty[0]) or not _is_finite(qty[0]) or qty[0] < 1 \
+            or float(qty[0]) != int(qty[0]):
+        return None
+    return int(qty[0])
 
 
 def check_trace_set(traces: Sequence[Trace], where: str | Path = "", *,
