@@ -366,15 +366,20 @@ def changepoint_hazard_emp(run_hours: np.ndarray, holds: Sequence[Sequence[tuple
     return out
 
 
-def h1_prior_hours(history_hours: np.ndarray, gap_hours: float, rate_ratio: float) -> np.ndarray:
+def h1_prior_hours(history_hours: np.ndarray, gap_hours: float, rate_ratio: float,
+                   prior_seconds: float = 0.0) -> np.ndarray:
     """H1's ``b`` (hours) per zone for the own-evidence updates: one tick when
-    ``rate_ratio <= 0`` (v6: H1's prior mean rate is one event per tick, so the update
-    depends on the trace's tick: 32 s to 600 s across the collection, 23-227x the
-    histories' median rate); else ``history_hours / rate_ratio``, the zone's history mean
+    ``rate_ratio <= 0`` and ``prior_seconds <= 0`` (v6: H1's prior mean rate is one event
+    per tick, so the update depends on the trace's tick: 32 s to 600 s across the
+    collection, 23-227x the histories' median rate); ``prior_seconds`` / 3600 when
+    ``prior_seconds > 0`` (``SpotfleetParams.h1_prior_seconds``, session 11, opt-in: the same
+    b at every tick); else ``history_hours / rate_ratio``, the zone's history mean
     (run or outage, hours) over ``rate_ratio``: H1's prior mean rate is ``rate_ratio`` x
     the history's, whatever the tick (``SpotfleetParams.h1_rate_ratio``, session 10
     exploration, not adopted)."""
     h = np.asarray(history_hours, dtype=float)
+    if prior_seconds > 0:
+        return np.full(h.shape, float(prior_seconds) / 3600.0)
     if rate_ratio <= 0:
         return np.full(h.shape, float(gap_hours))
     return np.maximum(h / float(rate_ratio), 1e-9)

@@ -158,6 +158,15 @@ class SpotfleetParams:
     # changed, market_view.pooled_change_posteriors); "all": that, and a zone the job never
     # held is mixed too, with the pooled P(changed) and the held zones' changed run
     # (market_view.pooled_changed_runs_emp); up-runs only, own-evidence zone models only
+    h1_prior_seconds: float = 0.0  # 0: v6 (b = one tick). > 0 (session 11 tick diagnosis, opt-in,
+    # not adopted): b = this many seconds whatever the tick (300: v6's b on the 300 s synthetic
+    # families); not with h1_rate_ratio > 0 (market_view.h1_prior_hours)
+    outage_end: str = "seen"  # "seen": v6 (an outage the job watches ends at the first decision
+    # that sees the zone up). "launch" (session 11 tick diagnosis, opt-in, not adopted;
+    # zone_model="changepoint_updown" only): it also ends at a launch that found the zone up,
+    # so a hold preempted before the job's next decision (one tick after a launch from idle)
+    # splits the outages around it instead of merging them into one (docs/fleet-policies.md,
+    # *Tick length*)
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -190,6 +199,9 @@ ZONE_COSTS = ("run", "mixture")
 
 HOLD_STARTS = ("run", "seen")
 """The values of ``SpotfleetParams.hold_start`` (see its comment)."""
+
+OUTAGE_ENDS = ("seen", "launch")
+"""The values of ``SpotfleetParams.outage_end`` (see its comment)."""
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -257,6 +269,15 @@ class SpotfleetPolicy(Policy):
                                                                      "changepoint_updown"):
             raise ValueError(f"change_pool={self.p.change_pool!r} needs an own-evidence zone_model "
                              f"(changepoint_emp or changepoint_updown), not {self.p.zone_model!r}")
+        if self.p.outage_end not in OUTAGE_ENDS:
+            raise ValueError(f"outage_end {self.p.outage_end!r}: one of {', '.join(OUTAGE_ENDS)}")
+        if self.p.outage_end != "seen" and self.p.zone_model != "changepoint_updown":
+            raise ValueError(f"outage_end={self.p.outage_end!r} needs zone_model="
+                             f"'changepoint_updown' (the outages the job watches), not "
+                             f"{self.p.zone_model!r}")
+        if self.p.h1_prior_seconds > 0 and self.p.h1_rate_ratio > 0:
+            raise ValueError("h1_prior_seconds and h1_rate_ratio both set: H1's prior b is one "
+                             "or the other")
         if self.p.interval_hazard not in INTERVAL_HAZARDS:
             raise ValueError(f"interval_hazard {self.p.interval_hazard!r}: one of "
                              f"{', '.join(INTERVAL_HAZARDS)}")
@@ -291,6 +312,7 @@ class SpotfleetPolicy(Policy):
             self._spells: list[list[tuple[float, bool]]] = [[] for _ in range(obs.n_zones)]
             self._dn_first = np.full(obs.n_zones, -1, dtype=np.int64)  # tick first seen down
             self._dn_last = np.full(obs.n_zones, -1, dtype=np.int64)   # tick last seen down
+            self._prev_tick = obs.tick  # tick of the previous decision (outage_end="launch")
         if self.p.own_runs == "switch_emp":
             self._runs_h = [up_run_ticks(row) * obs.gap_hours
                             for row in np.asarray(hist[:, -n:], dtype=bool)]
@@ -321,7 +343,8 @@ class SpotfleetPolicy(Policy):
         :func:`h1_prior_hours` of the history's means and ``h1_rate_ratio``, fixed for the
         job (computed once at its first use)."""
         if self._h1_cache is None:
-            self._h1_cache = tuple(h1_prior_hours(m, obs.gap_hours, self.p.h1_rate_ratio)
+            self._h1_cache = tuple(h1_prior_hours(m, obs.gap_hours, self.p.h1_rate_ratio,
+                                                  self.p.h1_prior_seconds)
                                    for m in (self.prior.mean_up_hours, self.prior.mean_down_hours))
         return self._h1_cache[1 if down else 0]
 
@@ -493,7 +516,7 @@ class SpotfleetPolicy(Policy):
         if self.p.own_runs != "off" or self.p.zone_model != "history":
             self._own_run_update(state)
         if self.p.zone_model == "changepoint_updown":
-            self._down_update(obs)
+            self._down_update(obs, state)
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
         run = self.expected_runs(obs)
@@ -573,12 +596,27 @@ class SpotfleetPolicy(Policy):
                                                 self._runs_h[z]))
             self._switched = self._switched or fisher_rejects(self._pvals)
 
-    def _down_update(self, obs: Observation) -> None:
+    def _down_update(self, obs: Observation, state: JobState | None = None) -> None:
         """``zone_model="changepoint_updown"``: the outages the job has seen, from its own
         observations (failed launch tries, preemptions, holds): one record per outage, from
-        the tick it was first seen down to the tick it was first seen up again."""
+        the tick it was first seen down to the tick it was first seen up again.
+
+        v6 reads the zones' state at its decisions only: a launch into a watched outage that
+        is preempted before the next decision (one tick later after a launch from idle) is
+        never seen up, and the outages before and after it are recorded as one -- more often
+        the longer the tick (the tick-length loss on the regime shift,
+        docs/fleet-policies.md). ``outage_end="launch"`` ends the outage at that launch."""
         if not obs.probed or obs.last_seen_tick is None:
             return
+        if self.p.outage_end == "launch" and state is not None:
+            held = state.location if state.location >= 0 else (
+                state.last_preempted_zone if state.just_preempted else -1)
+            if held >= 0 and self._dn_first[held] >= 0:
+                # launched at the previous decision into an outage the job was watching
+                self._spells[held].append(
+                    ((self._prev_tick - self._dn_first[held]) * obs.gap_hours, True))
+                self._dn_first[held] = -1
+            self._prev_tick = obs.tick
         for z in range(obs.n_zones):
             seen = int(obs.last_seen_tick[z])
             if seen < 0:
