@@ -16,7 +16,9 @@ what a live controller knows at decision time:
   zone it was preempted in. Unobserved ticks carry the last observed state forward;
   nothing after "now" exists in it;
 * the priors of the run contract (:class:`fleet.contract.RunPriors`: R, checkpoint
-  time, notice window, prices).
+  time, notice window, prices); R refined by the starts the provider measured
+  (``PolicyDriver.restart_seconds``), so that a relaunch costs the policy what it costs
+  the fleet.
 
 All durations here are MARKET seconds (real on SkyPilot, emulated on the local fleet,
 which converts its compressed wall clock before calling in).
@@ -217,6 +219,10 @@ class PolicyDriver:
     no_deadline_factor: float = 50.0
     #: the stage's accelerator; None = not said (the V100 fallback prices may apply)
     accelerator: str | None = None
+    #: R (market s) the provider measured so far (its launch -> ready times, refined from
+    #: the priors: ``AttemptRecord.restart_estimate``), set before each ``decide``; None:
+    #: ``priors.restart_seconds``. What the policy plans a relaunch with (``JobSpec.restart_hours``)
+    restart_seconds: float | None = None
     market: ObservedMarket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -245,6 +251,7 @@ class PolicyDriver:
     def job_spec(self, progress: Progress) -> JobSpec:
         """Work, deadline, R, checkpoint time, notice and prices in hours / $/h."""
         pr = self.priors
+        restart_s = self.restart_now()
         work = pr.work_seconds
         if progress.total_steps and progress.step_seconds:
             work = progress.total_steps * progress.step_seconds  # measured beats planned
@@ -252,7 +259,7 @@ class PolicyDriver:
         if self.deadline_seconds is not None:
             deadline_h = max(self.deadline_seconds / 3600.0, work_h)
         else:
-            deadline_h = self.no_deadline_factor * work_h + pr.restart_seconds / 3600.0
+            deadline_h = self.no_deadline_factor * work_h + restart_s / 3600.0
         spot = [v for v in pr.spot_price_per_hour.values() if v > 0]
         foreign = self.accelerator is not None and self.accelerator.upper() != FALLBACK_PRICE_ACCELERATOR
         if foreign and not spot:
@@ -260,12 +267,20 @@ class PolicyDriver:
         if foreign and not pr.on_demand_price_per_hour:
             raise missing_price_error(self.accelerator, "on-demand")
         return JobSpec(work_hours=work_h, deadline_hours=deadline_h,
-                       restart_hours=pr.restart_seconds / 3600.0,
+                       restart_hours=restart_s / 3600.0,
                        checkpoint_hours=pr.checkpoint_seconds_or_default / 3600.0,
                        notice_seconds=pr.notice_seconds,
                        on_demand_price=pr.on_demand_price_per_hour or FALLBACK_ON_DEMAND_PRICE,
                        spot_price=min(spot) if spot else FALLBACK_SPOT_PRICE,
                        deadline_given=self.deadline_seconds is not None)
+
+    def restart_now(self) -> float:
+        """R (market s) the policy is told now: :attr:`restart_seconds` when the provider
+        set it (finite, >= 0), else the priors'."""
+        r = self.restart_seconds
+        if r is not None and math.isfinite(r) and r >= 0:
+            return float(r)
+        return self.priors.restart_seconds
 
     def observation(self, t: float, spec: JobSpec, saved: bool = True) -> Observation:
         """What the policy sees at market second ``t``: the past and the observed now.

@@ -28,6 +28,7 @@ def register(subparsers) -> None:
     r = sub.add_parser(
         "run", help="train through injected preemptions to completion",
         description=("Runs examples/train_example.py on local processes in emulated zones "
+                     "(forked from a warm fork server; SPOTFLEET_FORK_SERVER=off: fresh ones) "
                      "with injected preemptions (notice, grace, kill) and relaunches in other "
                      "zones until the job completes; prints the path notice -> emergency "
                      "save -> relaunch -> exact resume and a summary."),
@@ -126,13 +127,20 @@ def _default_policy() -> str:
 
 
 def _priors(args, schedule, ts, cfg):
-    """The run contract's priors in emulated (market) seconds for the example job."""
+    """The run contract's priors in emulated (market) seconds for the example job.
+
+    R (``restart_seconds``): what this fleet charges every launch before the process
+    runs, the emulated VM allocation + preparation (``cfg.allocation_seconds +
+    preparation_seconds`` wall s, in market s); the provider refines it with each node's
+    measured launch -> ready (the process' start included) before every decision, so the
+    policy plans relaunches with what the fleet bills (not the cloud default of 0.1 h)."""
     from fleet.contract import RunPriors
     from fleet.emulation.injector import CLOUD_GRACE_SECONDS
 
     grace = (cfg.grace_seconds if cfg.grace_seconds is not None
              else CLOUD_GRACE_SECONDS[cfg.cloud] * cfg.grace_scale)
     return RunPriors(
+        restart_seconds=ts.to_trace(cfg.allocation_seconds + cfg.preparation_seconds),
         work_seconds=args.steps * (args.step_sleep + 0.005) * ts.factor,
         notice_seconds=grace * ts.factor,
         on_demand_price_per_hour=_on_demand_price(schedule, cfg),
@@ -196,12 +204,65 @@ def _set_aside_earlier_run(workdir: Path) -> None:
     shutil.rmtree(workdir / "reference", ignore_errors=True)  # the uninterrupted reference
 
 
-def run_handler(args) -> int:
-    from fleet.emulation.injector import TimeScale
-    from fleet.providers.base import AttemptFailed, StageSpec
-    from fleet.providers.local import LocalFleetConfig, LocalFleetProvider
-    from fleet.providers.local.narrate import Narrator, sessions_table
+#: what the fork server preloads for the example besides torch (forkserver.PRELOAD): the
+#: checkpointing modules examples/train_example.py imports
+EXAMPLE_PRELOAD = ("checkpointing.session", "checkpointing.torch_state")
+#: wall seconds to wait for the fork server to listen before the market clock starts
+FORK_SERVER_WAIT_SECONDS = 180.0
 
+
+def _fork_server():
+    """Start a warm fork server for the nodes (as ``spotfleet main`` does): each node start
+    forks an interpreter that already imported torch instead of a fresh ``python``.
+
+    Returns ``(handle or None, socket path or None)``; the caller waits for it
+    (:func:`_wait_fork_server`) and stops the handle. ``SPOTFLEET_FORK_SERVER=off``: none;
+    a ``$SPOTFLEET_FORK_SERVER`` socket that exists (a caller's server): that one."""
+    import os
+
+    from fleet.providers.local.forkserver import ENV_FORK_SERVER, start_server
+
+    env = os.environ.get(ENV_FORK_SERVER, "")
+    if env.lower() in ("off", "0", "no", "false"):
+        return None, None
+    if env and os.path.exists(env):
+        return None, env
+    sock = Path(tempfile.gettempdir()) / f"spotfleet-local-fleet-fork-{os.getpid()}.sock"
+    return start_server(sock, preload=EXAMPLE_PRELOAD), str(sock)
+
+
+def _wait_fork_server(handle, path: str | None) -> bool:
+    """Wait (up to FORK_SERVER_WAIT_SECONDS) until the server listens; say what happened."""
+    import os
+
+    if path is None:
+        print("fork server: off (SPOTFLEET_FORK_SERVER=off): every node start is a fresh python "
+              "process", flush=True)
+        return False
+    t = time.time()
+    end = t + FORK_SERVER_WAIT_SECONDS
+    while not os.path.exists(path) and time.time() < end and (handle is None or handle.proc.poll() is None):
+        time.sleep(0.05)
+    if os.path.exists(path):
+        print(f"fork server: ready in {time.time() - t:.1f} s (node starts fork it: no fresh python "
+              "+ torch import)", flush=True)
+        return True
+    print(f"fork server: not ready after {time.time() - t:.1f} s; nodes start as fresh python "
+          "processes", flush=True)
+    return False
+
+
+def _restart_line(result, ts) -> str:
+    """Node starts (launch -> ready) as billed, and the R of the policy's last decision."""
+    starts = [s.ready_at - s.launched_at for s in result.sessions if s.ready_at is not None]
+    told = result.info.get("policy_restart_seconds")
+    shown = ", ".join(f"{ts.to_wall(r):.2f}" for r in starts) or "none"
+    hours = ", ".join(f"{r / 3600.0:.2f}" for r in starts)
+    last = f"; the policy's R at its last decision: {told / 3600.0:.2f} h" if told is not None else ""
+    return f"node starts (launch -> ready): {shown} s wall" + (f" = {hours} market h" if starts else "") + last
+
+
+def run_handler(args) -> int:
     if args.steps < 1:
         raise ValueError(f"--steps {args.steps}: must be >= 1")
     if not EXAMPLE.exists():
@@ -209,13 +270,31 @@ def run_handler(args) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spotfleet-local-fleet-"))
     workdir.mkdir(parents=True, exist_ok=True)
     schedule = _schedule(args)
+    server, sock = _fork_server()  # imports torch while the rest is set up
+    try:
+        return _run(args, workdir, schedule, server, sock)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _run(args, workdir: Path, schedule, server, sock: str | None) -> int:
+    from fleet.emulation.injector import TimeScale
+    from fleet.providers.base import AttemptFailed, StageSpec
+    from fleet.providers.local import LocalFleetConfig, LocalFleetProvider
+    from fleet.providers.local.forkserver import ENV_FORK_SERVER
+    from fleet.providers.local.narrate import Narrator, sessions_table
+
     _set_aside_earlier_run(workdir)
     ts = TimeScale(args.time_scale)
+    # the nodes' env names the listening server, else none (an empty value: Popen)
+    extra_env = {ENV_FORK_SERVER: sock if _wait_fork_server(server, sock) else ""}
     t0 = time.time()  # the market clock starts here: events and sessions come back in market time
     cloud = _cloud(args, schedule)
     cfg = LocalFleetConfig(schedule=schedule, time_scale=ts, cloud=cloud, market_clock_start_unix=t0,
                            grace_scale=args.grace_scale, min_uptime_seconds=args.min_uptime,
-                           workdir=workdir / "fleet", seed=args.seed).with_file_prices()
+                           workdir=workdir / "fleet", seed=args.seed,
+                           extra_env=extra_env).with_file_prices()
     accs = {t.accelerator.upper() for t in schedule.traces.values()}
     accelerator = accs.pop() if args.market == "traces" and len(accs) == 1 else "V100"
     tail = ["--steps", str(args.steps), "--seed", str(args.seed), "--model", args.model,
@@ -233,6 +312,10 @@ def run_handler(args) -> int:
     print(f"billing {cfg.instance_type}: {cfg.prices.describe()}"
           + ("; spot per tick of the files at each launch" if any(
               t.spot_prices is not None for t in schedule.traces.values()) else ""), flush=True)
+    r0 = spec.priors.restart_seconds
+    print(f"restart the policy plans with: {r0:.0f} market s = {r0 / 3600.0:.2f} h (the emulated "
+          f"allocation + preparation) at first, then refined by each node's measured launch -> "
+          f"ready", flush=True)
     narrator = Narrator(t0, progress=not args.quiet_progress, factor=ts.factor)
 
     def show(event) -> None:
@@ -256,6 +339,7 @@ def run_handler(args) -> int:
           f"{' -> '.join(info['zones'])}")
     print(f"cost: {info['cost_usd']:.2f} $ over {emulated_h:.1f} emulated hours "
           f"(on-demand for the same time: {od * emulated_h:.2f} $)")
+    print(_restart_line(result, ts))
     code = 0
     if args.verify:
         ref = _reference_sha(tail, workdir)

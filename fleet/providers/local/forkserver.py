@@ -1,10 +1,11 @@
 """A warm fork server for the local fleet's training processes (relaunch without re-import).
 
 Every node session of the local fleet is a fresh ``python train.py ...``; on a 2-core
-machine its interpreter start plus ``import torch`` take 2-4 s before the first step,
-and a preemption pays that again on every relaunch. The fork server is one process
-that has imported the heavy libraries (torch, numpy) once; each launch forks it, and
-the child becomes the training process:
+machine its interpreter start plus ``import torch`` (and ``torch._dynamo``, which the
+first optimizer imports) took 9.2-10.1 s before the first step (load 2-4), and a
+preemption pays that again on every relaunch. The fork server is one process that has
+imported the heavy libraries (:data:`PRELOAD`) once; each launch forks it, and the
+child becomes the training process:
 
 * it starts a new session (its own process group, like ``Popen(start_new_session=True)``,
   so the injector's notices and ``os.killpg`` reach it), resets signal dispositions,
@@ -17,7 +18,8 @@ the child becomes the training process:
 ``$SPOTFLEET_FORK_SERVER`` naming a running server's socket and a command of the form
 ``[<this python>, script.py, ...]`` it returns a :class:`ForkedProcess` (``pid``,
 ``poll``, ``wait``, ``returncode``, like ``Popen``); otherwise it falls back to Popen.
-Start a server with :func:`start_server` (``spotfleet main`` does, for its run).
+Start a server with :func:`start_server` (``spotfleet main`` and ``spotfleet local-fleet
+run`` do, for their run).
 
 Only the import cost is shared: nothing of a training run happens in the server, so
 runs stay independent and bit-exact (the example's exact-resume checks hold).
@@ -44,7 +46,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV_FORK_SERVER = "SPOTFLEET_FORK_SERVER"
-PRELOAD = ("numpy", "torch")
+#: what the server imports before it listens. ``torch._dynamo``: torch imports it lazily
+#: when the first optimizer is built (``torch.optim.Optimizer.__init__``), which took 4-5 s
+#: of a forked node's 4.4-5.6 s start on this 2-core machine; preloaded, the start was
+#: 0.08-0.11 s (launch -> ``start`` event of examples/train_example.py)
+PRELOAD = ("numpy", "torch", "torch._dynamo")
 _HDR = struct.Struct("!I")
 
 
@@ -266,7 +272,7 @@ def _child(conn: socket.socket, req: dict, fds: list[int] | None = None) -> None
 def _serve(path: str, preload: tuple[str, ...] = ()) -> dict | None:
     """Accept launches until SIGTERM; returns the request in a forked child, None in the server."""
     for name in PRELOAD:
-        with contextlib.suppress(ImportError):
+        with contextlib.suppress(Exception):  # not importable here: the child imports it (slower)
             __import__(name)
     for name in preload:  # the launcher's extra modules: a broken one only costs its import later
         with contextlib.suppress(Exception):

@@ -16,7 +16,10 @@ and every provider event goes to ``on_event``.
 The policy sees only what this controller observed: the market's past before the
 attempt (prior history), then the capacity of every candidate zone probed at each poll
 (the emulator lets the local controller try every zone each poll, which is what
-``fleet-sim`` assumes too), never the replay schedule's future.
+``fleet-sim`` assumes too), never the replay schedule's future. Its restart time R
+(``JobSpec.restart_hours``) is the priors' refined by this attempt's measured launch ->
+ready times (``restart_estimate``: emulated allocation + preparation + the process'
+start, all billed), the same R the training process is told.
 
 Compressed time stays inside this provider: ``StageSpec`` durations and priors, the
 ``NodeSession`` times and the events it reports are MARKET (emulated) seconds
@@ -48,6 +51,8 @@ import numpy as np
 from checkpointing import runtime_env as rt
 from checkpointing.events import Event
 from fleet.contract import (
+    posterior_restart_seconds,
+    restart_seconds_of,
     session_cost_usd,
     training_env,
     training_stats,
@@ -304,6 +309,16 @@ class _StageRun(AttemptRecord):
         """Wall seconds -> market (emulated) seconds."""
         return self.cfg.time_scale.to_trace(wall_seconds)
 
+    def restart_estimate(self) -> float:
+        """R (market s): the priors refined by every launch -> ready this attempt measured,
+        the ended sessions' and the running group's (a node that started is measured at
+        once: the policy's next re-ask, where a move is decided, already knows it)."""
+        recorded = {s.node_id for s in self.sessions}
+        measured = [r for s in self.sessions if (r := restart_seconds_of(s.launched_at, s.ready_at)) is not None]
+        measured += [self._market(max(0.0, n.ready_at - n.launched_at)) for n in self._nodes
+                     if n.node_id not in recorded and n.ready_at is not None]
+        return posterior_restart_seconds(self.spec.priors.restart_seconds, measured)
+
     def _write_stats(self, path: Path, zone: str | None, spot: bool = True) -> None:
         mttp, restart = self.mttp_estimate(zone, spot), self.restart_estimate()
         interval = self._decision.interval_seconds if self._decision is not None else None
@@ -362,6 +377,9 @@ class _StageRun(AttemptRecord):
         the emulated market NOW; a failed one costs the policy's probe time)."""
         now = time.time()
         t = self._market(now - self._started)
+        # R as this fleet charges it: the priors refined by every launch -> ready measured
+        # so far (market s, billed), the same R the training process is told
+        driver.restart_seconds = self.restart_estimate()
         d = driver.decide(t, self._progress_now(), location)
         self._decision = d
         up = set(self.injector.up_zones(now))
@@ -378,6 +396,7 @@ class _StageRun(AttemptRecord):
             target=("idle" if tgt is None else tgt.zone if tgt.spot else "on-demand"),
             spot=None if tgt is None else tgt.spot, market_seconds=round(t, 3), tick=d.tick,
             interval_seconds=d.interval_seconds, location=location, failed_probes=failed,
+            restart_seconds=round(driver.restart_now(), 3),
             replay_seconds=round(self.provider.schedule().offset_seconds + t, 3),
             tries=[("idle" if x is None else x.zone if x.spot else "on-demand") for x in d.tries]))
         return tgt
@@ -502,6 +521,8 @@ class _StageRun(AttemptRecord):
             "state_sha256": sha,
             "time_scale_factor": factor,
             "cost_usd": cost,  # market hours x price, like the statistics DB
+            # R (market s) the policy was told at its last decision (None: no policy)
+            "policy_restart_seconds": self.driver.restart_now() if self.driver is not None else None,
             "workdir": str(Path(self._nodes[0].log_path).parents[1]) if self._nodes else None,
         }
         self._emit(provider_event("completed", zone=self.sessions[-1].zone if self.sessions else None,
