@@ -238,6 +238,36 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
     return max(t, 2.0 * c)
 
 
+_CHOICES = {"own_runs": OWN_RUNS, "zone_model": ZONE_MODELS, "zone_cost": ZONE_COSTS,
+            "hold_start": HOLD_STARTS, "change_pool": CHANGE_POOLS, "outage_end": OUTAGE_ENDS,
+            "interval_hazard": INTERVAL_HAZARDS}
+"""Each option field of :class:`SpotfleetParams` and its allowed values."""
+
+_OWN_EVIDENCE = ("changepoint_emp", "changepoint_updown")
+_NEEDS_ZONE_MODEL = {  # field: (its v6 value, the zone models it works with, why)
+    "hold_start": ("run", ("changepoint_updown",), "the outages the job watches"),
+    "outage_end": ("seen", ("changepoint_updown",), "the outages the job watches"),
+    "change_pool": ("off", _OWN_EVIDENCE, "the job's own evidence per zone"),
+}
+
+
+def check_params(p: SpotfleetParams) -> None:
+    """A ``ValueError`` naming the field, its allowed values (or the zone model it needs) for
+    a :class:`SpotfleetParams` the policy cannot run."""
+    for name, allowed in _CHOICES.items():
+        v = getattr(p, name)
+        if v not in allowed:
+            raise ValueError(f"{name} {v!r}: one of {', '.join(allowed)}")
+    for name, (v6, models, why) in _NEEDS_ZONE_MODEL.items():
+        v = getattr(p, name)
+        if v != v6 and p.zone_model not in models:
+            raise ValueError(f"{name}={v!r} needs zone_model={' or '.join(map(repr, models))} "
+                             f"({why}), not {p.zone_model!r}")
+    if p.h1_prior_seconds > 0 and p.h1_rate_ratio > 0:
+        raise ValueError("h1_prior_seconds and h1_rate_ratio both set: H1's prior b is one "
+                         "or the other")
+
+
 class SpotfleetPolicy(Policy):
     """The spotfleet policy (see the module docstring)."""
 
@@ -251,36 +281,7 @@ class SpotfleetPolicy(Policy):
         hist = obs.history[:, : obs.tick] if obs.tick > 1 else obs.history
         self.prior = PriorStats.from_history(hist, obs.gap_hours, self.p.lookback_hours,
                                              tuple(obs.regions))
-        if self.p.own_runs not in OWN_RUNS:
-            raise ValueError(f"own_runs {self.p.own_runs!r}: one of {', '.join(OWN_RUNS)}")
-        if self.p.zone_model not in ZONE_MODELS:
-            raise ValueError(f"zone_model {self.p.zone_model!r}: one of {', '.join(ZONE_MODELS)}")
-        if self.p.zone_cost not in ZONE_COSTS:
-            raise ValueError(f"zone_cost {self.p.zone_cost!r}: one of {', '.join(ZONE_COSTS)}")
-        if self.p.hold_start not in HOLD_STARTS:
-            raise ValueError(f"hold_start {self.p.hold_start!r}: one of {', '.join(HOLD_STARTS)}")
-        if self.p.hold_start != "run" and self.p.zone_model != "changepoint_updown":
-            raise ValueError(f"hold_start={self.p.hold_start!r} needs zone_model="
-                             f"'changepoint_updown' (the outages the job watches), not "
-                             f"{self.p.zone_model!r}")
-        if self.p.change_pool not in CHANGE_POOLS:
-            raise ValueError(f"change_pool {self.p.change_pool!r}: one of {', '.join(CHANGE_POOLS)}")
-        if self.p.change_pool != "off" and self.p.zone_model not in ("changepoint_emp",
-                                                                     "changepoint_updown"):
-            raise ValueError(f"change_pool={self.p.change_pool!r} needs an own-evidence zone_model "
-                             f"(changepoint_emp or changepoint_updown), not {self.p.zone_model!r}")
-        if self.p.outage_end not in OUTAGE_ENDS:
-            raise ValueError(f"outage_end {self.p.outage_end!r}: one of {', '.join(OUTAGE_ENDS)}")
-        if self.p.outage_end != "seen" and self.p.zone_model != "changepoint_updown":
-            raise ValueError(f"outage_end={self.p.outage_end!r} needs zone_model="
-                             f"'changepoint_updown' (the outages the job watches), not "
-                             f"{self.p.zone_model!r}")
-        if self.p.h1_prior_seconds > 0 and self.p.h1_rate_ratio > 0:
-            raise ValueError("h1_prior_seconds and h1_rate_ratio both set: H1's prior b is one "
-                             "or the other")
-        if self.p.interval_hazard not in INTERVAL_HAZARDS:
-            raise ValueError(f"interval_hazard {self.p.interval_hazard!r}: one of "
-                             f"{', '.join(INTERVAL_HAZARDS)}")
+        check_params(self.p)
         n = max(2, int(self.p.lookback_hours / obs.gap_hours))
         self._down = ~np.asarray(hist[:, -n:], dtype=bool).any(axis=0)  # no zone up, per tick
         self._gap = obs.gap_hours
