@@ -50,9 +50,18 @@ class AttemptRecord:
         return posterior_mttp_seconds(self.spec.priors.mttp_for(zone), held, lost)
 
     def restart_estimate(self) -> float:
-        """R (s): the plan's prior, refined by this attempt's launch -> ready times."""
-        return posterior_restart_seconds(self.spec.priors.restart_seconds, [
-            r for s in self.sessions if (r := restart_seconds_of(s.launched_at, s.ready_at)) is not None])
+        """R (market s): the plan's prior (one sample) refined by every launch -> ready this
+        attempt measured: its ended sessions' and :meth:`running_starts`. Every provider
+        tells its policy this R before each decision (``PolicyDriver.restart_seconds``) and
+        its training process the same R (``training_env``)."""
+        measured = [r for s in self.sessions if (r := restart_seconds_of(s.launched_at, s.ready_at)) is not None]
+        return posterior_restart_seconds(self.spec.priors.restart_seconds, measured + self.running_starts())
+
+    def running_starts(self) -> list[float]:
+        """launch -> ready (market s) of nodes that started but have no session yet (the
+        running group's); none by default (a provider that records a session only when its
+        node ends and knows its running nodes' starts overrides it)."""
+        return []
 
     def checkpoint_estimate(self, stalls: list[float]) -> float | None:
         """Checkpoint time (s): the plan's measured one, refined by the attempt's ``stalls``."""

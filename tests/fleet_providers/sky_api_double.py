@@ -161,14 +161,19 @@ class FakeSkyApiServer:
         return 404, {"detail": f"{path} is not implemented by the test double"}, None
 
     # ------------------------------------------------------------------ controller side
-    def run(self, job_id: int, zone: str, cloud: str = "AWS") -> None:
+    def run(self, job_id: int, zone: str, cloud: str = "AWS", at: float | None = None) -> None:
+        """RUNNING in ``zone`` at ``at`` (default now), stamped as SkyPilot's controller does
+        (sky/jobs/state.py): a first start sets ``start_at`` and ``last_recovered_at`` to the
+        same second (set_started_async); a recovery only ``last_recovered_at`` (set_recovered_async)."""
+        now = time.time() if at is None else at
         with self._lock:
             job = self.jobs[job_id]
             if job["status"] == ManagedJobStatus.RECOVERING:
                 job["recovery_count"] += 1
-                job["last_recovered_at"] = time.time()
-            job.update(status=ManagedJobStatus.RUNNING, zone=zone, region=zone[:-1], cloud=cloud,
-                       start_at=job.get("start_at") or time.time())
+                job["last_recovered_at"] = now
+            elif job.get("start_at") is None:
+                job.update(start_at=now, last_recovered_at=now)
+            job.update(status=ManagedJobStatus.RUNNING, zone=zone, region=zone[:-1], cloud=cloud)
 
     def preempt(self, job_id: int) -> None:
         with self._lock:

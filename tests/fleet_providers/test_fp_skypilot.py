@@ -710,3 +710,106 @@ def test_a_plan_without_prices_gets_the_cheapest_zones_on_demand_price_of_the_on
     assert priced.on_demand_price_per_hour == pytest.approx(0.70)  # g6.xlarge in us-east-1, not g5's 1.624
     assert priced.spot_price_per_hour["us-east-2a"] == pytest.approx(
         hourly_price("g5.4xlarge", True, zone="us-east-2a"))
+
+
+# ------------------------------------------------------------------ the restart R the policy plans with
+
+class _RestartSpy(Policy):
+    """Records the restart (h) the policy is told at each decision; spot in the first zone."""
+
+    name = "restart-spy"
+
+    def __init__(self) -> None:
+        self.told: list[float] = []
+
+    def decide(self, state, obs) -> Action:
+        self.told.append(state.spec.restart_hours)
+        return Action(0)
+
+
+class _SlowStarts(Controller):
+    """``Controller`` whose jobs take ``starts[i]`` seconds from ``submitted_at`` (the
+    jobs controller starts launching the cluster) to ``start_at`` (the job runs on it)."""
+
+    def __init__(self, fake, script: list[str], starts: list[float]):
+        super().__init__(fake, script)
+        self.starts = list(starts)
+
+    def __call__(self, _seconds: float) -> None:
+        job = self.fake.jobs[max(self.fake.jobs)] if self.fake.jobs else None
+        if job is not None and job["status"].value == "PENDING":
+            job["submitted_at"] = submitted = 1_000_000.0 * job["job_id"]
+            real = self.fake.run
+
+            def run(job_id, zone, cloud="AWS", at=None):
+                real(job_id, zone, cloud, at=submitted + self.starts.pop(0))
+
+            self.fake.run = run
+            try:
+                super().__call__(_seconds)
+            finally:
+                self.fake.run = real
+            return
+        super().__call__(_seconds)
+
+
+def test_the_policy_plans_with_the_restart_skypilot_measured(api_server):
+    """Every decision tells the policy the attempt's R: the plan's 300 s as one sample plus
+    each job's launch -> ready as SkyPilot stamps it (``submitted_at`` -> ``start_at``; its
+    controller sets ``last_recovered_at`` = ``start_at`` on a first start). Before: the
+    plan's 300 s at every decision, and each session measured 0 s (launched at
+    ``last_recovered_at``)."""
+    spy = _RestartSpy()
+    ctl = _SlowStarts(api_server, ["preempt", "preempt", "succeed"], starts=[900.0, 1500.0, 600.0])
+    events: list = []
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0, policy=spy), sleep=ctl)
+    res = prov.run_stage(_spec(), on_event=events.append)
+    assert res.completed and res.info["jobs"] == [1, 2, 3]
+    # R told: 300 (nothing measured), (300 + 900) / 2, (300 + 900 + 1500) / 3 seconds
+    assert spy.told == pytest.approx([300 / 3600, 600 / 3600, 900 / 3600])
+    assert [s.ready_at - s.launched_at for s in res.sessions] == pytest.approx([900.0, 1500.0, 600.0])
+    assert [e.data["restart_seconds"] for e in events if e.kind == "decision"] == [300.0, 600.0, 900.0]
+    assert res.info["policy_restart_seconds"] == pytest.approx(900.0)
+    # the training process of each job is told the same R as the policy that placed it
+    told_env = [float(e.data["training_env"]["SPOTFLEET_RESTART_SECONDS"]) for e in events if e.kind == "launch"]
+    assert told_env == pytest.approx([300.0, 600.0, 900.0])
+
+
+@pytest.mark.parametrize("seen_recovering", [True, False])
+def test_a_cluster_skypilot_recovered_is_measured_from_the_recovery(api_server, seen_recovering):
+    """With ``rotate_on_preemption=False`` SkyPilot recovers the job itself; the new
+    cluster's launch -> ready runs from the poll that saw the job RECOVERING (or, when it
+    recovered between two polls, the last poll that saw the old cluster) to its
+    ``last_recovered_at``. Before: from ``last_recovered_at`` to the job's first
+    ``start_at`` (clamped to 0 s), and the first cluster 0 s too."""
+    clock = [1000.0]
+    fake = api_server
+
+    def sleep(_s: float) -> None:
+        job = fake.jobs[1]
+        st = job["status"].value
+        if st == "PENDING":
+            job["submitted_at"] = 1000.0
+            clock[0] = 1900.0
+            fake.run(1, ZONES[0], at=1900.0)  # first cluster: 900 s
+        elif st == "RUNNING" and job["zone"] == ZONES[0]:
+            clock[0] = 5000.0
+            fake.preempt(1)
+            if not seen_recovering:  # recovered before the next poll
+                fake.run(1, ZONES[1], at=5700.0)
+                clock[0] = 5800.0
+        elif st == "RECOVERING":
+            clock[0] = 5700.0
+            fake.run(1, ZONES[1], at=5700.0)
+        else:
+            fake.succeed(1)
+            job["end_at"] = clock[0] = 9000.0
+
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0, rotate_on_preemption=False,
+                                           policy=_RestartSpy()), sleep=sleep, clock=lambda: clock[0])
+    res = prov.run_stage(_spec())
+    assert res.completed and [s.end_reason for s in res.sessions] == ["preempted", "completed"]
+    # seen RECOVERING at 5000 s; else the old cluster last seen running at 1900 s
+    second = 700.0 if seen_recovering else 3800.0
+    assert [s.ready_at - s.launched_at for s in res.sessions] == pytest.approx([900.0, second])
+    assert [s.zone for s in res.sessions] == [ZONES[0], ZONES[1]]

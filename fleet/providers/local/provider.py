@@ -51,8 +51,6 @@ import numpy as np
 from checkpointing import runtime_env as rt
 from checkpointing.events import Event
 from fleet.contract import (
-    posterior_restart_seconds,
-    restart_seconds_of,
     session_cost_usd,
     training_env,
     training_stats,
@@ -309,15 +307,13 @@ class _StageRun(AttemptRecord):
         """Wall seconds -> market (emulated) seconds."""
         return self.cfg.time_scale.to_trace(wall_seconds)
 
-    def restart_estimate(self) -> float:
-        """R (market s): the priors refined by every launch -> ready this attempt measured,
-        the ended sessions' and the running group's (a node that started is measured at
-        once: the policy's next re-ask, where a move is decided, already knows it)."""
+    def running_starts(self) -> list[float]:
+        """launch -> ready (market s) of the running group's nodes, for ``restart_estimate``
+        (``AttemptRecord``'s, shared with the SkyPilot provider): a node that started is
+        measured at once, so the policy's next re-ask, where a move is decided, knows it."""
         recorded = {s.node_id for s in self.sessions}
-        measured = [r for s in self.sessions if (r := restart_seconds_of(s.launched_at, s.ready_at)) is not None]
-        measured += [self._market(max(0.0, n.ready_at - n.launched_at)) for n in self._nodes
-                     if n.node_id not in recorded and n.ready_at is not None]
-        return posterior_restart_seconds(self.spec.priors.restart_seconds, measured)
+        return [self._market(max(0.0, n.ready_at - n.launched_at)) for n in self._nodes
+                if n.node_id not in recorded and n.ready_at is not None]
 
     def _write_stats(self, path: Path, zone: str | None, spot: bool = True) -> None:
         mttp, restart = self.mttp_estimate(zone, spot), self.restart_estimate()

@@ -18,7 +18,10 @@ the driver picks (``PolicyDriver.on_demand_zone_now``: the simulator's rule, pri
 region from the catalog; the watch loop reports each job's zone with
 ``PolicyDriver.launched``). The policy observes only what this controller sees (``Observation.probed``):
 a zone is up while the job runs there, down when it was preempted there; the rest is its
-belief from the past. The training process
+belief from the past. Its restart time R (``JobSpec.restart_hours``) is the plan's,
+refined by each job's launch -> ready as SkyPilot stamps it (``_session``;
+``AttemptRecord.restart_estimate``, the local provider's function too), set before each
+decision. The training process
 resumes from the latest checkpoint in ``spec.checkpoint_uri`` (an object store every
 zone can reach) and gets the run contract's statistics (MTTP of its zone, R, interval;
 fleet/contract.py) in its task environment, refreshed at every relaunch from what the
@@ -255,6 +258,10 @@ class _SkyRun(AttemptRecord):
                                    info={"provider": "skypilot", "jobs": list(self.jobs),
                                          "preemptions": relaunches,
                                          "unpriced_sessions": list(self.unpriced),
+                                         # R (s) the policy was told at its last decision
+                                         # (None: no policy placed the jobs)
+                                         "policy_restart_seconds": (self.driver.restart_now()
+                                                                    if self.driver is not None else None),
                                          "zones": [s.zone for s in self.sessions]})
             if outcome == "cancelled":
                 self._emit(provider_event("cancelled", stage=spec.name, job_id=job_id))
@@ -318,6 +325,10 @@ class _SkyRun(AttemptRecord):
         if driver is None:
             return zones, True, "SkyPilot chooses among the candidate zones"
         progress = self._progress_now()
+        # R as this fleet measured it: the plan's prior refined by every launch -> ready of
+        # the attempt's jobs so far (all ended here: a decision precedes each launch), the
+        # same R the training process is told (``_training_env``)
+        driver.restart_seconds = self.restart_estimate()
         d = driver.decide(t, progress, None)
         spot_zones: list[str] = []
         for x in d.tries:  # the policy's target and spot fallbacks: SkyPilot's ordered list
@@ -330,6 +341,7 @@ class _SkyRun(AttemptRecord):
             target="idle" if first is None else first.zone if first.spot else "on-demand",
             spot=None if first is None else first.spot, market_seconds=round(t, 3), tick=d.tick,
             interval_seconds=d.interval_seconds, location=None,
+            restart_seconds=round(driver.restart_now(), 3),
             committed_step=progress.committed_step, total_steps=progress.total_steps,
             step_seconds=progress.step_seconds,
             tries=[("idle" if x is None else x.zone if x.spot else "on-demand") for x in d.tries]))
@@ -364,7 +376,15 @@ class _SkyRun(AttemptRecord):
                             "with the last known progress", self.spec.name, self.spec.checkpoint_uri, exc)
         return self._progress
 
-    def _session(self, record: Any, task: Any, spot: bool, end: float | None, reason: str) -> None:
+    def _session(self, record: Any, task: Any, spot: bool, end: float | None, reason: str,
+                 recovery_launched: float | None = None) -> None:
+        """Record the node session(s) of ``record``'s cluster. Launch -> ready, as SkyPilot's
+        jobs controller stamps it (sky/jobs/state.py): a job's first cluster from
+        ``submitted_at`` (the controller starts launching it) to ``start_at`` (the job
+        submitted on the provisioned cluster; ``last_recovered_at`` is set to the same
+        second); a cluster SkyPilot recovered onto (``last_recovered_at`` > ``start_at``)
+        from ``recovery_launched`` (when this controller saw the recovery begin) to
+        ``last_recovered_at``."""
         zone = _get(record, "zone") or ""
         region = _get(record, "region") or (zone[:-1] if zone else "")
         cloud = (_get(record, "cloud") or (self.spec.clouds[0] if self.spec.clouds else "aws"))
@@ -376,7 +396,14 @@ class _SkyRun(AttemptRecord):
             unpriced = None
         except Exception as exc:  # noqa: BLE001 - catalog without this entry: recorded UNPRICED
             price, unpriced = 0.0, exc
-        launched = _get(record, "last_recovered_at") or _get(record, "submitted_at") or end or 0.0
+        start, recovered = _get(record, "start_at"), _get(record, "last_recovered_at")
+        if start is not None and recovered is not None and recovered > start:
+            ready = recovered
+            launched = recovery_launched if recovery_launched is not None and recovery_launched <= recovered \
+                else recovered
+        else:
+            ready = start
+            launched = _get(record, "submitted_at") or start or end or 0.0
         ids = [f"{self.spec.name}-a{self.attempt}-j{_get(record, 'job_id')}"
                f"-r{_get(record, 'recovery_count') or 0}-n{rank}" for rank in range(self.spec.num_nodes)]
         if unpriced is not None:
@@ -392,13 +419,19 @@ class _SkyRun(AttemptRecord):
                 node_id=node_id,
                 stage=self.spec.name, attempt=self.attempt, provider="skypilot", cloud=cloud,
                 region=region, zone=zone, instance_type=itype, spot=spot, price_per_hour=price,
-                launched_at=float(launched), ready_at=_get(record, "start_at"),
+                launched_at=float(launched), ready_at=ready,
                 ended_at=end, end_reason=reason))  # type: ignore[arg-type]
 
     def _watch(self, job_id: int, task: Any, spot: bool) -> tuple[str, Any]:
         """Poll the job until it succeeds, fails, is cancelled or gets preempted."""
         since = self.p._clock()
         running: Any = None
+        seen_at = since  # the last poll (s)
+        # when the cluster of a job SkyPilot recovered began launching (None: the job's
+        # first cluster, stamped by SkyPilot): the poll that saw it RECOVERING, or, when it
+        # recovered between two polls, the last poll that saw the old cluster running
+        recovery_launched: float | None = None
+        recovering_at: float | None = None
         while True:
             records = self.p._records(job_id)
             if not records:
@@ -415,7 +448,10 @@ class _SkyRun(AttemptRecord):
                     _get(running, "recovery_count") != _get(rec, "recovery_count"))
                 if moved:
                     # SkyPilot recovered between two polls: the old cluster was preempted
-                    self._session(running, task, spot, now, "preempted")
+                    self._session(running, task, spot, now, "preempted", recovery_launched)
+                    recovery_launched = seen_at
+                elif running is None and recovering_at is not None:
+                    recovery_launched, recovering_at = recovering_at, None
                 if (running is None or moved) and self.driver is not None and _get(rec, "zone"):
                     # where SkyPilot placed it: the last launch (and the checkpoint's region
                     # once work is saved) for the policy, as try_launch records it locally
@@ -423,16 +459,18 @@ class _SkyRun(AttemptRecord):
                 running = rec
             elif st in RECOVERING:
                 if running is not None:
-                    self._session(running, task, spot, now, "preempted")
+                    self._session(running, task, spot, now, "preempted", recovery_launched)
                     if self.cfg.rotate_on_preemption:
                         return "preempted", running
-                    running = None
+                    running, recovering_at = None, now
             elif st in DONE:
-                self._session(running or rec, task, spot, _get(rec, "end_at") or now, "completed")
+                self._session(running or rec, task, spot, _get(rec, "end_at") or now, "completed",
+                              recovery_launched)
                 return "succeeded", rec
             elif st in CANCELLED:
                 if running is not None:
-                    self._session(running, task, spot, _get(rec, "end_at") or now, "cancelled")
+                    self._session(running, task, spot, _get(rec, "end_at") or now, "cancelled",
+                                  recovery_launched)
                 return "cancelled", rec
             elif st in WAITING:
                 if now - since > self.cfg.max_pending_seconds:
@@ -442,8 +480,10 @@ class _SkyRun(AttemptRecord):
                         f"{self.cfg.max_pending_seconds:g} (no capacity in {[r.zone for r in task.resources]}?)")
             else:
                 if running is not None:
-                    self._session(running, task, spot, _get(rec, "end_at") or now, "failed")
+                    self._session(running, task, spot, _get(rec, "end_at") or now, "failed",
+                                  recovery_launched)
                 return "failed", rec
+            seen_at = now
             if self._cancelled():
                 self.p._cancel_job(job_id)
             self.p._sleep(self.cfg.poll_seconds)
