@@ -99,7 +99,12 @@ def test_a_pipelines_flag_is_scoped_to_its_call(tmp_path, monkeypatch, capsys):
 
     alpha = _renamed_example(tmp_path / "alpha.yaml", "alpha")
     beta = _renamed_example(tmp_path / "beta.yaml", "beta")
-    common = ["cost-report", "--var-dir", str(tmp_path / "var")]  # empty DB: "no run of pipeline <name>"
+    # an empty, migrated database (cost-report reads one; it creates none): "no run of pipeline <name>"
+    var = tmp_path / "var"
+    var.mkdir()
+    assert main(["db", "upgrade", "--url", f"sqlite:///{var / 'spotfleet.db'}"]) == 0
+    capsys.readouterr()
+    common = ["cost-report", "--var-dir", str(var)]
 
     def pipeline_used(*flag: str) -> str:
         assert main([*common, *flag]) == 1
