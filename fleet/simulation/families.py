@@ -63,6 +63,8 @@ in session 8 for the thirteenth round, ``zone_model="changepoint"``).
 (session 10; fresh data for the eighteenth round, run once for it).
 ``volatile_holdout170`` / ``available_holdout170`` / ``shift_holdout170`` — seeds 170-174
 (session 11; fresh data for the nineteenth round, run once for it).
+``volatile_holdout180`` / ``available_holdout180`` / ``shift_holdout180`` — seeds 180-184
+(session 12; fresh data for the twenty-first round, run once for it).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -265,6 +267,10 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("170", range(170, 175)),
     "shift_holdout170": _synthetic("shift_holdout170", "held-out regime shift (seeds 170-174)",
                                    _shift(range(170, 175)), last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 12: fresh seeds for the twenty-first round (seeds 170-174 were seen by then)
+    **_held_out_pair("180", range(180, 185)),
+    "shift_holdout180": _synthetic("shift_holdout180", "held-out regime shift (seeds 180-184)",
+                                   _shift(range(180, 185)), last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 
