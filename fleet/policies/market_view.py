@@ -132,6 +132,35 @@ def fisher_rejects(p_values: Sequence[float], alpha: float = SHIFT_ALPHA) -> boo
     return 1.0 - poisson_tail(x / 2.0, k) < alpha
 
 
+def own_evidence_caps(run_hours: np.ndarray, holds: Sequence[Sequence[tuple]]) -> np.ndarray:
+    """Expected up-runs (h) capped by the job's own holds (``holds[z]``: (hours, ended by a
+    preemption?, ...) per hold of zone ``z``): a zone that preempted the job runs at most its
+    hours held per preemption there; a zone the job never held at most the hours held per
+    preemption over all zones; a zone held without a preemption keeps ``run_hours``."""
+    out = np.array(run_hours, dtype=float)
+    held = [sum(h[0] for h in zh) for zh in holds]
+    pre = [sum(1 for h in zh if h[1]) for zh in holds]
+    pooled = sum(held) / sum(pre) if sum(pre) else math.inf  # no preemption: no cap
+    for z, zh in enumerate(holds):
+        if not zh:
+            out[z] = min(out[z], pooled)
+        elif pre[z]:
+            out[z] = min(out[z], held[z] / pre[z])
+    return out
+
+
+def holds_reject_model(holds: Sequence[tuple[float, bool, float]],
+                       alpha: float = SHIFT_ALPHA) -> bool:
+    """True when the job's holds ``(hours, ended by a preemption?, run expected at its
+    launch h)`` show significantly more preemptions than the expected runs predict: at
+    least ``SHIFT_MIN_PREEMPTIONS`` and ``P(Poisson(sum hours / expected) >= seen) < alpha``."""
+    n = sum(1 for _, pre, _ in holds if pre)
+    if n < SHIFT_MIN_PREEMPTIONS:
+        return False
+    lam = sum(h / max(e, 1e-9) for h, _, e in holds)
+    return poisson_tail(lam, n) < alpha
+
+
 CHANGE_PRIOR = 0.1
 """Prior probability that a zone's run law during the job is not its history's
 (:func:`changepoint_run`; fixed before the thirteenth round's runs, not tuned)."""

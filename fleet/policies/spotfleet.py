@@ -92,7 +92,9 @@ from fleet.policies.market_view import (
     h1_prior_hours,
     history_rejected,
     hold_p_value,
+    holds_reject_model,
     launch_action,
+    own_evidence_caps,
     pooled_changed_runs_emp,
     up_run_ticks,
 )
@@ -167,6 +169,12 @@ class SpotfleetParams:
     # so a hold preempted before the job's next decision (one tick after a launch from idle)
     # splits the outages around it instead of merging them into one (docs/fleet-policies.md,
     # *Tick length*)
+    model_check: str = "off"  # "off": v6. "holds" (twenty-first round, session 12; own-evidence
+    # zone models only): once the job's own holds reject the runs its decisions expected
+    # (market_view.holds_reject_model: more preemptions than the expected runs predict, at the
+    # 1 % level), every ranking -- launch order, the patience rule's best zone, move targets
+    # and the held zone -- uses runs capped by the job's own evidence
+    # (market_view.own_evidence_caps); which zones are worth trying at all stays v6's
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -202,6 +210,13 @@ HOLD_STARTS = ("run", "seen")
 
 OUTAGE_ENDS = ("seen", "launch")
 """The values of ``SpotfleetParams.outage_end`` (see its comment)."""
+
+MODEL_CHECKS = ("off", "holds")
+"""The values of ``SpotfleetParams.model_check`` (see its comment)."""
+
+RANK_AFTER_USD = 1e6
+"""$ per useful hour added to v6's figure for the zones that the own-evidence ranking
+(``model_check="holds"``) makes worthless: they follow every other zone, in v6's order."""
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -240,7 +255,7 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
 
 _CHOICES = {"own_runs": OWN_RUNS, "zone_model": ZONE_MODELS, "zone_cost": ZONE_COSTS,
             "hold_start": HOLD_STARTS, "change_pool": CHANGE_POOLS, "outage_end": OUTAGE_ENDS,
-            "interval_hazard": INTERVAL_HAZARDS}
+            "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS}
 """Each option field of :class:`SpotfleetParams` and its allowed values."""
 
 _OWN_EVIDENCE = ("changepoint_emp", "changepoint_updown")
@@ -248,6 +263,7 @@ _NEEDS_ZONE_MODEL = {  # field: (its v6 value, the zone models it works with, wh
     "hold_start": ("run", ("changepoint_updown",), "the outages the job watches"),
     "outage_end": ("seen", ("changepoint_updown",), "the outages the job watches"),
     "change_pool": ("off", _OWN_EVIDENCE, "the job's own evidence per zone"),
+    "model_check": ("off", _OWN_EVIDENCE, "the job's own holds"),
 }
 
 
@@ -314,6 +330,14 @@ class SpotfleetPolicy(Policy):
             self._dn_first = np.full(obs.n_zones, -1, dtype=np.int64)  # tick first seen down
             self._dn_last = np.full(obs.n_zones, -1, dtype=np.int64)   # tick last seen down
             self._prev_tick = obs.tick  # tick of the previous decision (outage_end="launch")
+        # model_check="holds": (hours, preempted?, run expected at its launch h) per hold, the
+        # runs expected at the last decision, the expected run of the hold in progress, and
+        # whether the holds have rejected the model (then every ranking uses own_evidence_caps)
+        self._checked: list[tuple[float, bool, float]] = []
+        self._last_run: np.ndarray | None = None
+        self._open_expected = math.inf
+        self._rejected = False
+        self._caps = False
         if self.p.own_runs == "switch_emp":
             self._runs_h = [up_run_ticks(row) * obs.gap_hours
                             for row in np.asarray(hist[:, -n:], dtype=bool)]
@@ -337,6 +361,8 @@ class SpotfleetPolicy(Policy):
                 run[z] = (1.0 - p1) * run[z] + p1 * r1
         elif self.p.zone_model in ("changepoint_emp", "changepoint_updown"):
             run = changepoint_run_emp(run, self._holds_now(), self._emp_runs, self._h1_b(obs))
+        if self._caps:
+            run = own_evidence_caps(run, self._holds_now())
         return run
 
     def _h1_b(self, obs: Observation, down: bool = False) -> np.ndarray:
@@ -518,9 +544,15 @@ class SpotfleetPolicy(Policy):
             self._own_run_update(state)
         if self.p.zone_model == "changepoint_updown":
             self._down_update(obs, state)
+        if self.p.model_check == "holds" and not self._rejected:
+            held = list(self._checked)
+            if self._open is not None:
+                held.append((self._open[1], False, self._open_expected))
+            self._rejected = holds_reject_model(held)
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
         run = self.expected_runs(obs)
+        self._last_run = run
         run_ck = self.interval_runs(obs, run)
         if state.location >= 0:
             z = state.location
@@ -528,8 +560,13 @@ class SpotfleetPolicy(Policy):
             recheck = obs.tick + max(1, min(k, int(self.p.reconsider_hours / g)))
             eff_here = self.cost_per_useful_hour(state, obs, held=z)[z]
             eff = self.cost_per_useful_hour(state, obs)
-            better = [c for c in self._candidates(state, obs, eff, od_eff, exclude=z)
-                      if eff[c] < (1.0 - self.p.move_margin) * eff_here]
+            cands = self._candidates(state, obs, eff, od_eff, exclude=z)
+            if self._rejected:
+                eff_here = self._rank_eff(state, obs, self.cost_per_useful_hour(
+                    state, obs, held=z), held=z)[z]
+                eff = self._rank_eff(state, obs, eff)
+                cands.sort(key=lambda c: (eff[c], c))
+            better = [c for c in cands if eff[c] < (1.0 - self.p.move_margin) * eff_here]
             better = self._affordable_moves(state, obs, better)
             if better:
                 return Action(better[0], self.checkpoint_interval(run_ck[better[0]], state, g),
@@ -537,6 +574,9 @@ class SpotfleetPolicy(Policy):
             return Action(z, interval, recheck, watch=(z,))
         eff = self.cost_per_useful_hour(state, obs)
         order = self._candidates(state, obs, eff, od_eff)
+        if self._rejected:
+            eff = self._rank_eff(state, obs, eff)
+            order.sort(key=lambda z: (eff[z], z))
         interval = self.checkpoint_interval(run_ck[order[0]], state, g) if order else None
         spare = safe_slack_hours(state) - safety_threshold_hours(state, g)
         if state.location == ON_DEMAND:
@@ -566,6 +606,19 @@ class SpotfleetPolicy(Policy):
             if spare - reserve > self.p.patience * wait:
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
+
+    def _rank_eff(self, state: JobState, obs: Observation, eff: np.ndarray,
+                  held: int | None = None) -> np.ndarray:
+        """``model_check="holds"``, once the job's holds rejected the model: the cost per
+        useful hour of each zone with the runs capped by the job's own evidence
+        (:func:`own_evidence_caps`), for ranking; a zone the caps make worthless keeps v6's
+        figure ``eff`` plus ``RANK_AFTER_USD`` (it follows every other, in v6's order)."""
+        self._caps = True
+        try:
+            capped = self.cost_per_useful_hour(state, obs, held=held)
+        finally:
+            self._caps = False
+        return np.where(np.isfinite(capped), capped, RANK_AFTER_USD + eff)
 
     def _own_run_update(self, state: JobState) -> None:
         """``own_runs``: add the hours held since the last decision to that zone, count a
@@ -666,6 +719,7 @@ class SpotfleetPolicy(Policy):
         (hours, ended by a preemption?); a stay the job left itself is censored."""
         def close(preempted: bool) -> None:
             self._holds[self._open[0]].append((self._open[1], preempted, self._open[2]))
+            self._checked.append((self._open[1], preempted, self._open_expected))
             self._open = None
 
         if self._open is not None and held == self._open[0]:
@@ -677,11 +731,15 @@ class SpotfleetPolicy(Policy):
             # zone that the launch ended (its run began then); else it began mid-run
             fresh = self.p.hold_start == "run" or bool(self._dn_first[held] >= 0)
             self._open = [held, dt, fresh]
+            # the run the decision that launched it expected there (model_check)
+            self._open_expected = float(self._last_run[held]) if self._last_run is not None \
+                else float(self.prior.mean_up_hours[held])
         if state.just_preempted and state.last_preempted_zone >= 0:
             if self._open is not None and self._open[0] == state.last_preempted_zone:
                 close(True)
             else:
                 self._holds[state.last_preempted_zone].append((0.0, True, True))
+                self._checked.append((0.0, True, math.inf))
         if self._open is not None and state.location != self._open[0]:
             close(False)
 
