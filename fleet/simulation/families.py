@@ -65,6 +65,8 @@ in session 8 for the thirteenth round, ``zone_model="changepoint"``).
 (session 11; fresh data for the nineteenth round, run once for it).
 ``volatile_holdout180`` / ``available_holdout180`` / ``shift_holdout180`` — seeds 180-184
 (session 12; fresh data for the twenty-first round, run once for it).
+``volatile_holdout190`` / ``available_holdout190`` / ``shift_holdout190`` — seeds 190-194
+(session 12; fresh data for the twenty-second round, run once for it).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -271,6 +273,10 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("180", range(180, 185)),
     "shift_holdout180": _synthetic("shift_holdout180", "held-out regime shift (seeds 180-184)",
                                    _shift(range(180, 185)), last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 12: fresh seeds for the twenty-second round (seeds 180-184 were seen by then)
+    **_held_out_pair("190", range(190, 195)),
+    "shift_holdout190": _synthetic("shift_holdout190", "held-out regime shift (seeds 190-194)",
+                                   _shift(range(190, 195)), last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 
