@@ -161,6 +161,24 @@ def holds_reject_model(holds: Sequence[tuple[float, bool, float]],
     return poisson_tail(lam, n) < alpha
 
 
+def holds_reject_run_law(holds: Sequence[Sequence[tuple]], runs_hours: Sequence[np.ndarray],
+                         gap_hours: float, alpha: float = SHIFT_ALPHA) -> bool:
+    """True when the job's preempted holds are significantly shorter than each zone's own run
+    law says (``holds[z]``: (hours, ended by a preemption?, ...) per hold of zone ``z``;
+    ``runs_hours[z]``: the history's up-runs, the mixture of exponentials of
+    :func:`run_law_log_likelihood`). Each preempted hold gives ``p = P(run <= hours)`` under
+    its zone's law, the hours floored at one tick (a hold seen as 0 h lasted up to a tick);
+    Fisher's combination of them (:func:`fisher_rejects`, at least
+    ``SHIFT_MIN_PREEMPTIONS``) below ``alpha``. A zone whose history flickers makes short
+    holds unsurprising; one whose history is calm does not."""
+    pv = []
+    for zh, runs in zip(holds, runs_hours, strict=True):
+        r = np.maximum(np.asarray(runs, dtype=float), 1e-9)
+        pv += [float(np.mean(1.0 - np.exp(-max(float(h[0]), gap_hours) / r)))
+               for h in zh if h[1]]
+    return fisher_rejects(pv, alpha)
+
+
 CHANGE_PRIOR = 0.1
 """Prior probability that a zone's run law during the job is not its history's
 (:func:`changepoint_run`; fixed before the thirteenth round's runs, not tuned)."""

@@ -93,6 +93,7 @@ from fleet.policies.market_view import (
     history_rejected,
     hold_p_value,
     holds_reject_model,
+    holds_reject_run_law,
     launch_action,
     own_evidence_caps,
     pooled_changed_runs_emp,
@@ -169,12 +170,14 @@ class SpotfleetParams:
     # so a hold preempted before the job's next decision (one tick after a launch from idle)
     # splits the outages around it instead of merging them into one (docs/fleet-policies.md,
     # *Tick length*)
-    model_check: str = "off"  # "off": v6. "holds" (twenty-first round, session 12; own-evidence
-    # zone models only): once the job's own holds reject the runs its decisions expected
-    # (market_view.holds_reject_model: more preemptions than the expected runs predict, at the
-    # 1 % level), every ranking -- launch order, the patience rule's best zone, move targets
-    # and the held zone -- uses runs capped by the job's own evidence
-    # (market_view.own_evidence_caps); which zones are worth trying at all stays v6's
+    model_check: str = "off"  # "off": v6. "holds" (twenty-first round, session 12, rejected on
+    # the April 2023 trace; own-evidence zone models only): once the job's own holds reject the
+    # runs its decisions expected (market_view.holds_reject_model: more preemptions than the
+    # expected runs predict, at the 1 % level), every ranking -- launch order, the patience
+    # rule's best zone, move targets and the held zone -- uses runs capped by the job's own
+    # evidence (market_view.own_evidence_caps); which zones are worth trying at all stays
+    # v6's. "holds_law" (twenty-second round): the same, the holds tested against each zone's
+    # own run law instead (market_view.holds_reject_run_law)
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -211,7 +214,7 @@ HOLD_STARTS = ("run", "seen")
 OUTAGE_ENDS = ("seen", "launch")
 """The values of ``SpotfleetParams.outage_end`` (see its comment)."""
 
-MODEL_CHECKS = ("off", "holds")
+MODEL_CHECKS = ("off", "holds", "holds_law")
 """The values of ``SpotfleetParams.model_check`` (see its comment)."""
 
 RANK_AFTER_USD = 1e6
@@ -549,6 +552,8 @@ class SpotfleetPolicy(Policy):
             if self._open is not None:
                 held.append((self._open[1], False, self._open_expected))
             self._rejected = holds_reject_model(held)
+        elif self.p.model_check == "holds_law" and not self._rejected:
+            self._rejected = holds_reject_run_law(self._holds, self._emp_runs, obs.gap_hours)
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
         run = self.expected_runs(obs)

@@ -1,8 +1,9 @@
-"""The twenty-first round's candidate, ``SpotfleetParams(model_check="holds")``: once the job's
-own holds reject the runs its decisions expected, every ranking uses runs capped by the job's
-own evidence. The test and the caps as pure functions, the behaviour on a market whose calm
-history lies (cheap zones flap from the job's start), and what it leaves alone: a market
-whose history is true, and which zones are worth trying at all."""
+"""The twenty-first and twenty-second rounds' candidates, ``SpotfleetParams(model_check=...)``:
+once the job's own holds reject what its model expected (``"holds"``: the expected runs, a
+Poisson test; ``"holds_law"``: each zone's own run law, Fisher's test), every ranking uses runs
+capped by the job's own evidence. The tests and the caps as pure functions, the behaviour on a
+market whose calm history lies (cheap zones flap from the job's start), and what it leaves
+alone: a market whose history is true, and which zones are worth trying at all."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from fleet.policies.base import JobSpec
-from fleet.policies.market_view import holds_reject_model, own_evidence_caps
+from fleet.policies.market_view import holds_reject_model, holds_reject_run_law, own_evidence_caps
 from fleet.policies.spotfleet import RANK_AFTER_USD, SpotfleetParams, SpotfleetPolicy
 from fleet.simulation.engine import simulate
 from fleet.simulation.market import Market
@@ -39,6 +40,32 @@ def test_the_holds_test_rejects_only_more_preemptions_than_the_expected_runs_pre
     assert holds_reject_model([(0.0, True, np.inf), (0.2, True, 10.0), (0.2, True, 10.0)])
 
 
+def test_the_run_law_test_knows_a_flickering_history_from_a_calm_one():
+    """Three holds of about a minute, each ended by a preemption: expected where the history
+    flickers (the April 2023 trace's us-west-2b: runs of one or two 32 s ticks between long
+    ones), significant where it is calm (runs of 10-15 h)."""
+    gap = 32.0 / 3600.0
+    flicker = np.array([gap, 2 * gap, gap, 1.0, gap, 2 * gap, 1.0, gap, 3 * gap, 1.0])
+    calm = np.array([10.0, 12.0, 15.0, 11.0, 14.0, 13.0])
+    short = [(gap, True, True), (2 * gap, True, True), (gap, True, True)]
+    assert not holds_reject_run_law([short], [flicker], gap)
+    assert holds_reject_run_law([short], [calm], gap)
+    # one short hold is never enough, and holds that ran as long as the law says are fine
+    assert not holds_reject_run_law([short[:1]], [calm], gap)
+    assert not holds_reject_run_law([[(11.0, True, True), (9.0, True, True)]], [calm], gap)
+    # spread over zones: each hold is judged by its own zone's law
+    assert not holds_reject_run_law([short[:2], short[2:], []], [flicker, flicker, calm], gap)
+    assert holds_reject_run_law([short[:2], short[2:], []], [calm, calm, flicker], gap)
+
+
+def test_a_hold_seen_as_zero_hours_counts_as_one_tick():
+    calm = np.array([10.0, 12.0, 15.0])
+    zero = [(0.0, True, True), (0.0, True, True)]
+    gap = 300.0 / 3600.0
+    ticks = [(gap, True, True), (gap, True, True)]
+    assert holds_reject_run_law([zero], [calm], gap) == holds_reject_run_law([ticks], [calm], gap)
+
+
 def _lying_market(cheap: int = 5) -> Market:
     """One region: zone 0 dear (1.6 $/h) and always up; ``cheap`` zones at 1.0 $/h, up for the
     whole 24 h history but for a 10-min outage every 8 h; from the job's start they are up
@@ -63,11 +90,12 @@ def _run(params: SpotfleetParams, market: Market, spec: JobSpec):
     return pol, res, tl
 
 
-def test_a_lying_history_is_rejected_and_the_job_stays_where_its_own_holds_last():
+@pytest.mark.parametrize("check", ["holds", "holds_law"])
+def test_a_lying_history_is_rejected_and_the_job_stays_where_its_own_holds_last(check):
     m = _lying_market()
     spec = JobSpec(work_hours=6.0, deadline_hours=9.0, notice_seconds=120.0)
     v6, r6, _ = _run(SpotfleetParams(), m, spec)
-    cand, rc, tl = _run(SpotfleetParams(model_check="holds"), m, spec)
+    cand, rc, tl = _run(SpotfleetParams(model_check=check), m, spec)
     assert r6.deadline_met and rc.deadline_met
     assert cand._rejected
     # v6 keeps going back to the cheap zones whose calm history it believes
@@ -77,7 +105,8 @@ def test_a_lying_history_is_rejected_and_the_job_stays_where_its_own_holds_last(
     assert tl[-1][1] == 0
 
 
-def test_a_true_history_is_not_rejected_and_nothing_changes():
+@pytest.mark.parametrize("check", ["holds", "holds_law"])
+def test_a_true_history_is_not_rejected_and_nothing_changes(check):
     """The same zones, but the cheap ones keep their calm history during the job."""
     m = _lying_market()
     av = m.available.copy()
@@ -86,7 +115,7 @@ def test_a_true_history_is_not_rejected_and_nothing_changes():
                     clouds=m.clouds, spot_price=m.spot_price, on_demand_price=m.on_demand_price)
     spec = JobSpec(work_hours=6.0, deadline_hours=9.0, notice_seconds=0.0)
     _, r6, t6 = _run(SpotfleetParams(), true_m, spec)
-    cand, rc, tc = _run(SpotfleetParams(model_check="holds"), true_m, spec)
+    cand, rc, tc = _run(SpotfleetParams(model_check=check), true_m, spec)
     assert not cand._rejected
     assert rc.cost == r6.cost and tc == t6
 
