@@ -1,4 +1,4 @@
-"""spotfleet's own deadline policy (v6): Uniform Progress's robust core, priced and probed.
+"""spotfleet's own deadline policy (v7): Uniform Progress's robust core, priced and probed.
 
 Why this shape: the previous spotfleet (run-length forecast + a slack reserve from the
 observed market + a 5 h on-demand exit rule) was tuned on the 9-zone V100 set and lost
@@ -57,6 +57,18 @@ what the baselines ignore and a live controller knows:
   They feed the ranking, the launch belief and the patience rule's wait; a zone the job
   never saw keeps its history. The bridge, the reserve and the forced-probability test
   still read the history's all-zones-down share.
+* **When the job's own holds reject the model (v7).** Per-zone evidence is slow: after a
+  regime shift the job would be burnt by every cheap zone whose calm history it still
+  believes. Each preempted hold is scored by its zone's own run law (how likely a run that
+  short is there); once Fisher's combination of those scores rejects the model at 1 %
+  (at least two preemptions), every ranking -- launch order, the patience rule's best zone,
+  the move rule's targets and held zone -- uses runs capped by the job's own evidence: a
+  zone that preempted it at most its held hours per preemption, a zone it never held at
+  most the held hours per preemption over all zones (``model_check="holds_law"``,
+  :func:`fleet.policies.market_view.holds_reject_run_law`,
+  :func:`fleet.policies.market_view.own_evidence_caps`). Which zones are worth trying at
+  all stays v6's, so the caps never leave the job idle where v6 would launch. Where the
+  history is true the test does not trip and v7 is v6.
 
 Parameters (``SpotfleetParams``) are structural, not fitted: the lookback of the
 statistics, the move margin, how often to reconsider, the least launch belief worth a
@@ -170,14 +182,16 @@ class SpotfleetParams:
     # so a hold preempted before the job's next decision (one tick after a launch from idle)
     # splits the outages around it instead of merging them into one (docs/fleet-policies.md,
     # *Tick length*)
-    model_check: str = "off"  # "off": v6. "holds" (twenty-first round, session 12, rejected on
+    model_check: str = "holds_law"  # "holds_law": v7, the default since session 12 (see the
+    # last sentence); "off": v6. "holds" (twenty-first round, session 12, rejected on
     # the April 2023 trace; own-evidence zone models only): once the job's own holds reject the
     # runs its decisions expected (market_view.holds_reject_model: more preemptions than the
     # expected runs predict, at the 1 % level), every ranking -- launch order, the patience
     # rule's best zone, move targets and the held zone -- uses runs capped by the job's own
     # evidence (market_view.own_evidence_caps); which zones are worth trying at all stays
-    # v6's. "holds_law" (twenty-second round): the same, the holds tested against each zone's
-    # own run law instead (market_view.holds_reject_run_law)
+    # v6's. "holds_law" (twenty-second round, adopted: v7): the same, the holds tested against
+    # each zone's own run law instead (market_view.holds_reject_run_law). Zone models that
+    # keep no holds ignore it (v5 is zone_model="history", whatever model_check says)
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -266,7 +280,6 @@ _NEEDS_ZONE_MODEL = {  # field: (its v6 value, the zone models it works with, wh
     "hold_start": ("run", ("changepoint_updown",), "the outages the job watches"),
     "outage_end": ("seen", ("changepoint_updown",), "the outages the job watches"),
     "change_pool": ("off", _OWN_EVIDENCE, "the job's own evidence per zone"),
-    "model_check": ("off", _OWN_EVIDENCE, "the job's own holds"),
 }
 
 
@@ -547,12 +560,13 @@ class SpotfleetPolicy(Policy):
             self._own_run_update(state)
         if self.p.zone_model == "changepoint_updown":
             self._down_update(obs, state)
-        if self.p.model_check == "holds" and not self._rejected:
+        checks = self.p.zone_model in _OWN_EVIDENCE and not self._rejected
+        if self.p.model_check == "holds" and checks:
             held = list(self._checked)
             if self._open is not None:
                 held.append((self._open[1], False, self._open_expected))
             self._rejected = holds_reject_model(held)
-        elif self.p.model_check == "holds_law" and not self._rejected:
+        elif self.p.model_check == "holds_law" and checks:
             self._rejected = holds_reject_run_law(self._holds, self._emp_runs, obs.gap_hours)
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)

@@ -94,7 +94,7 @@ def _run(params: SpotfleetParams, market: Market, spec: JobSpec):
 def test_a_lying_history_is_rejected_and_the_job_stays_where_its_own_holds_last(check):
     m = _lying_market()
     spec = JobSpec(work_hours=6.0, deadline_hours=9.0, notice_seconds=120.0)
-    v6, r6, _ = _run(SpotfleetParams(), m, spec)
+    v6, r6, _ = _run(SpotfleetParams(model_check="off"), m, spec)
     cand, rc, tl = _run(SpotfleetParams(model_check=check), m, spec)
     assert r6.deadline_met and rc.deadline_met
     assert cand._rejected
@@ -114,7 +114,7 @@ def test_a_true_history_is_not_rejected_and_nothing_changes(check):
     true_m = Market(zones=m.zones, gap_seconds=300.0, available=av, regions=m.regions,
                     clouds=m.clouds, spot_price=m.spot_price, on_demand_price=m.on_demand_price)
     spec = JobSpec(work_hours=6.0, deadline_hours=9.0, notice_seconds=0.0)
-    _, r6, t6 = _run(SpotfleetParams(), true_m, spec)
+    _, r6, t6 = _run(SpotfleetParams(model_check="off"), true_m, spec)
     cand, rc, tc = _run(SpotfleetParams(model_check=check), true_m, spec)
     assert not cand._rejected
     assert rc.cost == r6.cost and tc == t6
@@ -132,11 +132,14 @@ def test_ranking_caps_never_make_a_zone_unworthy_of_a_try():
     assert ranked[2] == RANK_AFTER_USD + 1.5 < ranked[0] == RANK_AFTER_USD + 2.0
 
 
-def test_model_check_needs_an_own_evidence_zone_model_and_a_known_value():
+def test_model_check_is_v7s_default_v5_ignores_it_and_a_bad_value_is_refused():
+    assert SpotfleetParams().model_check == "holds_law"  # v7, the default since session 12
     m = _lying_market()
-    spec = JobSpec(work_hours=6.0, deadline_hours=9.0)
-    with pytest.raises(ValueError, match="model_check='holds' needs zone_model"):
-        simulate(SpotfleetPolicy(SpotfleetParams(model_check="holds", zone_model="history")),
-                 m, spec, HIST)
+    spec = JobSpec(work_hours=6.0, deadline_hours=9.0, notice_seconds=120.0)
+    # v5 (zone_model="history") keeps no holds: the check never acts, whatever it says
+    v5 = [_run(SpotfleetParams(zone_model="history", model_check=c), m, spec) for c in
+          ("off", "holds", "holds_law")]
+    assert not any(p._rejected for p, _, _ in v5)
+    assert len({(r.cost, tuple(tl)) for _, r, tl in v5}) == 1
     with pytest.raises(ValueError, match="model_check 'x'"):
         simulate(SpotfleetPolicy(SpotfleetParams(model_check="x")), m, spec, HIST)

@@ -1,5 +1,6 @@
-"""v5 (``zone_model="history"``, ``own_runs="off"``) is reproducible bit for bit, and the
-default is v6 (``zone_model="changepoint_updown"``, session 9) as pinned at its adoption.
+"""v5 (``zone_model="history"``, ``own_runs="off"``) and v6 (``zone_model="changepoint_updown"``,
+``model_check="off"``, session 9) are reproducible bit for bit, and the default is v7
+(``model_check="holds_law"``, session 12) as pinned at its adoption.
 
 The other rejected v6 candidates were removed from ``SpotfleetParams`` (their figures
 reproduce at commit e1c45df, docs/fleet-policies-tuning-log.md); ``own_runs`` and the
@@ -9,7 +10,7 @@ other zone models stay opt-in and must never move the default policy.
 from __future__ import annotations
 
 import pytest
-from v5_pins import V5, V6, assert_reproduces
+from v5_pins import V5, V6, V7, assert_reproduces
 
 from fleet.policies.spotfleet import SpotfleetParams
 
@@ -18,9 +19,12 @@ V5_SETTINGS = {
     "v5, own runs off": SpotfleetParams(own_runs="off", zone_model="history"),
 }
 V6_SETTINGS = {
+    "v6": SpotfleetParams(own_runs="off", zone_model="changepoint_updown", model_check="off"),
+}
+V7_SETTINGS = {
     "default": None,
     "explicit default": SpotfleetParams(),
-    "v6": SpotfleetParams(own_runs="off", zone_model="changepoint_updown"),
+    "v7": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_law"),
 }
 
 
@@ -32,6 +36,12 @@ def test_zone_model_history_reproduces_v5_bit_for_bit(regime, notice, setting):
 
 @pytest.mark.parametrize("setting", sorted(V6_SETTINGS))
 @pytest.mark.parametrize("regime,notice", sorted(V6))
-def test_the_default_is_v6_as_pinned(regime, notice, setting):
+def test_v6_reproduces_as_pinned(regime, notice, setting):
     assert_reproduces(V6, regime, notice, V6_SETTINGS[setting])
+
+
+@pytest.mark.parametrize("setting", sorted(V7_SETTINGS))
+@pytest.mark.parametrize("regime,notice", sorted(V7))
+def test_the_default_is_v7_as_pinned(regime, notice, setting):
+    assert_reproduces(V7, regime, notice, V7_SETTINGS[setting])
 

@@ -1,7 +1,8 @@
-"""spotfleet v5's and v6's decisions and costs on a small synthetic market, pinned.
+"""spotfleet v5's, v6's and v7's decisions and costs on small synthetic markets, pinned.
 
-v5 (``zone_model="history"``) must stay reproducible bit for bit, and the default (v6,
-``zone_model="changepoint_updown"``, adopted in session 9) must not move unnoticed;
+v5 (``zone_model="history"``) and v6 (``zone_model="changepoint_updown"``, adopted in session 9,
+``model_check="off"``) must stay reproducible bit for bit, and the default (v7,
+``model_check="holds_law"``, adopted in session 12) must not move unnoticed;
 ``test_fleetsim_v5_pins.py`` checks both here, in one place.
 """
 
@@ -11,11 +12,17 @@ import hashlib
 
 import pytest
 
-from fleet.market.regimes import available_config, regime_market, volatile_config
+from fleet.market.regimes import (
+    available_config,
+    regime_market,
+    shift_config,
+    shift_market,
+    volatile_config,
+)
 from fleet.policies.base import JobSpec
 from fleet.policies.spotfleet import SpotfleetParams, SpotfleetPolicy
 from fleet.simulation.engine import simulate
-from fleet.simulation.families import spread_starts
+from fleet.simulation.families import SHIFT_HOURS, spread_starts
 
 # main at 4f79470, before any v6 candidate existed: start tick, cost $ and sha256 of the
 # timeline [(tick, location), ...], first 16 hex digits
@@ -52,10 +59,31 @@ V6 = {
 }
 
 
+# session 12: the regime-shift market (pinned_market("shift")), recorded at v7's adoption with
+# v6 (model_check="off") and v7 (the default, model_check="holds_law"). On the stationary
+# markets v7 is v6 to the last digit (its test never trips there).
+V6[("shift", 0.0)] = [(2016, 19.121282342434, "3db5c0ceca9f4308"),
+                      (2411, 21.301158500404, "343696b9ebf627dc"),
+                      (2807, 17.516569294978, "aeb589daaecbaa58")]
+V6[("shift", 120.0)] = [(2016, 12.168289408458, "12f171ab83ead02b"),
+                        (2411, 24.336861366705, "77d20aa920ac9a77"),
+                        (2807, 13.686610917446, "c88688995c6f4fbb")]
+V7 = {**V6, ("shift", 0.0): [(2016, 24.464703155694, "a03e72c3da5e7c50"), *V6[("shift", 0.0)][1:]]}
+
+
 def pinned_market(regime: str):
-    """The 8-day synthetic market (seed 2) the pins were recorded on."""
+    """The 8-day synthetic market (seed 2) the pins were recorded on; ``"shift"``: the
+    regime-shift market of the shift families on seed 2 (no family's seed), 12 days, cheap
+    zones flaky from 171 h."""
+    if regime == "shift":
+        before, after = shift_config()
+        return shift_market(before, after, 2, SHIFT_HOURS)
     cfg = {"volatile": volatile_config, "available": available_config}[regime](hours=24.0 * 8)
     return regime_market(cfg, 2)
+
+
+PIN_WARMUP_HOURS = {"volatile": 72.0, "available": 72.0, "shift": 168.0}
+"""History before the first pinned start (the shift market's first start sees the shift)."""
 
 
 def pinned_spec(notice: float) -> JobSpec:
@@ -65,9 +93,9 @@ def pinned_spec(notice: float) -> JobSpec:
 def assert_reproduces(pins: dict, regime: str, notice: float,
                       params: SpotfleetParams | None) -> None:
     """``SpotfleetPolicy(params)`` makes the pinned decisions and pays the pinned cost at
-    every pinned start (``pins``: ``V5`` or ``V6``)."""
+    every pinned start (``pins``: ``V5``, ``V6`` or ``V7``)."""
     m, spec = pinned_market(regime), pinned_spec(notice)
-    starts = spread_starts(m, spec, 3, 24.0 * 3)
+    starts = spread_starts(m, spec, 3, PIN_WARMUP_HOURS[regime])
     assert [int(s) for s in starts] == [s for s, _, _ in pins[(regime, notice)]]
     for s, cost, digest in pins[(regime, notice)]:
         tl: list = []

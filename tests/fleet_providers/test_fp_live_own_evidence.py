@@ -49,7 +49,7 @@ def _run(policy):
 
 
 def test_live_default_leaves_the_zone_whose_history_went_stale():
-    done, idle_up, d, ticks = _run("spotfleet")  # the default: v6
+    done, idle_up, d, ticks = _run("spotfleet")  # the default: v7 (v6 does the same here)
     assert done is not None and done <= 7 * 3600.0, done
     assert d._preemptions <= 3, d._preemptions  # two or three short holds, then the dear zone
     assert ticks["on-demand"] == 0 and ticks["us-east-1b"] > 60, ticks
@@ -63,3 +63,14 @@ def test_live_v5_keeps_trusting_the_calm_history():
     assert d._preemptions >= 10, d._preemptions  # back to the cheap zone after every preemption
     assert idle_up >= 10
     assert done is None or done >= 9 * 3600.0, done
+
+
+def test_live_v7_checks_its_model_on_the_holds_the_driver_reports():
+    """v7's check (``model_check="holds_law"``) sees the two short holds the driver reports,
+    rejects the calm history live, and lands where v6 does (two zones: nothing else to rank)."""
+    v7 = SpotfleetPolicy()
+    done7, _, d7, ticks7 = _run(v7)
+    v6 = SpotfleetPolicy(SpotfleetParams(model_check="off"))
+    done6, _, d6, ticks6 = _run(v6)
+    assert v7._rejected and not v6._rejected
+    assert (done7, d7._preemptions, ticks7) == (done6, d6._preemptions, ticks6)
