@@ -8,7 +8,7 @@ import numpy as np
 
 from fleet.contract import RunPriors
 from fleet.emulation.injector import CapacitySchedule
-from fleet.policies.base import Policy
+from fleet.policies.base import Action, Policy
 from fleet.providers.decisions import PolicyDriver, Progress
 
 F = 1800.0  # market seconds per wall second of the local fleet's default time scale
@@ -64,3 +64,17 @@ def replay(s: CapacitySchedule, d: PolicyDriver, steps: int, start_step: int = 0
                 return t + gap, idle_up
         t += gap
     return None, idle_up
+
+
+class RestartSpy(Policy):
+    """Records the restart (h) the policy is told at each decision; spot in the first zone.
+    The live providers' tests check that it is the restart they measure, not the plan's."""
+
+    name = "restart-spy"
+
+    def __init__(self) -> None:
+        self.told: list[float] = []
+
+    def decide(self, state, obs) -> Action:
+        self.told.append(state.spec.restart_hours)
+        return Action(0)

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
+from live_replay import RestartSpy
 
 from fleet.contract import RunPriors, posterior_restart_seconds
 from fleet.emulation.injector import CapacitySchedule, TimeScale
-from fleet.policies.base import Action, Policy
 from fleet.providers.base import NodeSession, StageSpec
 from fleet.providers.decisions import PolicyDriver, Progress
 from fleet.providers.local.provider import LocalFleetConfig, LocalFleetProvider, _Node, _StageRun
@@ -31,25 +31,12 @@ ZONES = ["us-east-1a", "us-east-1b", "us-west-2a"]
 REPO = Path(__file__).resolve().parents[2]
 
 
-class _Spy(Policy):
-    """Records the restart the policy is told at each decision; runs spot in zone 0."""
-
-    name = "spy"
-
-    def __init__(self) -> None:
-        self.told: list[float] = []
-
-    def decide(self, state, obs) -> Action:
-        self.told.append(state.spec.restart_hours)
-        return Action(target=0)
-
-
 class _Injector:
     def up_zones(self, now=None):
         return list(ZONES)
 
 
-def _run(tmp_path: Path) -> tuple[_StageRun, PolicyDriver, _Spy]:
+def _run(tmp_path: Path) -> tuple[_StageRun, PolicyDriver, RestartSpy]:
     schedule = CapacitySchedule(CapacitySchedule.rotating(ZONES).traces.values(), offset_seconds=24 * 3600.0)
     cfg = LocalFleetConfig(schedule=schedule, time_scale=TimeScale(2.0), cloud="signal",
                            workdir=tmp_path)
@@ -57,7 +44,7 @@ def _run(tmp_path: Path) -> tuple[_StageRun, PolicyDriver, _Spy]:
                      policy="spotfleet", priors=RunPriors(restart_seconds=360.0, work_seconds=10 * 3600.0))
     run = _StageRun(LocalFleetProvider(cfg), spec, 1, None)
     driver = run._driver(schedule, ZONES)
-    spy = _Spy()
+    spy = RestartSpy()
     driver.policy = spy
     run.injector = _Injector()
     run._started = time.time()

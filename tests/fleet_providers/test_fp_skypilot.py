@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from live_replay import RestartSpy
 
 from fleet.contract import RunPriors
 from fleet.policies.base import ON_DEMAND, Action, Policy
@@ -714,19 +715,6 @@ def test_a_plan_without_prices_gets_the_cheapest_zones_on_demand_price_of_the_on
 
 # ------------------------------------------------------------------ the restart R the policy plans with
 
-class _RestartSpy(Policy):
-    """Records the restart (h) the policy is told at each decision; spot in the first zone."""
-
-    name = "restart-spy"
-
-    def __init__(self) -> None:
-        self.told: list[float] = []
-
-    def decide(self, state, obs) -> Action:
-        self.told.append(state.spec.restart_hours)
-        return Action(0)
-
-
 class _SlowStarts(Controller):
     """``Controller`` whose jobs take ``starts[i]`` seconds from ``submitted_at`` (the
     jobs controller starts launching the cluster) to ``start_at`` (the job runs on it)."""
@@ -759,7 +747,7 @@ def test_the_policy_plans_with_the_restart_skypilot_measured(api_server):
     controller sets ``last_recovered_at`` = ``start_at`` on a first start). Before: the
     plan's 300 s at every decision, and each session measured 0 s (launched at
     ``last_recovered_at``)."""
-    spy = _RestartSpy()
+    spy = RestartSpy()
     ctl = _SlowStarts(api_server, ["preempt", "preempt", "succeed"], starts=[900.0, 1500.0, 600.0])
     events: list = []
     prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0, policy=spy), sleep=ctl)
@@ -806,7 +794,7 @@ def test_a_cluster_skypilot_recovered_is_measured_from_the_recovery(api_server, 
             job["end_at"] = clock[0] = 9000.0
 
     prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0, rotate_on_preemption=False,
-                                           policy=_RestartSpy()), sleep=sleep, clock=lambda: clock[0])
+                                           policy=RestartSpy()), sleep=sleep, clock=lambda: clock[0])
     res = prov.run_stage(_spec())
     assert res.completed and [s.end_reason for s in res.sessions] == ["preempted", "completed"]
     # seen RECOVERING at 5000 s; else the old cluster last seen running at 1900 s
