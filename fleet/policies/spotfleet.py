@@ -77,8 +77,10 @@ zone model (``"history"`` = v5; the rejected thirteenth and fourteenth rounds'
 ``"changepoint"`` / ``"changepoint_emp"`` stay opt-in). ``own_runs`` (``"switch"`` /
 ``"switch_emp"``, v6 ninth and tenth rounds, not adopted; ``"off"`` = the default) and
 ``interval_hazard`` (``"mixture"``, sixteenth round, rejected; ``"run"`` = the default) are
-opt-in too; the other rejected v6 fields were removed and reproduce at commit e1c45df
-(docs/fleet-policies-tuning-log.md).
+opt-in too, as are the later rounds' ``hold_start``, ``zone_cost``, ``change_pool``,
+``h1_prior_seconds``, ``outage_end`` and ``model_check="holds"``; ``model_check="holds_law"``
+is v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
+e1c45df (docs/fleet-policies-tuning-log.md).
 """
 
 from __future__ import annotations
