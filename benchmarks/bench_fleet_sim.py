@@ -45,7 +45,9 @@ from fleet.simulation.families import (  # noqa: E402
     family_table,
     goal_table,
     half_cells,
+    has_baseline,
     run_family,
+    select_policies,
 )
 
 DATA = Path(os.environ.get("SPOTFLEET_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -70,11 +72,15 @@ def main() -> int:
     if any(f in ("v100", "h100", "v100_apr") for f in names) and not DATA.is_dir():
         print(f"skip: {DATA} not found (set SPOTFLEET_SHARED_DATA)")
         return 0
-    pols = builtin_policy_factories()
-    if args.policies:
-        pols = {k: v for k, v in pols.items() if k in args.policies.split(",")}
-    cand = candidate_factories(args.candidate)
-    pols.update(cand)
+    try:
+        cand = candidate_factories(args.candidate)
+        pols = select_policies(builtin_policy_factories(), args.policies, cand)
+    except ValueError as e:
+        ap.error(str(e))
+    goals = has_baseline(list(pols))
+    if not goals:
+        print("no baseline among --policies: the goal tables (spotfleet against the best "
+              "baseline) are skipped; add one (e.g. failover) to get them", flush=True)
     ratios = [float(x) for x in args.ratios.split(",")]
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}; {args.starts} starts per cell", flush=True)
@@ -96,12 +102,14 @@ def main() -> int:
         for notice in NOTICES:
             md += [f"#### {fam.title}: mean cost / omniscient, notice {notice:g} s", "",
                    family_table(cells, notice), ""]
-    md += ["#### spotfleet against the best baseline of each cell", "", goal_table(all_cells), ""]
+    if goals:
+        md += ["#### spotfleet against the best baseline of each cell", "", goal_table(all_cells), ""]
     for name in cand:
-        md += [f"#### {name} (a spotfleet variant, not a baseline) against the best baseline "
-               "of each cell", "", goal_table(all_cells, name), "",
-               f"#### {name} against spotfleet, start by start", "", candidate_table(all_cells, name), ""]
-    if args.halves:
+        if goals:
+            md += [f"#### {name} (a spotfleet variant, not a baseline) against the best baseline "
+                   "of each cell", "", goal_table(all_cells, name), ""]
+        md += [f"#### {name} against spotfleet, start by start", "", candidate_table(all_cells, name), ""]
+    if args.halves and goals:
         for second in (False, True):
             md += [f"#### spotfleet against the best baseline, {'second' if second else 'first'} "
                    "half of the starts", "", goal_table(half_cells(all_cells, second)), ""]

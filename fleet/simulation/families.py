@@ -422,6 +422,28 @@ def candidate_factories(specs: Sequence[str]) -> dict[str, Callable]:
     return out
 
 
+def select_policies(factories: dict[str, Callable], names: str,
+                    candidates: dict[str, Callable]) -> dict[str, Callable]:
+    """The sweep's policies: ``factories`` limited to the comma-separated ``names`` (all when
+    empty), plus the ``candidates`` columns. A ``ValueError`` names what cannot run: an unknown
+    policy (with the known ones), or a candidate without ``spotfleet`` to compare it with."""
+    want = [n for n in names.split(",") if n]
+    unknown = [n for n in want if n not in factories]
+    if unknown:
+        raise ValueError(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(factories)}")
+    out = {k: v for k, v in factories.items() if not want or k in want}
+    if candidates and OURS not in out:
+        raise ValueError(f"--candidate compares with {OURS}: add it to --policies")
+    out.update(candidates)
+    return out
+
+
+def has_baseline(policies: Sequence[str]) -> bool:
+    """Whether a goal table (spotfleet against the best baseline) can be made from these
+    policy columns: at least one that is not spotfleet, a candidate or on-demand."""
+    return any(n not in (OURS, "on_demand") and not is_candidate(n) for n in policies)
+
+
 def best_baseline(cell: Cell) -> str:
     """The cheapest baseline (not the project's policy, not a ``--candidate`` variant, not
     on-demand) of the cell."""
