@@ -103,3 +103,22 @@ def test_tuning_set_shift_family_uses_its_own_seeds_and_window():
     # seed, 5 in all, so the tuning set's block interval is over 5 markets, not 40 starts
     blocks = ts.plan_blocks(plan, fam.spec(1.5, 0.0).deadline_hours)
     assert blocks.tolist() == [k for k in range(5) for _ in range(8)]
+
+
+def test_the_sweeps_policy_list_is_checked_before_it_runs():
+    """``bench_fleet_sim.py --policies`` / ``--candidate``: an unknown name, or a candidate with
+    nothing to compare it with, is refused up front (it used to be dropped silently, or to
+    crash after the whole sweep); a list without a baseline runs without goal tables."""
+    from fleet.policies.baselines import builtin_policy_factories
+    from fleet.simulation.families import candidate_factories, has_baseline, select_policies
+
+    f = builtin_policy_factories()
+    with pytest.raises(ValueError, match="unknown failovr; known: .*failover"):
+        select_policies(f, "spotfleet,failovr", {})
+    cand = candidate_factories(["v6:model_check=off"])
+    with pytest.raises(ValueError, match="--candidate compares with spotfleet"):
+        select_policies(f, "failover", cand)
+    only = select_policies(f, "spotfleet", cand)
+    assert list(only) == ["spotfleet", "candidate:v6"] and not has_baseline(list(only))
+    assert has_baseline(list(select_policies(f, "spotfleet,failover", {})))
+    assert list(select_policies(f, "", {})) == list(f)
