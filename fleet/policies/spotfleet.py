@@ -235,7 +235,7 @@ MODEL_CHECKS = ("off", "holds", "holds_law")
 
 RANK_AFTER_USD = 1e6
 """$ per useful hour added to v6's figure for the zones that the own-evidence ranking
-(``model_check="holds"``) makes worthless: they follow every other zone, in v6's order."""
+(``model_check`` "holds" or "holds_law") makes worthless: they follow every other zone, in v6's order."""
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -630,7 +630,7 @@ class SpotfleetPolicy(Policy):
 
     def _rank_eff(self, state: JobState, obs: Observation, eff: np.ndarray,
                   held: int | None = None) -> np.ndarray:
-        """``model_check="holds"``, once the job's holds rejected the model: the cost per
+        """``model_check`` on, once the job's holds rejected the model: the cost per
         useful hour of each zone with the runs capped by the job's own evidence
         (:func:`own_evidence_caps`), for ranking; a zone the caps make worthless keeps v6's
         figure ``eff`` plus ``RANK_AFTER_USD`` (it follows every other, in v6's order)."""
