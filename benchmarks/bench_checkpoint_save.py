@@ -11,8 +11,9 @@ Two ratios, each against a physical limit measured in the SAME run:
 
 The checkpointed state is params + AdamW's two moments (+ step counters), i.e.
 ~12 bytes per parameter. ``--device cuda`` snapshots from GPU memory into pinned
-buffers and compares with a device-to-host copy of the same bytes (skipped, exit 0,
-without a GPU).
+buffers and compares with a device-to-host copy of the same bytes into pinned memory
+(the PCIe limit); it also times the same snapshot into a pageable (unpinned) buffer, the
+peer that shows what pinning buys (skipped, exit 0, without a GPU).
 
     nice python benchmarks/bench_checkpoint_save.py --params 100M [--saves 3] [--json out.json]
 """
@@ -38,10 +39,12 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from checkpointing.saver import AsyncSaver  # noqa: E402
+from checkpointing.snapshot import SnapshotBuffers  # noqa: E402
 from checkpointing.stores.local import LocalStore  # noqa: E402
 from checkpointing.torch_state import TrainingState  # noqa: E402
 
 WIDTH = 1024  # block: Linear(d, 4d) + Linear(4d, d) ~ 8.4M parameters at d=1024
+SAVE_TIMEOUT_SECONDS = 600.0  # a 12 GB checkpoint persists for longer than the loop's 10 s wait limit
 CHUNK = 256 << 20  # memcpy baseline chunk (bytes): far larger than any CPU cache
 
 
@@ -56,10 +59,11 @@ def build(params: int, device: str) -> tuple[nn.Module, torch.optim.Optimizer]:
     per_block = 2 * WIDTH * 4 * WIDTH + 5 * WIDTH
     blocks = max(1, round(params / per_block))
     layers: list[nn.Module] = []
-    for _ in range(blocks):
-        layers += [nn.Linear(WIDTH, 4 * WIDTH), nn.Linear(4 * WIDTH, WIDTH)]
-    with torch.device(device):
+    with torch.device(device):  # the layers themselves are made on ``device`` (not just the container)
+        for _ in range(blocks):
+            layers += [nn.Linear(WIDTH, 4 * WIDTH), nn.Linear(4 * WIDTH, WIDTH)]
         model = nn.Sequential(*layers)
+    assert next(model.parameters()).device.type == device, "model is not on the requested device"
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for p in model.parameters():  # one step with zero grads creates exp_avg / exp_avg_sq
         p.grad = torch.zeros_like(p)
@@ -94,6 +98,17 @@ def memcpy_seconds(src: torch.Tensor) -> float:
     return time.perf_counter() - t0
 
 
+def pageable_snapshot_seconds(buffers: SnapshotBuffers, state: TrainingState) -> float:
+    """Seconds to snapshot ``state`` into ``buffers`` (a pageable buffer, reused between
+    rounds so its pages are touched), the same call the saver times as its stall."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    buffers.capture(state.capture())
+    seconds = time.perf_counter() - t0
+    buffers.release()
+    return seconds
+
+
 def dd_bytes_per_second(directory: Path, nbytes: int) -> float:
     """Raw write bandwidth (bytes/s) of ``dd if=/dev/zero bs=16M conv=fsync``."""
     target = directory / "dd-probe.bin"
@@ -120,6 +135,7 @@ def run(args: argparse.Namespace) -> dict:
     state = TrainingState(model=model, optimizer=opt, step=1)
     workdir = Path(tempfile.mkdtemp(prefix="bench-ckpt-", dir=args.dir))
     gpu_src = None
+    pageable = SnapshotBuffers(pin_memory=False) if args.device == "cuda" else None
     try:
         saver = AsyncSaver(LocalStore(workdir / "store"), pin_memory=args.device == "cuda",
                            keep_periodic=1)
@@ -129,7 +145,7 @@ def run(args: argparse.Namespace) -> dict:
             # interleave the limits with the saves so that noise from other tenants of
             # the machine hits both sides alike
             state.step = i + 1
-            result = saver.save(state.capture, i + 1, "periodic", block=True)
+            result = saver.save(state.capture, i + 1, "periodic", block=True, timeout=SAVE_TIMEOUT_SECONDS)
             assert result is not None and result.ok, result
             nbytes = result.bytes
             flat = saver.buffers._flat
@@ -145,9 +161,13 @@ def run(args: argparse.Namespace) -> dict:
                            "persist_seconds": result.persist_seconds,
                            "save_bytes_per_second": nbytes / result.persist_seconds,
                            "dd_bytes_per_second": disk_bps})
+            if pageable is not None:
+                rounds[-1]["pageable_stall_seconds"] = pageable_snapshot_seconds(pageable, state)
             print(f"round {i + 1}: {nbytes / 1e9:.2f} GB; stall {result.stall_seconds:.3f} s vs memcpy "
                   f"{copy_s:.3f} s; persist {nbytes / result.persist_seconds / 1e6:.0f} MB/s vs dd "
-                  f"{disk_bps / 1e6:.0f} MB/s", flush=True)
+                  f"{disk_bps / 1e6:.0f} MB/s"
+                  + (f"; unpinned snapshot {rounds[-1]['pageable_stall_seconds']:.3f} s"
+                     if pageable is not None else ""), flush=True)
         saver.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -180,6 +200,11 @@ def run(args: argparse.Namespace) -> dict:
           f"{best('dd_bytes_per_second', True) / 1e6:.0f} MB/s = {out['throughput_ratio_best']:.2f}; "
           f"median ratio {out['throughput_ratio_median']:.2f}; per-round median "
           f"{out['throughput_ratio_per_round_median']:.2f}  (goal >= 0.8)")
+    if pageable is not None:
+        out["pageable_over_pinned_median"] = median("pageable_stall_seconds") / median("stall_seconds")
+        print(f"snapshot into an unpinned buffer / into the pinned one: median "
+              f"{median('pageable_stall_seconds'):.3f} s / {median('stall_seconds'):.3f} s = "
+              f"{out['pageable_over_pinned_median']:.2f}  (what pinning buys)")
     return out
 
 

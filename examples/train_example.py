@@ -1,7 +1,7 @@
 """Example preemption-tolerant training job (the workload the fleet and pipelines run).
 
 A small MLP or transformer trained on deterministic synthetic data with AdamW and a
-cosine LR schedule, on CPU. The batch for step ``s`` is a pure function of
+cosine LR schedule, on CPU (or one CUDA GPU with ``--device cuda``). The batch for step ``s`` is a pure function of
 ``(seed, s)``, and the session restores model, optimizer, scheduler and every RNG, so a
 run that is killed and resumed any number of times ends bit-identical to an
 uninterrupted one.
@@ -101,6 +101,7 @@ def build(args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer, t
     torch.manual_seed(args.seed)
     width, depth = SIZES[args.model][args.size]
     model = MLP(width, depth) if args.model == "mlp" else TinyTransformer(width, depth)
+    model.to(args.device)  # weights drawn on the CPU: the same initial state on any device
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     warmup = max(1, args.steps // 20)
 
@@ -131,6 +132,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-uri", default=os.environ.get(ENV_CHECKPOINT_URI),
                    help=f"directory or s3://bucket/prefix (default ${ENV_CHECKPOINT_URI})")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (fixed for exact resume)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the model trains; cuda snapshots from GPU memory into pinned buffers")
     args = p.parse_args(argv)
     if not args.checkpoint_uri:
         p.error(f"no checkpoint location: pass --checkpoint-uri DIR or set {ENV_CHECKPOINT_URI}")
@@ -139,13 +142,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.step_sleep < 0 or args.periodic_every < 0:
         p.error("--step-sleep and --periodic-every must be >= 0")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA GPU is visible to torch; train with --device cpu")
     return args
+
+
+def make_deterministic(device: str) -> None:
+    """Exact resume on a GPU needs deterministic kernels: cuBLAS gets a fixed workspace
+    (set before CUDA starts) and torch refuses nondeterministic algorithms."""
+    if device == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
+    make_deterministic(args.device)
     model, opt, sched = build(args)
     loss_fn = nn.MSELoss() if args.model == "mlp" else nn.CrossEntropyLoss()
     session = TrainingSession.from_env(
@@ -159,12 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     with session:
         start = session.restore()
         say(f"{'resuming at' if start else 'starting at'} step {start}/{args.steps} "
-            f"({args.model}/{args.size}, {sum(p.numel() for p in model.parameters())} parameters)")
+            f"({args.model}/{args.size}, {sum(p.numel() for p in model.parameters())} parameters "
+            f"on {args.device})")
         model.train()
         t_last = time.perf_counter()
         for step in range(start, args.steps):
             with session.step() as st:
                 x, y = batch_for_step(args.model, args.seed, step, args.batch_size)
+                x, y = x.to(args.device), y.to(args.device)
                 opt.zero_grad(set_to_none=True)
                 out = model(x)
                 loss = loss_fn(out.reshape(-1, out.shape[-1]), y.reshape(-1)) if args.model != "mlp" \
