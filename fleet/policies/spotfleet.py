@@ -194,12 +194,6 @@ class SpotfleetParams:
     # v6's. "holds_law" (twenty-second round, adopted: v7): the same, the holds tested against
     # each zone's own run law instead (market_view.holds_reject_run_law). Zone models that
     # keep no holds ignore it (v5 is zone_model="history", whatever model_check says)
-    patience_test: str = "ranked"  # "ranked": v7 (once the model check has tripped, the
-    # patience rule's wait test -- may the job wait for its best zone? -- is judged on the
-    # ranking's best zone, capped runs included). "v6" (twenty-third round, session 13): the
-    # wait test stays on v6's figures (v6's best zone and its mean down time), as the choice
-    # of which zones are worth trying does; the zones it waits for are still the ranking's
-    # best. Identical to v7 until the check trips (and for v6, which never trips)
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -238,9 +232,6 @@ OUTAGE_ENDS = ("seen", "launch")
 
 MODEL_CHECKS = ("off", "holds", "holds_law")
 """The values of ``SpotfleetParams.model_check`` (see its comment)."""
-
-PATIENCE_TESTS = ("ranked", "v6")
-"""The values of ``SpotfleetParams.patience_test`` (see its comment)."""
 
 RANK_AFTER_USD = 1e6
 """$ per useful hour added to v6's figure for the zones that the own-evidence ranking
@@ -283,8 +274,7 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
 
 _CHOICES = {"own_runs": OWN_RUNS, "zone_model": ZONE_MODELS, "zone_cost": ZONE_COSTS,
             "hold_start": HOLD_STARTS, "change_pool": CHANGE_POOLS, "outage_end": OUTAGE_ENDS,
-            "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS,
-            "patience_test": PATIENCE_TESTS}
+            "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS}
 """Each option field of :class:`SpotfleetParams` and its allowed values."""
 
 _OWN_EVIDENCE = ("changepoint_emp", "changepoint_updown")
@@ -605,7 +595,6 @@ class SpotfleetPolicy(Policy):
             return Action(z, interval, recheck, watch=(z,))
         eff = self.cost_per_useful_hour(state, obs)
         order = self._candidates(state, obs, eff, od_eff)
-        eff_v6 = eff
         if self._rejected:
             eff = self._rank_eff(state, obs, eff)
             order.sort(key=lambda z: (eff[z], z))
@@ -634,10 +623,7 @@ class SpotfleetPolicy(Policy):
             # they are believed up) and otherwise wait for them, while the expected wait
             # fits ``patience`` times over in the slack to spare
             best = int(np.argmin(eff))
-            # its mean down time (v5: before the job); patience_test="v6": v6's best zone's
-            # (the same zone until the model check trips)
-            judged = int(np.argmin(eff_v6)) if self.p.patience_test == "v6" else best
-            wait = self.mean_down_hours(obs)[judged]
+            wait = self.mean_down_hours(obs)[best]  # its mean down time (v5: before the job)
             if spare - reserve > self.p.patience * wait:
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
