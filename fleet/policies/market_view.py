@@ -162,7 +162,7 @@ def holds_reject_model(holds: Sequence[tuple[float, bool, float]],
 
 
 def holds_reject_run_law(holds: Sequence[Sequence[tuple]], runs_hours: Sequence[np.ndarray],
-                         gap_hours: float, alpha: float = SHIFT_ALPHA) -> bool:
+                         gap_hours: float, alpha: float = SHIFT_ALPHA, residual: bool = False) -> bool:
     """True when the job's preempted holds are significantly shorter than each zone's own run
     law says (``holds[z]``: (hours, ended by a preemption?, ...) per hold of zone ``z``;
     ``runs_hours[z]``: the history's up-runs, the mixture of exponentials of
@@ -170,12 +170,23 @@ def holds_reject_run_law(holds: Sequence[Sequence[tuple]], runs_hours: Sequence[
     its zone's law, the hours floored at one tick (a hold seen as 0 h lasted up to a tick);
     Fisher's combination of them (:func:`fisher_rejects`, at least
     ``SHIFT_MIN_PREEMPTIONS``) below ``alpha``. A zone whose history flickers makes short
-    holds unsurprising; one whose history is calm does not."""
+    holds unsurprising; one whose history is calm does not.
+
+    ``residual``: a hold whose 4th field is False began at an arbitrary moment of an up-run
+    (the job had not watched the zone come back), so it is judged by the run law's residual
+    life, ``p = 1 - E[R exp(-x / R)] / E[R]`` (runs weighted by their length; for one
+    exponential the same p as a fresh run). Holds without a 4th field count as fresh."""
     pv = []
     for zh, runs in zip(holds, runs_hours, strict=True):
         r = np.maximum(np.asarray(runs, dtype=float), 1e-9)
-        pv += [float(np.mean(1.0 - np.exp(-max(float(h[0]), gap_hours) / r)))
-               for h in zh if h[1]]
+        for h in zh:
+            if not h[1]:
+                continue
+            e = np.exp(-max(float(h[0]), gap_hours) / r)
+            if residual and len(h) > 3 and not h[3]:
+                pv.append(float(1.0 - np.mean(r * e) / np.mean(r)))
+            else:
+                pv.append(float(np.mean(1.0 - e)))
     return fisher_rejects(pv, alpha)
 
 

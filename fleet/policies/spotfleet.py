@@ -193,7 +193,12 @@ class SpotfleetParams:
     # evidence (market_view.own_evidence_caps); which zones are worth trying at all stays
     # v6's. "holds_law" (twenty-second round, adopted: v7): the same, the holds tested against
     # each zone's own run law instead (market_view.holds_reject_run_law). Zone models that
-    # keep no holds ignore it (v5 is zone_model="history", whatever model_check says)
+    # keep no holds ignore it (v5 is zone_model="history", whatever model_check says).
+    # "holds_residual" (twenty-third round, session 13): "holds_law", except that a preempted
+    # hold that began mid-run (a launch into a zone the job had not watched come back up)
+    # is judged by the run law's residual life, which weights each run by its length
+    # (market_view.holds_reject_run_law, residual=True): a few short runs in a calm history
+    # no longer make a short hold in a zone that was already up unsurprising
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -230,7 +235,7 @@ HOLD_STARTS = ("run", "seen")
 OUTAGE_ENDS = ("seen", "launch")
 """The values of ``SpotfleetParams.outage_end`` (see its comment)."""
 
-MODEL_CHECKS = ("off", "holds", "holds_law")
+MODEL_CHECKS = ("off", "holds", "holds_law", "holds_residual")
 """The values of ``SpotfleetParams.model_check`` (see its comment)."""
 
 RANK_AFTER_USD = 1e6
@@ -568,8 +573,9 @@ class SpotfleetPolicy(Policy):
             if self._open is not None:
                 held.append((self._open[1], False, self._open_expected))
             self._rejected = holds_reject_model(held)
-        elif self.p.model_check == "holds_law" and checks:
-            self._rejected = holds_reject_run_law(self._holds, self._emp_runs, obs.gap_hours)
+        elif self.p.model_check in ("holds_law", "holds_residual") and checks:
+            self._rejected = holds_reject_run_law(self._holds, self._emp_runs, obs.gap_hours,
+                                                  residual=self.p.model_check == "holds_residual")
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
         run = self.expected_runs(obs)
@@ -739,7 +745,7 @@ class SpotfleetPolicy(Policy):
         """``zone_model="changepoint_emp"``: the job's holds, one record per stay in a zone:
         (hours, ended by a preemption?); a stay the job left itself is censored."""
         def close(preempted: bool) -> None:
-            self._holds[self._open[0]].append((self._open[1], preempted, self._open[2]))
+            self._holds[self._open[0]].append((self._open[1], preempted, self._open[2], self._open[3]))
             self._checked.append((self._open[1], preempted, self._open_expected))
             self._open = None
 
@@ -750,8 +756,10 @@ class SpotfleetPolicy(Policy):
                 close(False)
             # hold_start="seen": fresh only when the job was watching an outage of this
             # zone that the launch ended (its run began then); else it began mid-run
-            fresh = self.p.hold_start == "run" or bool(self._dn_first[held] >= 0)
-            self._open = [held, dt, fresh]
+            # (model_check="holds_residual" reads that, whatever hold_start says)
+            seen_fresh = bool(self._dn_first[held] >= 0)
+            fresh = self.p.hold_start == "run" or seen_fresh
+            self._open = [held, dt, fresh, seen_fresh]
             # the run the decision that launched it expected there (model_check)
             self._open_expected = float(self._last_run[held]) if self._last_run is not None \
                 else float(self.prior.mean_up_hours[held])
@@ -759,7 +767,7 @@ class SpotfleetPolicy(Policy):
             if self._open is not None and self._open[0] == state.last_preempted_zone:
                 close(True)
             else:
-                self._holds[state.last_preempted_zone].append((0.0, True, True))
+                self._holds[state.last_preempted_zone].append((0.0, True, True, True))
                 self._checked.append((0.0, True, math.inf))
         if self._open is not None and state.location != self._open[0]:
             close(False)
