@@ -67,6 +67,8 @@ in session 8 for the thirteenth round, ``zone_model="changepoint"``).
 (session 12; fresh data for the twenty-first round, run once for it).
 ``volatile_holdout190`` / ``available_holdout190`` / ``shift_holdout190`` — seeds 190-194
 (session 12; fresh data for the twenty-second round, run once for it).
+``volatile_holdout200`` / ``available_holdout200`` / ``shift_holdout200`` — seeds 200-204
+(session 13; fresh data for the twenty-third round, run once for it).
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -277,6 +279,10 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("190", range(190, 195)),
     "shift_holdout190": _synthetic("shift_holdout190", "held-out regime shift (seeds 190-194)",
                                    _shift(range(190, 195)), last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 13: fresh seeds for the twenty-third round (seeds 190-194 were seen by then)
+    **_held_out_pair("200", range(200, 205)),
+    "shift_holdout200": _synthetic("shift_holdout200", "held-out regime shift (seeds 200-204)",
+                                   _shift(range(200, 205)), last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 
