@@ -58,6 +58,25 @@ def test_the_run_law_test_knows_a_flickering_history_from_a_calm_one():
     assert holds_reject_run_law([short[:2], short[2:], []], [calm, calm, flicker], gap)
 
 
+def test_the_residual_test_weighs_runs_by_length_for_holds_that_began_mid_run():
+    """Twenty-third round (``model_check="holds_residual"``): a calm history with a few short
+    runs makes short holds that began with a run plausible, but not short holds that began
+    in the middle of one (a launch into a zone that was already up samples runs by their
+    length); holds that began at a recovery the job saw are judged as v7 judges them."""
+    gap = 300.0 / 3600.0
+    runs = np.array([0.1, 0.2, 0.1, 12.0, 15.0, 10.0, 14.0, 11.0])
+    fresh = [(0.2, True, True, True), (0.3, True, True, True)]
+    mid = [(0.2, True, True, False), (0.3, True, True, False)]
+    assert not holds_reject_run_law([fresh], [runs], gap, residual=True)
+    assert not holds_reject_run_law([mid], [runs], gap)  # v7 reads every hold as fresh
+    assert holds_reject_run_law([mid], [runs], gap, residual=True)
+    # one exponential is memoryless: its residual life is the run itself
+    one = np.array([10.0])
+    for x in (0.5, 2.0, 8.0):
+        assert holds_reject_run_law([[(x, True, True, False)] * 3], [one], gap, residual=True) == \
+            holds_reject_run_law([[(x, True, True, True)] * 3], [one], gap)
+
+
 def test_a_hold_seen_as_zero_hours_counts_as_one_tick():
     calm = np.array([10.0, 12.0, 15.0])
     zero = [(0.0, True, True), (0.0, True, True)]
@@ -90,7 +109,7 @@ def _run(params: SpotfleetParams, market: Market, spec: JobSpec):
     return pol, res, tl
 
 
-@pytest.mark.parametrize("check", ["holds", "holds_law"])
+@pytest.mark.parametrize("check", ["holds", "holds_law", "holds_residual"])
 def test_a_lying_history_is_rejected_and_the_job_stays_where_its_own_holds_last(check):
     m = _lying_market()
     spec = JobSpec(work_hours=6.0, deadline_hours=9.0, notice_seconds=120.0)
@@ -105,7 +124,7 @@ def test_a_lying_history_is_rejected_and_the_job_stays_where_its_own_holds_last(
     assert tl[-1][1] == 0
 
 
-@pytest.mark.parametrize("check", ["holds", "holds_law"])
+@pytest.mark.parametrize("check", ["holds", "holds_law", "holds_residual"])
 def test_a_true_history_is_not_rejected_and_nothing_changes(check):
     """The same zones, but the cheap ones keep their calm history during the job."""
     m = _lying_market()
