@@ -29,7 +29,9 @@ calm, mostly available before (:func:`available_config`); after, the cheap zones
 (0.5 h up-runs, 1.5 h downs: ~25 % available) while the dearer reliable zone of each
 region stays up (~94 %). That is what SkyNomad's GCP H100 window does to policies that
 trust the history before the job (docs/fleet-policies.md, "Comparing with SkyNomad's
-published figures"); a stationary regime never does it.
+published figures"); a stationary regime never does it. :func:`reliable_break_config` is
+the opposite shift (the ``reliable_break_holdout300`` family): the reliable zone of each
+region flaps after the shift while the cheap ones stay calm.
 """
 
 from __future__ import annotations
@@ -184,6 +186,18 @@ def shift_config(**after_overrides) -> tuple[RegimeConfig, RegimeConfig]:
     the after regime only."""
     before = available_config(hours=24.0 * 12)
     after = replace(before, up_mean_hours=0.5, down_mean_hours=1.5, reliable_up_factor=48.0)
+    return before, replace(after, **after_overrides)
+
+
+def reliable_break_config(**after_overrides) -> tuple[RegimeConfig, RegimeConfig]:
+    """(before, after) of the opposite regime shift: before = :func:`available_config` (as
+    :func:`shift_config`: each region's reliable zone, ``k == 0``, 1.6x the spot price, has
+    4x longer up-runs, 48 h); after = that reliable zone flaps (0.5 h up-runs:
+    ``reliable_up_factor`` 1/24, 1 h downs: ~33 % available) while the cheap zones keep the
+    calm regime (12 h up-runs, 1 h downs). The zone whose history is best is the one that
+    breaks: a policy (or baseline) that trusts the best history is the one it punishes."""
+    before = available_config(hours=24.0 * 12)
+    after = replace(before, reliable_up_factor=0.5 / before.up_mean_hours)
     return before, replace(after, **after_overrides)
 
 

@@ -69,6 +69,9 @@ in session 8 for the thirteenth round, ``zone_model="changepoint"``).
 (session 12; fresh data for the twenty-second round, run once for it).
 ``volatile_holdout200`` / ``available_holdout200`` / ``shift_holdout200`` — seeds 200-204
 (session 13; fresh data for the twenty-third round, run once for it).
+``reliable_break_holdout300`` — seeds 300-304, :func:`fleet.market.regimes.reliable_break_config`:
+the opposite shift (each region's reliable zone flaps after ``SHIFT_HOURS``, the cheap zones
+stay calm); session 13, run once on v8 and the baselines as a robustness probe.
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -185,13 +188,14 @@ SHIFT_LAST_START_HOURS = SHIFT_HOURS + 0.5 * 12.0
 """The shift families' starts end here: no job starts more than 0.5 W into the new regime."""
 
 
-def _shift(seeds: range) -> Callable[[Path, int], list[tuple[Market, list[int] | None]]]:
+def _shift(seeds: range, config: str = "shift_config") -> Callable[[Path, int], list[tuple[Market, list[int] | None]]]:
     """Loader of the 12-day regime-shift markets (:func:`fleet.market.regimes.shift_config`,
-    shift at ``SHIFT_HOURS``) for ``seeds``."""
+    or the ``config`` function of :mod:`fleet.market.regimes` named, shift at
+    ``SHIFT_HOURS``) for ``seeds``."""
     def load(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
         from fleet.market import regimes
 
-        before, after = regimes.shift_config()
+        before, after = getattr(regimes, config)()
         return [(regimes.shift_market(before, after, seed, SHIFT_HOURS), None) for seed in seeds]
 
     return load
@@ -283,6 +287,11 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("200", range(200, 205)),
     "shift_holdout200": _synthetic("shift_holdout200", "held-out regime shift (seeds 200-204)",
                                    _shift(range(200, 205)), last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 13: the opposite shift, run once as a robustness probe of v8 (no round tunes on it)
+    "reliable_break_holdout300": _synthetic(
+        "reliable_break_holdout300", "held-out shift that breaks each region's most reliable zone "
+        "(seeds 300-304)", _shift(range(300, 305), "reliable_break_config"),
+        last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 

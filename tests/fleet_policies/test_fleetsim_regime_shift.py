@@ -15,6 +15,7 @@ from fleet.market.regimes import (
     SHIFT_SEED_OFFSET,
     available_config,
     regime_market,
+    reliable_break_config,
     shift_config,
     shift_market,
 )
@@ -58,6 +59,24 @@ def test_regime_shift_statistics_change_as_configured(shifted):
             assert sp[z0, :k].min() >= sp[z0 + 1:z0 + zpr, :k].min() * 1.5
             assert np.isclose(np.median(sp[z0, :k]), np.median(sp[z0, k:]))
         assert m.on_demand_price is not None and len(set(m.on_demand_price)) == len(before.regions)
+
+
+def test_the_opposite_shift_breaks_the_zone_whose_history_is_best():
+    """``reliable_break_config`` (family ``reliable_break_holdout300``): before the shift each
+    region's dear zone has the best history; after it, that zone flaps and the cheap ones stay
+    as calm as before."""
+    before, after = reliable_break_config()
+    zpr = before.zones_per_region
+    for seed in SEEDS:
+        m = shift_market(before, after, seed, SHIFT_HOURS)
+        k = int(SHIFT_HOURS / m.gap_hours)
+        av, g = m.available, m.gap_hours
+        reliable = [z for z in range(m.n_zones) if z % zpr == 0]
+        cheap = [z for z in range(m.n_zones) if z % zpr]
+        assert av[reliable, :k].mean() > av[cheap, :k].mean() > 0.8, seed
+        assert av[reliable, k:].mean() < 0.5 < 0.8 < av[cheap, k:].mean(), seed
+        assert np.mean([_mean_up_run(av[z, k:]) for z in reliable]) * g < 1.0, seed
+    assert "reliable_break_holdout300" in FAMILIES
 
 
 def test_regime_shift_tick_and_halves(shifted):
