@@ -1,8 +1,8 @@
 """Fleet policies on the tuning set only: the default spotfleet against a candidate, and per-start diagnosis.
 
-The default is spotfleet v7 since session 12 (``model_check="holds_law"``); v6 is
-``model_check="off"`` and v5 ``zone_model="history"`` (baseline names ``v6`` and ``v5`` in
-``--diagnose``, ``default`` for the default).
+The default is spotfleet v8 since session 13 (``model_check="holds_residual"``); v7 is
+``model_check="holds_law"``, v6 ``model_check="off"`` and v5 ``zone_model="history"`` (baseline
+names ``v7``, ``v6`` and ``v5`` in ``--diagnose``, ``default`` for the default).
 
 The tuning set of docs/fleet-policies.md (*Tuning discipline*; every candidate's figures in
 docs/fleet-policies-tuning-log.md): the first half of each
@@ -159,14 +159,16 @@ def diagnose(cell: str, worst: int = 5, params: SpotfleetParams | None = None,
              report_starts: int = 0) -> None:
     """Paired per-start comparison of one cell ``family:D/W:notice:baseline``: spotfleet
     (the candidate ``params`` when given, else the default) against the baseline, or
-    against v5 (``zone_model="history"``) or v6 (``model_check="off"``) when the baseline
-    is named ``v5`` or ``v6``, or the default when it is named ``default``; on the tuning set, or, with ``report_starts``, on
+    against v5 (``zone_model="history"``), v6 (``model_check="off"``) or v7
+    (``model_check="holds_law"``) when the baseline is named ``v5``, ``v6`` or ``v7``, or the
+    default when it is named ``default``; on the tuning set, or, with ``report_starts``, on
     the sweep's starts (``seed`` then prints the market index within the family)."""
     fname, ratio, notice, bname = cell.split(":")
     ratio, notice = float(ratio), float(notice)
     pols = dict(builtin_policy_factories())
     pols["v5"] = lambda: SpotfleetPolicy(SpotfleetParams(zone_model="history"))
     pols["v6"] = lambda: SpotfleetPolicy(SpotfleetParams(model_check="off"))
+    pols["v7"] = lambda: SpotfleetPolicy(SpotfleetParams(model_check="holds_law"))
     pols["default"] = SpotfleetPolicy
     if params is not None:
         pols["spotfleet"] = lambda: SpotfleetPolicy(params)

@@ -69,6 +69,12 @@ what the baselines ignore and a live controller knows:
   :func:`fleet.policies.market_view.own_evidence_caps`). Which zones are worth trying at
   all stays v6's, so the caps never leave the job idle where v6 would launch. Where the
   history is true the test does not trip and v7 is v6.
+* **Holds that began mid-run (v8).** A launch into a zone that was already up, rather
+  than one the job watched come back, lands at an arbitrary moment of a run, and the run
+  it lands in is length-biased: such a preempted hold is scored by the run law's residual
+  life (``model_check="holds_residual"``), so a few short runs in a calm history no longer
+  make a short hold there unsurprising. Holds that began at a recovery the job saw are
+  scored as v7 scores them.
 
 Parameters (``SpotfleetParams``) are structural, not fitted: the lookback of the
 statistics, the move margin, how often to reconsider, the least launch belief worth a
@@ -78,8 +84,8 @@ zone model (``"history"`` = v5; the rejected thirteenth and fourteenth rounds'
 ``"switch_emp"``, v6 ninth and tenth rounds, not adopted; ``"off"`` = the default) and
 ``interval_hazard`` (``"mixture"``, sixteenth round, rejected; ``"run"`` = the default) are
 opt-in too, as are the later rounds' ``hold_start``, ``zone_cost``, ``change_pool``,
-``h1_prior_seconds``, ``outage_end`` and ``model_check="holds"``; ``model_check="holds_law"``
-is v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
+``h1_prior_seconds``, ``outage_end`` and ``model_check="holds"``; ``model_check="holds_residual"``
+is v8 (the default), ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
 
@@ -184,8 +190,8 @@ class SpotfleetParams:
     # so a hold preempted before the job's next decision (one tick after a launch from idle)
     # splits the outages around it instead of merging them into one (docs/fleet-policies.md,
     # *Tick length*)
-    model_check: str = "holds_law"  # "holds_law": v7, the default since session 12 (see the
-    # last sentence); "off": v6. "holds" (twenty-first round, session 12, rejected on
+    model_check: str = "holds_residual"  # "holds_residual": v8, the default since session 13;
+    # "holds_law": v7 (the default in session 12); "off": v6 (see the last sentences). "holds" (twenty-first round, session 12, rejected on
     # the April 2023 trace; own-evidence zone models only): once the job's own holds reject the
     # runs its decisions expected (market_view.holds_reject_model: more preemptions than the
     # expected runs predict, at the 1 % level), every ranking -- launch order, the patience
@@ -194,7 +200,7 @@ class SpotfleetParams:
     # v6's. "holds_law" (twenty-second round, adopted: v7): the same, the holds tested against
     # each zone's own run law instead (market_view.holds_reject_run_law). Zone models that
     # keep no holds ignore it (v5 is zone_model="history", whatever model_check says).
-    # "holds_residual" (twenty-third round, session 13): "holds_law", except that a preempted
+    # "holds_residual" (twenty-third round, session 13, adopted: v8): "holds_law", except that a preempted
     # hold that began mid-run (a launch into a zone the job had not watched come back up)
     # is judged by the run law's residual life, which weights each run by its length
     # (market_view.holds_reject_run_law, residual=True): a few short runs in a calm history
@@ -757,7 +763,8 @@ class SpotfleetPolicy(Policy):
             # hold_start="seen": fresh only when the job was watching an outage of this
             # zone that the launch ended (its run began then); else it began mid-run
             # (model_check="holds_residual" reads that, whatever hold_start says)
-            seen_fresh = bool(self._dn_first[held] >= 0)
+            # (only changepoint_updown watches outages: any other zone model counts it fresh)
+            seen_fresh = self.p.zone_model != "changepoint_updown" or bool(self._dn_first[held] >= 0)
             fresh = self.p.hold_start == "run" or seen_fresh
             self._open = [held, dt, fresh, seen_fresh]
             # the run the decision that launched it expected there (model_check)

@@ -151,13 +151,13 @@ def test_ranking_caps_never_make_a_zone_unworthy_of_a_try():
     assert ranked[2] == RANK_AFTER_USD + 1.5 < ranked[0] == RANK_AFTER_USD + 2.0
 
 
-def test_model_check_is_v7s_default_v5_ignores_it_and_a_bad_value_is_refused():
-    assert SpotfleetParams().model_check == "holds_law"  # v7, the default since session 12
+def test_model_check_is_v8s_default_v5_ignores_it_and_a_bad_value_is_refused():
+    assert SpotfleetParams().model_check == "holds_residual"  # v8, the default since session 13
     m = _lying_market()
     spec = JobSpec(work_hours=6.0, deadline_hours=9.0, notice_seconds=120.0)
     # v5 (zone_model="history") keeps no holds: the check never acts, whatever it says
     v5 = [_run(SpotfleetParams(zone_model="history", model_check=c), m, spec) for c in
-          ("off", "holds", "holds_law")]
+          ("off", "holds", "holds_law", "holds_residual")]
     assert not any(p._rejected for p, _, _ in v5)
     assert len({(r.cost, tuple(tl)) for _, r, tl in v5}) == 1
     with pytest.raises(ValueError, match="model_check 'x'"):

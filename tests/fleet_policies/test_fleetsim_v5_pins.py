@@ -1,6 +1,7 @@
 """v5 (``zone_model="history"``, ``own_runs="off"``) and v6 (``zone_model="changepoint_updown"``,
-``model_check="off"``, session 9) are reproducible bit for bit, and the default is v7
-(``model_check="holds_law"``, session 12) as pinned at its adoption.
+``model_check="off"``, session 9) and v7 (``model_check="holds_law"``, session 12) are
+reproducible bit for bit, and the default is v8 (``model_check="holds_residual"``, session 13)
+as pinned at its adoption.
 
 The other rejected v6 candidates were removed from ``SpotfleetParams`` (their figures
 reproduce at commit e1c45df, docs/fleet-policies-tuning-log.md); ``own_runs`` and the
@@ -10,7 +11,7 @@ other zone models stay opt-in and must never move the default policy.
 from __future__ import annotations
 
 import pytest
-from v5_pins import V5, V6, V7, assert_reproduces
+from v5_pins import V5, V6, V7, V8, assert_reproduces
 
 from fleet.policies.spotfleet import SpotfleetParams
 
@@ -22,9 +23,12 @@ V6_SETTINGS = {
     "v6": SpotfleetParams(own_runs="off", zone_model="changepoint_updown", model_check="off"),
 }
 V7_SETTINGS = {
+    "v7": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_law"),
+}
+V8_SETTINGS = {
     "default": None,
     "explicit default": SpotfleetParams(),
-    "v7": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_law"),
+    "v8": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_residual"),
 }
 
 
@@ -42,6 +46,12 @@ def test_v6_reproduces_as_pinned(regime, notice, setting):
 
 @pytest.mark.parametrize("setting", sorted(V7_SETTINGS))
 @pytest.mark.parametrize("regime,notice", sorted(V7))
-def test_the_default_is_v7_as_pinned(regime, notice, setting):
+def test_v7_reproduces_as_pinned(regime, notice, setting):
     assert_reproduces(V7, regime, notice, V7_SETTINGS[setting])
+
+
+@pytest.mark.parametrize("setting", sorted(V8_SETTINGS))
+@pytest.mark.parametrize("regime,notice", sorted(V8))
+def test_the_default_is_v8_as_pinned(regime, notice, setting):
+    assert_reproduces(V8, regime, notice, V8_SETTINGS[setting])
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 from live_replay import STEP_S, driver, replay
 
 from fleet.emulation.injector import CapacitySchedule
@@ -49,7 +50,7 @@ def _run(policy):
 
 
 def test_live_default_leaves_the_zone_whose_history_went_stale():
-    done, idle_up, d, ticks = _run("spotfleet")  # the default: v7 (v6 does the same here)
+    done, idle_up, d, ticks = _run("spotfleet")  # the default: v8 (v6 and v7 do the same here)
     assert done is not None and done <= 7 * 3600.0, done
     assert d._preemptions <= 3, d._preemptions  # two or three short holds, then the dear zone
     assert ticks["on-demand"] == 0 and ticks["us-east-1b"] > 60, ticks
@@ -65,10 +66,12 @@ def test_live_v5_keeps_trusting_the_calm_history():
     assert done is None or done >= 9 * 3600.0, done
 
 
-def test_live_v7_checks_its_model_on_the_holds_the_driver_reports():
-    """v7's check (``model_check="holds_law"``) sees the two short holds the driver reports,
-    rejects the calm history live, and lands where v6 does (two zones: nothing else to rank)."""
-    v7 = SpotfleetPolicy()
+@pytest.mark.parametrize("check", ["holds_law", "holds_residual"])
+def test_live_model_check_sees_the_holds_the_driver_reports(check):
+    """The check of v7 (``model_check="holds_law"``) and of v8, the default
+    (``"holds_residual"``), sees the two short holds the driver reports, rejects the calm
+    history live, and lands where v6 does (two zones: nothing else to rank)."""
+    v7 = SpotfleetPolicy(SpotfleetParams(model_check=check))
     done7, _, d7, ticks7 = _run(v7)
     v6 = SpotfleetPolicy(SpotfleetParams(model_check="off"))
     done6, _, d6, ticks6 = _run(v6)
