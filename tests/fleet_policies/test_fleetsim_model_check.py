@@ -29,22 +29,6 @@ def test_caps_use_each_zones_own_holds_and_the_pooled_rate_for_unseen_zones():
     assert own_evidence_caps(run, [[], [], [], []]) == pytest.approx(run)  # no evidence, no cap
 
 
-def test_scaled_caps_keep_the_unseen_zones_in_their_historys_order():
-    """``unseen_cap="scaled"`` (twenty-fourth round candidate): the held zones preempted 10x
-    as often as their histories said (2 preemptions in 2 h held where 10 h runs were
-    expected), so a zone never held is capped at its own history run / 10 -- an unseen 40 h
-    history keeps its lead over an unseen 2 h one, where the pooled cap (1 h each) ties them."""
-    holds = [[(0.5, True), (0.5, True)], [(1.0, False)], [], []]
-    history = np.array([10.0, 10.0, 40.0, 2.0])
-    run = np.array([0.6, 9.0, 40.0, 2.0])  # the posterior runs the caps are applied to
-    assert own_evidence_caps(run, holds) == pytest.approx([0.5, 9.0, 1.0, 1.0])
-    # expected preemptions 0.5/10 + 0.5/10 + 1/10 = 0.2 against 2 seen: k = 10
-    assert own_evidence_caps(run, holds, history) == pytest.approx([0.5, 9.0, 4.0, 0.2])
-    # holds that preempt no more often than their histories say cap nothing unseen
-    calm = [[(30.0, True)], [], [], []]
-    assert own_evidence_caps(run, calm, history) == pytest.approx([0.6, 9.0, 40.0, 2.0])
-
-
 def test_the_holds_test_rejects_only_more_preemptions_than_the_expected_runs_predict():
     # three holds of 0.3-0.5 h, each ended by a preemption, where 10 h runs were expected
     assert holds_reject_model([(0.4, True, 10.0), (0.3, True, 10.0), (0.5, True, 10.0)])
