@@ -132,32 +132,18 @@ def fisher_rejects(p_values: Sequence[float], alpha: float = SHIFT_ALPHA) -> boo
     return 1.0 - poisson_tail(x / 2.0, k) < alpha
 
 
-def own_evidence_caps(run_hours: np.ndarray, holds: Sequence[Sequence[tuple]],
-                      history_hours: np.ndarray | None = None) -> np.ndarray:
+def own_evidence_caps(run_hours: np.ndarray, holds: Sequence[Sequence[tuple]]) -> np.ndarray:
     """Expected up-runs (h) capped by the job's own holds (``holds[z]``: (hours, ended by a
     preemption?, ...) per hold of zone ``z``): a zone that preempted the job runs at most its
     hours held per preemption there; a zone the job never held at most the hours held per
-    preemption over all zones; a zone held without a preemption keeps ``run_hours``.
-
-    ``history_hours`` (each zone's expected run before the job's evidence) given: a zone never
-    held is capped instead at its own history run divided by the factor by which the held
-    zones preempted more often than their histories said, ``k = preemptions / sum(held_z /
-    history_z)`` (the maximum-likelihood common factor of exponential runs; no cap while
-    ``k <= 1``): the histories are taken as stale by one common factor, so an unseen zone
-    with a long history keeps its lead over one with a short history."""
+    preemption over all zones; a zone held without a preemption keeps ``run_hours``."""
     out = np.array(run_hours, dtype=float)
     held = [sum(h[0] for h in zh) for zh in holds]
     pre = [sum(1 for h in zh if h[1]) for zh in holds]
     pooled = sum(held) / sum(pre) if sum(pre) else math.inf  # no preemption: no cap
-    factor = 1.0
-    if history_hours is not None and sum(pre):
-        expected = sum(held[z] / max(float(history_hours[z]), 1e-9)
-                       for z in range(len(holds)) if holds[z])
-        factor = sum(pre) / expected if expected > 0 else math.inf
     for z, zh in enumerate(holds):
         if not zh:
-            cap = pooled if history_hours is None else float(history_hours[z]) / max(factor, 1.0)
-            out[z] = min(out[z], cap)
+            out[z] = min(out[z], pooled)
         elif pre[z]:
             out[z] = min(out[z], held[z] / pre[z])
     return out

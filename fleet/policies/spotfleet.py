@@ -205,11 +205,6 @@ class SpotfleetParams:
     # is judged by the run law's residual life, which weights each run by its length
     # (market_view.holds_reject_run_law, residual=True): a few short runs in a calm history
     # no longer make a short hold in a zone that was already up unsurprising
-    unseen_cap: str = "pooled"  # "pooled": v8 (once the check trips, a zone the job never held
-    # is capped at the held hours per preemption over all zones). "scaled" (twenty-fourth
-    # round candidate, session 13, opt-in): at its own history run divided by the common factor
-    # by which the held zones preempted more often than their histories said
-    # (market_view.own_evidence_caps with history_hours), so unseen zones keep their order
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
@@ -248,9 +243,6 @@ OUTAGE_ENDS = ("seen", "launch")
 
 MODEL_CHECKS = ("off", "holds", "holds_law", "holds_residual")
 """The values of ``SpotfleetParams.model_check`` (see its comment)."""
-
-UNSEEN_CAPS = ("pooled", "scaled")
-"""The values of ``SpotfleetParams.unseen_cap`` (see its comment)."""
 
 RANK_AFTER_USD = 1e6
 """$ per useful hour added to v6's figure for the zones that the own-evidence ranking
@@ -293,8 +285,7 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
 
 _CHOICES = {"own_runs": OWN_RUNS, "zone_model": ZONE_MODELS, "zone_cost": ZONE_COSTS,
             "hold_start": HOLD_STARTS, "change_pool": CHANGE_POOLS, "outage_end": OUTAGE_ENDS,
-            "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS,
-            "unseen_cap": UNSEEN_CAPS}
+            "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS}
 """Each option field of :class:`SpotfleetParams` and its allowed values."""
 
 _OWN_EVIDENCE = ("changepoint_emp", "changepoint_updown")
@@ -400,8 +391,7 @@ class SpotfleetPolicy(Policy):
         elif self.p.zone_model in ("changepoint_emp", "changepoint_updown"):
             run = changepoint_run_emp(run, self._holds_now(), self._emp_runs, self._h1_b(obs))
         if self._caps:
-            run = own_evidence_caps(run, self._holds_now(), self._history_runs(obs, neighbour)
-                                    if self.p.unseen_cap == "scaled" else None)
+            run = own_evidence_caps(run, self._holds_now())
         return run
 
     def _h1_b(self, obs: Observation, down: bool = False) -> np.ndarray:
