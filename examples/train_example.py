@@ -101,7 +101,9 @@ def build(args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer, t
     torch.manual_seed(args.seed)
     width, depth = SIZES[args.model][args.size]
     model = MLP(width, depth) if args.model == "mlp" else TinyTransformer(width, depth)
-    model.to(args.device)  # weights drawn on the CPU: the same initial state on any device
+    # weights drawn on the CPU: the same initial state on any device (callers that build
+    # their own args, e.g. train_elastic.py, train on the CPU)
+    model.to(getattr(args, "device", "cpu"))
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     warmup = max(1, args.steps // 20)
 
