@@ -246,7 +246,7 @@ MODEL_CHECKS = ("off", "holds", "holds_law", "holds_residual")
 
 RANK_AFTER_USD = 1e6
 """$ per useful hour added to v6's figure for the zones that the own-evidence ranking
-(``model_check`` "holds" or "holds_law") makes worthless: they follow every other zone, in v6's order."""
+(any ``model_check``, once it has tripped) makes worthless: they follow every other zone, in v6's order."""
 
 
 def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: float,
@@ -347,7 +347,7 @@ class SpotfleetPolicy(Policy):
                               zip(np.asarray(hist[:, -n:], dtype=bool),
                                                 self.prior.mean_up_hours, strict=True)]
             # (hours, ended by a preemption?, began with its run?) per hold (hold_start)
-            self._holds: list[list[tuple[float, bool, bool]]] = [[] for _ in range(obs.n_zones)]
+            self._holds: list[list[tuple]] = [[] for _ in range(obs.n_zones)]
             self._open: list | None = None  # [zone, hours, fresh?] of the hold in progress
         if self.p.zone_model == "changepoint_updown":
             # the same for the down-runs: the history's outages per zone (h) and v5's mean;
@@ -404,9 +404,10 @@ class SpotfleetPolicy(Policy):
                                    for m in (self.prior.mean_up_hours, self.prior.mean_down_hours))
         return self._h1_cache[1 if down else 0]
 
-    def _holds_now(self) -> list[list[tuple[float, bool, bool]]]:
-        """The job's holds per zone (hours, ended by a preemption?, fresh?), the one in progress
-        included as censored (own-evidence zone models)."""
+    def _holds_now(self) -> list[list[tuple]]:
+        """The job's holds per zone (hours, ended by a preemption?, fresh?, ...: see
+        :meth:`_hold_update`), the one in progress included as censored (own-evidence zone
+        models)."""
         holds = [list(h) for h in self._holds]
         if self._open is not None:
             holds[self._open[0]].append((self._open[1], False, self._open[2]))
@@ -749,7 +750,8 @@ class SpotfleetPolicy(Policy):
 
     def _hold_update(self, state: JobState, held: int, dt: float) -> None:
         """``zone_model="changepoint_emp"``: the job's holds, one record per stay in a zone:
-        (hours, ended by a preemption?); a stay the job left itself is censored."""
+        (hours, ended by a preemption?, fresh?, began at a recovery the job saw?); a stay the
+        job left itself is censored."""
         def close(preempted: bool) -> None:
             self._holds[self._open[0]].append((self._open[1], preempted, self._open[2], self._open[3]))
             self._checked.append((self._open[1], preempted, self._open_expected))
@@ -760,10 +762,10 @@ class SpotfleetPolicy(Policy):
         elif held >= 0:
             if self._open is not None:
                 close(False)
-            # hold_start="seen": fresh only when the job was watching an outage of this
-            # zone that the launch ended (its run began then); else it began mid-run
-            # (model_check="holds_residual" reads that, whatever hold_start says)
-            # (only changepoint_updown watches outages: any other zone model counts it fresh)
+            # seen_fresh: the job was watching an outage of this zone that the launch ended
+            # (its run began then), else it began mid-run; only changepoint_updown watches
+            # outages (other zone models count every hold fresh). hold_start="seen" and
+            # model_check="holds_residual" read it
             seen_fresh = self.p.zone_model != "changepoint_updown" or bool(self._dn_first[held] >= 0)
             fresh = self.p.hold_start == "run" or seen_fresh
             self._open = [held, dt, fresh, seen_fresh]
