@@ -31,7 +31,8 @@ region stays up (~94 %). That is what SkyNomad's GCP H100 window does to policie
 trust the history before the job (docs/fleet-policies.md, "Comparing with SkyNomad's
 published figures"); a stationary regime never does it. :func:`reliable_break_config` is
 the opposite shift (the ``reliable_break_holdout300`` family): the reliable zone of each
-region flaps after the shift while the cheap ones stay calm.
+region flaps after the shift while the cheap ones stay calm; :func:`all_break_config` breaks
+every zone (the ``all_break_holdout410`` family).
 """
 
 from __future__ import annotations
@@ -198,6 +199,17 @@ def reliable_break_config(**after_overrides) -> tuple[RegimeConfig, RegimeConfig
     breaks: a policy (or baseline) that trusts the best history is the one it punishes."""
     before = available_config(hours=24.0 * 12)
     after = replace(before, reliable_up_factor=0.5 / before.up_mean_hours)
+    return before, replace(after, **after_overrides)
+
+
+def all_break_config(**after_overrides) -> tuple[RegimeConfig, RegimeConfig]:
+    """(before, after) of a regime shift that breaks every zone: before =
+    :func:`available_config` (as :func:`shift_config`); after = every zone flaps, the
+    reliable one too (0.5 h up-runs, 1.5 h downs: ~25 % available; ``reliable_up_factor``
+    1). No zone's history is true after the shift, so no ordering of the zones helps: the
+    test is how soon a policy stops betting on spot (the ``all_break_holdout410`` family)."""
+    before = available_config(hours=24.0 * 12)
+    after = replace(before, up_mean_hours=0.5, down_mean_hours=1.5, reliable_up_factor=1.0)
     return before, replace(after, **after_overrides)
 
 

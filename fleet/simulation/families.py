@@ -72,6 +72,10 @@ in session 8 for the thirteenth round, ``zone_model="changepoint"``).
 ``reliable_break_holdout300`` — seeds 300-304, :func:`fleet.market.regimes.reliable_break_config`:
 the opposite shift (each region's reliable zone flaps after ``SHIFT_HOURS``, the cheap zones
 stay calm); session 13, run once on v8 and the baselines as a robustness probe.
+``volatile_holdout210`` / ``available_holdout210`` / ``shift_holdout210`` — seeds 210-214,
+``reliable_break_holdout310`` — seeds 310-314, and ``all_break_holdout410`` — seeds 410-414,
+:func:`fleet.market.regimes.all_break_config` (every zone flaps after ``SHIFT_HOURS``):
+session 14, run once to measure v8 on data nobody had looked at; no candidate was chosen on them.
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -292,6 +296,18 @@ FAMILIES: dict[str, Family] = {
         "reliable_break_holdout300", "held-out shift that breaks each region's most reliable zone "
         "(seeds 300-304)", _shift(range(300, 305), "reliable_break_config"),
         last_start_hours=SHIFT_LAST_START_HOURS),
+    # session 14: fresh seeds, run once to measure v8 (adopted on seeds 200-204) on data it
+    # never saw; no candidate was chosen on them
+    **_held_out_pair("210", range(210, 215)),
+    "shift_holdout210": _synthetic("shift_holdout210", "held-out regime shift (seeds 210-214)",
+                                   _shift(range(210, 215)), last_start_hours=SHIFT_LAST_START_HOURS),
+    "reliable_break_holdout310": _synthetic(
+        "reliable_break_holdout310", "held-out shift that breaks each region's most reliable zone "
+        "(seeds 310-314)", _shift(range(310, 315), "reliable_break_config"),
+        last_start_hours=SHIFT_LAST_START_HOURS),
+    "all_break_holdout410": _synthetic(
+        "all_break_holdout410", "held-out shift that breaks every zone (seeds 410-414)",
+        _shift(range(410, 415), "all_break_config"), last_start_hours=SHIFT_LAST_START_HOURS),
 }
 
 

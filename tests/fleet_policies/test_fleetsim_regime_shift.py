@@ -13,6 +13,7 @@ import pytest
 
 from fleet.market.regimes import (
     SHIFT_SEED_OFFSET,
+    all_break_config,
     available_config,
     regime_market,
     reliable_break_config,
@@ -77,6 +78,23 @@ def test_the_opposite_shift_breaks_the_zone_whose_history_is_best():
         assert av[reliable, k:].mean() < 0.5 < 0.8 < av[cheap, k:].mean(), seed
         assert np.mean([_mean_up_run(av[z, k:]) for z in reliable]) * g < 1.0, seed
     assert "reliable_break_holdout300" in FAMILIES
+
+
+def test_the_market_wide_shift_breaks_every_zone():
+    """``all_break_config`` (family ``all_break_holdout410``): every zone is calm before the
+    shift (the dear one calmest) and flaps after it, the dear one as much as the cheap ones,
+    so no order of the zones that the history gives survives the shift."""
+    before, after = all_break_config()
+    zpr = before.zones_per_region
+    for seed in SEEDS:
+        m = shift_market(before, after, seed, SHIFT_HOURS)
+        k = int(SHIFT_HOURS / m.gap_hours)
+        av, g = m.available, m.gap_hours
+        reliable = [z for z in range(m.n_zones) if z % zpr == 0]
+        assert av[reliable, :k].mean() > av[:, :k].mean() > 0.8, seed
+        assert av[:, k:].mean() < 0.35 and av[reliable, k:].mean() < 0.45, seed
+        assert np.mean([_mean_up_run(av[z, k:]) for z in range(m.n_zones)]) * g < 1.0, seed
+    assert "all_break_holdout410" in FAMILIES and "reliable_break_holdout310" in FAMILIES
 
 
 def test_regime_shift_tick_and_halves(shifted):
