@@ -120,15 +120,19 @@ def relaunch_budget_error(stage: str, budget_left_usd: float | None, spent_usd: 
 
 
 def attempt_budget_error(spec: StageSpec, sessions: Iterable[NodeSession], price_per_hour: float,
-                         *, first_launch: bool = False) -> str | None:
+                         *, first_launch: bool = False, restart_seconds: float | None = None) -> str | None:
     """:func:`relaunch_budget_error` for one attempt of ``spec`` about to launch a node group
     at ``price_per_hour`` ($/h per node): spent = its ``sessions`` billed so far
     (``fleet.contract.session_cost_usd``), start-up = price x ``spec.num_nodes`` x the
-    plan's restart time (``spec.priors.restart_seconds``). Every provider uses this one rule."""
+    restart time R (s): ``restart_seconds``, the attempt's own estimate
+    (``AttemptRecord.restart_estimate``: the plan's R refined by every launch -> ready
+    measured, the R the policy plans with), or the plan's ``spec.priors.restart_seconds``
+    when not given. Every provider uses this one rule."""
     if spec.budget_left_usd is None:
         return None
     spent = sum(session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at) for s in sessions)
-    start_up = billed_usd(price_per_hour * spec.num_nodes, spec.priors.restart_seconds)
+    r = spec.priors.restart_seconds if restart_seconds is None else max(0.0, float(restart_seconds))
+    start_up = billed_usd(price_per_hour * spec.num_nodes, r)
     return relaunch_budget_error(spec.name, spec.budget_left_usd, spent, start_up, first_launch=first_launch)
 
 

@@ -134,3 +134,40 @@ def test_the_fork_server_preloads_what_the_first_optimizer_imports():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          check=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.stdout.strip() == "[]", out.stdout
+
+
+
+def test_the_budget_prices_a_relaunch_with_the_restart_the_fleet_measured(tmp_path):
+    """enforce_budget: a relaunch's start-up (price x nodes x R) used the plan's R (360 s) even
+    after the attempt had measured launches of 4.6 market h, so a relaunch the budget could not
+    pay for was made (before 2026-11-27, session 14). Now the rule (``attempt_budget_error``)
+    gets the attempt's ``restart_estimate()``, the R the policy plans with."""
+    from dataclasses import replace
+
+    from fleet.providers.base import AttemptFailed, attempt_budget_error
+    from fleet.providers.decisions import Launch
+
+    run, _driver, _spy = _run(tmp_path)
+    run.sessions.append(NodeSession(node_id="r-a1-s0-n0", stage="r", attempt=1, provider="local",
+                                    cloud="local", region="us-east-1", zone=ZONES[0],
+                                    instance_type="p3.2xlarge", spot=True, price_per_hour=1.0,
+                                    launched_at=0.0, ready_at=4.6 * 3600.0, ended_at=5.0 * 3600.0,
+                                    end_reason="preempted"))  # 5.00 $ spent
+    r = run.restart_estimate()
+    assert r / 3600.0 == pytest.approx((0.1 + 4.6) / 2)  # the plan's R as one sample + 4.6 h
+    price = run.cfg.price_per_hour(run.spec.instance_type or run.cfg.instance_type, ZONES[1],
+                                   "us-east-1", True)  # what _check_budget prices the relaunch at
+    assert price > 0
+    # a budget that pays the relaunch's start-up at the plan's 0.1 h but not at the measured R
+    run.spec = replace(run.spec, budget_left_usd=5.0 + price * 1.0)
+    assert attempt_budget_error(run.spec, run.sessions, price) is None
+    msg = attempt_budget_error(run.spec, run.sessions, price, restart_seconds=r)
+    assert msg is not None and "$5.0000" in msg and "NOT relaunched" in msg
+
+    class _Traced(_Injector):
+        def trace_time(self):
+            return None
+
+    run.injector = _Traced()
+    with pytest.raises(AttemptFailed, match="stopped by the budget"):
+        run._check_budget(Launch(zone=ZONES[1], spot=True, reason="test"), run.provider.schedule())

@@ -358,7 +358,8 @@ class ElasticStageRun(AttemptRecord):
         # a node group of len(plan) nodes at their mean price: start-up = sum of their prices
         group = replace(self.spec, num_nodes=len(plan))
         sessions = [*self.sessions, *(self._session(n, ended_at=now) for n in alive)]
-        msg = attempt_budget_error(group, sessions, sum(prices) / len(prices), first_launch=first)
+        msg = attempt_budget_error(group, sessions, sum(prices) / len(prices), first_launch=first,
+                                   restart_seconds=self.restart_estimate())
         if msg is None:
             return False
         if not alive:

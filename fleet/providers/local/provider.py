@@ -486,7 +486,7 @@ class _StageRun(AttemptRecord):
         itype = self.spec.instance_type or self.cfg.instance_type
         price = self.cfg.price_per_hour(itype, launch.zone, region, launch.spot,
                                         self.injector.trace_time())
-        msg = attempt_budget_error(self.spec, self.sessions, price)
+        msg = attempt_budget_error(self.spec, self.sessions, price, restart_seconds=self.restart_estimate())
         if msg is not None:
             raise AttemptFailed(msg)
 

@@ -228,7 +228,8 @@ class _SkyRun(AttemptRecord):
             waiting_since = None
             if spec.budget_left_usd is not None:  # enforce_budget: launch only what the budget allows
                 msg = attempt_budget_error(spec, self.sessions, self._launch_price(candidates, spot),
-                                           first_launch=prev_zone is None)
+                                           first_launch=prev_zone is None,
+                                           restart_seconds=self.restart_estimate())
                 if msg is not None:
                     raise AttemptFailed(msg)
             env = self._training_env(candidates[0] if candidates else None, spot)
