@@ -84,7 +84,9 @@ zone model (``"history"`` = v5; the rejected thirteenth and fourteenth rounds'
 ``"switch_emp"``, v6 ninth and tenth rounds, not adopted; ``"off"`` = the default) and
 ``interval_hazard`` (``"mixture"``, sixteenth round, rejected; ``"run"`` = the default) are
 opt-in too, as are the later rounds' ``hold_start``, ``zone_cost``, ``change_pool``,
-``h1_prior_seconds``, ``outage_end`` and ``model_check="holds"``; ``model_check="holds_residual"``
+``h1_prior_seconds``, ``outage_end``, ``model_check="holds"`` and, for jobs without a deadline
+only, ``no_deadline_wait="set"`` (2026-11-27, docs/fleet-policies.md, *Jobs without a
+deadline*); ``model_check="holds_residual"``
 is v8 (the default), ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
