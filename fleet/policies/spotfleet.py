@@ -84,7 +84,9 @@ zone model (``"history"`` = v5; the rejected thirteenth and fourteenth rounds'
 ``"switch_emp"``, v6 ninth and tenth rounds, not adopted; ``"off"`` = the default) and
 ``interval_hazard`` (``"mixture"``, sixteenth round, rejected; ``"run"`` = the default) are
 opt-in too, as are the later rounds' ``hold_start``, ``zone_cost``, ``change_pool``,
-``h1_prior_seconds``, ``outage_end`` and ``model_check="holds"``; ``model_check="holds_residual"``
+``h1_prior_seconds``, ``outage_end``, ``model_check="holds"`` and, for jobs without a deadline
+only, ``no_deadline_wait="set"`` (2026-11-27, docs/fleet-policies.md, *Jobs without a
+deadline*); ``model_check="holds_residual"``
 is v8 (the default), ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
@@ -190,6 +192,12 @@ class SpotfleetParams:
     # so a hold preempted before the job's next decision (one tick after a launch from idle)
     # splits the outages around it instead of merging them into one (docs/fleet-policies.md,
     # *Tick length*)
+    no_deadline_wait: str = "cheapest"  # without a deadline (JobSpec.deadline_given False),
+    # what the job may idle for (waiting_pays): "cheapest": v5, the cheapest zone alone, its
+    # expected wait (1 - belief) x mean down time; "set" (2026-11-27, bench_no_deadline.py,
+    # opt-in, not adopted): any of the k cheapest zones, k chosen for the largest net saving,
+    # their expected wait prod(1 - belief) / sum(1 / mean down time) (independent zones; k = 1
+    # is "cheapest"'s), priced at the dearest of them
     model_check: str = "holds_residual"  # "holds_residual": v8, the default since session 13;
     # "holds_law": v7 (the default in session 12); "off": v6 (see the last sentences). "holds" (twenty-first round, session 12, rejected on
     # the April 2023 trace; own-evidence zone models only): once the job's own holds reject the
@@ -244,6 +252,9 @@ OUTAGE_ENDS = ("seen", "launch")
 MODEL_CHECKS = ("off", "holds", "holds_law", "holds_residual")
 """The values of ``SpotfleetParams.model_check`` (see its comment)."""
 
+NO_DEADLINE_WAITS = ("cheapest", "set")
+"""The values of ``SpotfleetParams.no_deadline_wait`` (see its comment)."""
+
 RANK_AFTER_USD = 1e6
 """$ per useful hour added to v6's figure for the zones that the own-evidence ranking
 (any ``model_check``, once it has tripped) makes worthless: they follow every other zone, in v6's order."""
@@ -285,7 +296,8 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
 
 _CHOICES = {"own_runs": OWN_RUNS, "zone_model": ZONE_MODELS, "zone_cost": ZONE_COSTS,
             "hold_start": HOLD_STARTS, "change_pool": CHANGE_POOLS, "outage_end": OUTAGE_ENDS,
-            "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS}
+            "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS,
+            "no_deadline_wait": NO_DEADLINE_WAITS}
 """Each option field of :class:`SpotfleetParams` and its allowed values."""
 
 _OWN_EVIDENCE = ("changepoint_emp", "changepoint_updown")
@@ -801,14 +813,45 @@ class SpotfleetPolicy(Policy):
         :meth:`on_demand_cost_per_useful_hour`) idled 60 market h."""
         rem = max(state.spec.work_hours - state.done_hours, 1e-3)
         b = int(np.argmin(eff))
-        others = [z for z in order if z != b]
+        belief = self.belief(obs)
+        # believed up: a launch there more likely succeeds than fails. Before 2026-11-27 the
+        # cheapest other candidate counted whatever its belief: in an outage of every zone
+        # the job compared the wait with a zone almost surely down (belief 0.13, 0.04 $ per
+        # useful hour dearer than b), found that waiting never pays, tried every zone and
+        # ran on on-demand: never idle in 100 volatile jobs (bench_no_deadline.py)
+        others = [z for z in order if z != b and belief[z] >= 0.5]
         e_now = min(float(eff[others[0]]) if others else math.inf, od_eff)
         e_b = float(eff[b])
         if not math.isfinite(e_b) or e_b >= e_now * (1.0 - 1e-9):
             return None
-        belief = self.belief(obs)
-        wait = (1.0 - float(belief[b])) * float(self.mean_down_hours(obs)[b])
+        down = self.mean_down_hours(obs)
+        if self.p.no_deadline_wait == "set":
+            return self._set_worth_waiting_for(eff, belief, down, e_now, rem)
+        wait = (1.0 - float(belief[b])) * float(down[b])
         return b if (self._idle_h + wait) * e_now < (e_now - e_b) * rem else None
+
+    def _set_worth_waiting_for(self, eff: np.ndarray, belief: np.ndarray, down: np.ndarray,
+                               e_now: float, rem: float) -> int | None:
+        """``no_deadline_wait="set"``: the dearest zone of the set of the ``k`` cheapest
+        zones (cost per useful hour ``eff``, $/useful h) worth idling for, or None. Waiting
+        for any of them (independent zones, each down with probability ``1 - belief`` and
+        back at rate ``1 / down`` per hour) takes ``prod(1 - belief) / sum(1 / down)`` h
+        expected (``k = 1``: ``(1 - belief) x down``, the cheapest zone's wait) and saves at
+        least ``(e_now - eff of the k-th) x rem`` $; ``k`` maximises the net saving
+        ``(e_now - e_k) rem - (idle so far + wait) e_now``, which must be positive: the
+        idle budget of :meth:`waiting_pays` holds whatever ``k``."""
+        best, best_net = None, 0.0
+        p_down, rate = 1.0, 0.0
+        for z in sorted(range(eff.size), key=lambda z: (eff[z], z)):
+            e = float(eff[z])
+            if not e < e_now * (1.0 - 1e-9):
+                break
+            p_down *= 1.0 - float(belief[z])
+            rate += 1.0 / max(float(down[z]), 1e-6)
+            net = (e_now - e) * rem - (self._idle_h + p_down / rate) * e_now
+            if net > best_net:
+                best, best_net = z, net
+        return best
 
     def _affordable_moves(self, state: JobState, obs: Observation, better: list[int]) -> list[int]:
         """The voluntary moves the slack pays for: a move spends a restart (and the transfer

@@ -111,7 +111,8 @@ def region_on_demand_prices(market: Market, spec: JobSpec) -> tuple[np.ndarray, 
 
 def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
              timeline: list[tuple[int, int]] | None = None,
-             observe: str = "probe", start_offset_hours: float = 0.0) -> RunResult:
+             observe: str = "probe", start_offset_hours: float = 0.0,
+             horizon_hours: float | None = None) -> RunResult:
     """Run ``policy`` on ``market`` for a job starting at ``start_tick``.
 
     ``start_offset_hours`` (0 <= offset < one tick): the job starts that far into
@@ -119,6 +120,11 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
 
     ``timeline``, when given, receives ``(tick, location)`` for every decision taken.
     ``observe``: ``"probe"`` (what a live controller knows) or ``"oracle"``.
+    ``horizon_hours``: stop the run after this many hours from its start even when
+    :func:`horizon_ticks` would run longer (None: the full horizon). For jobs without a
+    deadline (``JobSpec.deadline_given`` False), whose far horizon (the live driver's 50 x
+    the work) outruns every trace: the run stops at the cap, unfinished
+    (``completion_hours`` inf), and the cap must fit the market instead of the horizon.
     """
     if observe not in ("probe", "oracle"):
         raise ValueError(f"observe must be 'probe' or 'oracle', got {observe!r}")
@@ -135,6 +141,10 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
     zones = market.zones
     n_z = market.n_zones
     end = start_tick + horizon_ticks(spec, g)
+    if horizon_hours is not None:
+        if not horizon_hours > 0:
+            raise ValueError(f"horizon_hours={horizon_hours!r} must be > 0 (or None)")
+        end = min(end, start_tick + int(math.ceil(horizon_hours / g)))
     if start_tick < 0 or end > market.n_ticks:
         raise ValueError(
             f"start_tick={start_tick}: the run needs ticks up to {end} but the market has "
