@@ -52,9 +52,21 @@ def plot_sweeps(sweeps: Sequence[tuple[str, SweepResult]], path: str | Path,
     return save_figure(fig, path, dpi=110)
 
 
+def _families_ylim_top(curves: dict[str, list[float]]) -> float:
+    """Top of a :func:`plot_families` panel: 1.6, raised (up to 4) so that spotfleet's curve
+    and, at every D/W, the cheapest other policy's stay in view (a market where every
+    policy pays 2-3x the bound showed an empty panel at a fixed 1.6)."""
+    keep = list(curves.get("spotfleet", []))
+    others = [ys for k, ys in curves.items() if k not in ("spotfleet", "on_demand")]
+    if others:
+        keep += [min(col) for col in zip(*others, strict=True)]
+    return min(4.0, max(1.6, 1.05 * max(keep, default=1.0)))
+
+
 def plot_families(cells, path: str | Path) -> Path:
     """One panel per (family, notice): mean cost / omniscient against D/W for every policy
-    (on-demand left out: it is off the scale)."""
+    (on-demand dashed grey; the scale follows spotfleet and the cheapest policy, so a far
+    dearer one may leave the panel)."""
     plt = pyplot()
 
     keys = list(dict.fromkeys((c.family, c.notice) for c in cells))
@@ -66,15 +78,16 @@ def plot_families(cells, path: str | Path) -> Path:
     for i, (fam, notice) in enumerate(keys):
         ax = axes.flat[i]
         cs = sorted((c for c in cells if c.family == fam and c.notice == notice), key=lambda c: c.ratio)
-        for name in cs[0].costs:
+        curves = {name: [c.costs[name].mean() / c.omniscient.mean() for c in cs] for name in cs[0].costs}
+        for name, ys in curves.items():
             if name == "on_demand":
+                ax.plot([c.ratio for c in cs], ys, ls="--", lw=0.8, color="0.5", label=name)
                 continue
-            ys = [c.costs[name].mean() / c.omniscient.mean() for c in cs]
             ax.plot([c.ratio for c in cs], ys, marker="o", ms=3,
                     lw=2.2 if name == "spotfleet" else 1.0, label=name)
         ax.set_xscale("log")
         ax.set_xticks([c.ratio for c in cs], [f"{c.ratio:g}" for c in cs])
-        ax.set_ylim(0.98, 1.6)
+        ax.set_ylim(0.98, _families_ylim_top(curves))
         ax.set_xlabel("deadline / work (D/W)")
         ax.set_ylabel("mean cost / omniscient")
         ax.set_title(f"{fam}, notice {notice:g} s", fontsize=10)

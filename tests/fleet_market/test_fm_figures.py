@@ -73,3 +73,19 @@ def test_sweep_plot_shows_policies_far_cheaper_than_on_demand(tmp_path, traces, 
     assert _is_png(plot_sweeps([("cheap spot", res)], tmp_path / "sweep.png"))
     lo, hi = figs[0].axes[0].get_xlim()
     assert lo < min(ratios) and hi > max(ratios)
+
+
+def test_family_panels_keep_spotfleet_and_the_cheapest_policy_in_view():
+    """plot_families' scale (before session 14 a fixed 0.98-1.6: the all-break regime, where
+    every policy pays 1.3-3x the bound, drew empty panels): 1.6 while everything fits, raised
+    to show spotfleet and the cheapest other policy at each D/W, never for on-demand alone
+    or a far dearer baseline, capped at 4."""
+    from fleet.simulation.plot import _families_ylim_top
+
+    calm = {"spotfleet": [1.02, 1.01], "failover": [1.10, 1.05], "on_demand": [3.0, 3.1]}
+    assert _families_ylim_top(calm) == 1.6
+    broken = {"spotfleet": [1.35, 2.42], "greedy_1zone": [1.37, 2.38], "failover": [1.35, 2.49],
+              "uniform_progress_multi": [9.0, 9.0], "on_demand": [1.32, 2.30]}
+    top = _families_ylim_top(broken)
+    assert top == pytest.approx(1.05 * 2.42) and top < 9.0
+    assert _families_ylim_top({"spotfleet": [7.0], "failover": [8.0]}) == 4.0
