@@ -205,6 +205,13 @@ def _shift(seeds: range, config: str = "shift_config") -> Callable[[Path, int], 
     return load
 
 
+def _shift_family(name: str, what: str, seeds: range, config: str = "shift_config") -> dict[str, Family]:
+    """``{name: family}`` of a regime-shift family (:func:`_shift` of ``config`` on ``seeds``;
+    ``what`` the title before the seeds), its starts around the shift."""
+    title = f"{what} (seeds {seeds.start}-{seeds.stop - 1})"
+    return {name: _synthetic(name, title, _shift(seeds, config), last_start_hours=SHIFT_LAST_START_HOURS)}
+
+
 def _synthetic(name: str, title: str, load: Callable[[Path, int], list[tuple[Market, list[int] | None]]],
                **kw) -> Family:
     """A synthetic family: W = 12 h, 25 GB checkpoints, 168 h of history, spot 1.0 $/h and
@@ -301,13 +308,10 @@ FAMILIES: dict[str, Family] = {
     **_held_out_pair("210", range(210, 215)),
     "shift_holdout210": _synthetic("shift_holdout210", "held-out regime shift (seeds 210-214)",
                                    _shift(range(210, 215)), last_start_hours=SHIFT_LAST_START_HOURS),
-    "reliable_break_holdout310": _synthetic(
-        "reliable_break_holdout310", "held-out shift that breaks each region's most reliable zone "
-        "(seeds 310-314)", _shift(range(310, 315), "reliable_break_config"),
-        last_start_hours=SHIFT_LAST_START_HOURS),
-    "all_break_holdout410": _synthetic(
-        "all_break_holdout410", "held-out shift that breaks every zone (seeds 410-414)",
-        _shift(range(410, 415), "all_break_config"), last_start_hours=SHIFT_LAST_START_HOURS),
+    **_shift_family("reliable_break_holdout310", "held-out shift that breaks each region's most "
+                    "reliable zone", range(310, 315), "reliable_break_config"),
+    **_shift_family("all_break_holdout410", "held-out shift that breaks every zone", range(410, 415),
+                    "all_break_config"),
 }
 
 

@@ -62,18 +62,25 @@ def test_regime_shift_statistics_change_as_configured(shifted):
         assert m.on_demand_price is not None and len(set(m.on_demand_price)) == len(before.regions)
 
 
+def _after_shift(config) -> list[tuple]:
+    """Per seed of ``SEEDS``: (availability, tick length h, shift tick, reliable zones) of
+    ``shift_market(*config())``; the reliable zone of each region is its first."""
+    before, after = config()
+    zpr = before.zones_per_region
+    out = []
+    for seed in SEEDS:
+        m = shift_market(before, after, seed, SHIFT_HOURS)
+        out.append((m.available, m.gap_hours, int(SHIFT_HOURS / m.gap_hours),
+                    [z for z in range(m.n_zones) if z % zpr == 0]))
+    return out
+
+
 def test_the_opposite_shift_breaks_the_zone_whose_history_is_best():
     """``reliable_break_config`` (family ``reliable_break_holdout300``): before the shift each
     region's dear zone has the best history; after it, that zone flaps and the cheap ones stay
     as calm as before."""
-    before, after = reliable_break_config()
-    zpr = before.zones_per_region
-    for seed in SEEDS:
-        m = shift_market(before, after, seed, SHIFT_HOURS)
-        k = int(SHIFT_HOURS / m.gap_hours)
-        av, g = m.available, m.gap_hours
-        reliable = [z for z in range(m.n_zones) if z % zpr == 0]
-        cheap = [z for z in range(m.n_zones) if z % zpr]
+    for seed, (av, g, k, reliable) in zip(SEEDS, _after_shift(reliable_break_config), strict=True):
+        cheap = [z for z in range(av.shape[0]) if z not in reliable]
         assert av[reliable, :k].mean() > av[cheap, :k].mean() > 0.8, seed
         assert av[reliable, k:].mean() < 0.5 < 0.8 < av[cheap, k:].mean(), seed
         assert np.mean([_mean_up_run(av[z, k:]) for z in reliable]) * g < 1.0, seed
@@ -84,16 +91,10 @@ def test_the_market_wide_shift_breaks_every_zone():
     """``all_break_config`` (family ``all_break_holdout410``): every zone is calm before the
     shift (the dear one calmest) and flaps after it, the dear one as much as the cheap ones,
     so no order of the zones that the history gives survives the shift."""
-    before, after = all_break_config()
-    zpr = before.zones_per_region
-    for seed in SEEDS:
-        m = shift_market(before, after, seed, SHIFT_HOURS)
-        k = int(SHIFT_HOURS / m.gap_hours)
-        av, g = m.available, m.gap_hours
-        reliable = [z for z in range(m.n_zones) if z % zpr == 0]
+    for seed, (av, g, k, reliable) in zip(SEEDS, _after_shift(all_break_config), strict=True):
         assert av[reliable, :k].mean() > av[:, :k].mean() > 0.8, seed
         assert av[:, k:].mean() < 0.35 and av[reliable, k:].mean() < 0.45, seed
-        assert np.mean([_mean_up_run(av[z, k:]) for z in range(m.n_zones)]) * g < 1.0, seed
+        assert np.mean([_mean_up_run(av[z, k:]) for z in range(av.shape[0])]) * g < 1.0, seed
     assert "all_break_holdout410" in FAMILIES and "reliable_break_holdout310" in FAMILIES
 
 
