@@ -32,6 +32,12 @@ from fleet.providers.wire import event_to_dict, session_to_dict, spec_from_dict
 PROGRESS_LOG_EVERY_SECONDS = 2.0
 
 
+def _g(x: Any) -> str:
+    """A duration for a log line: 6 significant digits (the raw float had 16), as given
+    when it is not a number."""
+    return f"{x:.6g}" if isinstance(x, int | float) and not isinstance(x, bool) else str(x)
+
+
 def describe_event(e: Event) -> str | None:
     """One log line for an event (None: not worth a line)."""
     d = e.data
@@ -48,8 +54,11 @@ def describe_event(e: Event) -> str | None:
     if k == "notice":
         return f"[{node}] training process got the notice (source {d.get('source')})"
     if k == "save_committed":
+        # the provider converted the stall to market seconds (fleet.providers.local.clock);
+        # the interval line below is in the training process's own seconds: on the local
+        # fleet one wall second is many market seconds, so the two lines say which
         return (f"[{node}] checkpoint committed: step {d.get('step')} ({d.get('kind')}), "
-                f"stall {float(d.get('stall_seconds') or 0):.3f} s")
+                f"stall {float(d.get('stall_seconds') or 0):.3f} s (market time)")
     if k == "save_failed":
         return f"[{node}] checkpoint FAILED at step {d.get('step')}: {d.get('reason')}"
     if k == "restore":
@@ -64,8 +73,9 @@ def describe_event(e: Event) -> str | None:
         return (f"fleet policy {d.get('policy')} ({d.get('policy_class')}): "
                 f"{d.get('target')} at market second {d.get('market_seconds')}{where}")
     if k == "interval":
-        return (f"[{node}] insurance interval tau {d.get('tau_seconds')} s (MTTP {d.get('mttp_seconds')} s, "
-                f"R {d.get('restart_seconds')} s, delta {d.get('delta_seconds')} s)")
+        return (f"[{node}] insurance interval tau {_g(d.get('tau_seconds'))} s (MTTP "
+                f"{_g(d.get('mttp_seconds'))} s, R {_g(d.get('restart_seconds'))} s, delta "
+                f"{_g(d.get('delta_seconds'))} s; the training process's clock)")
     if k == "moved":
         return f"fleet policy moves {d.get('from_zone')} -> {d.get('to_zone')}: {d.get('reason')}"
     if k in ("start", "save_started", "stats"):
