@@ -61,22 +61,29 @@ TUNING_FAMILIES = ("v100", "h100", "volatile", "shift")
 shift of ``shift_holdout70`` on its own seeds 80-84, 8 starts each in the same window."""
 
 
+ALL_BREAK_TUNING_SEEDS = range(400, 405)
+"""``all_break`` (opt-in, ``--families``; added in session 14 after ``all_break_holdout410``
+was run once): the shift that breaks every zone (``regimes.all_break_config``) on its own
+seeds 400-404, 8 starts each, the shift families' window. Not in ``TUNING_FAMILIES``: the
+verdict rule's 44 cells are unchanged; a round that uses it says so."""
+
+
 def family_of(fname: str):
     """The :class:`Family` whose job spec a tuning family uses."""
-    return FAMILIES["shift_holdout70" if fname == "shift" else fname]
+    return FAMILIES["shift_holdout70" if fname in ("shift", "all_break") else fname]
 
 
 def tuning_plan(fname: str, ratio: float) -> list[tuple]:
     """(market, start tick, seed) of the tuning set of one family and D/W."""
     fam = family_of(fname)
     base = fam.spec(ratio, 0.0)
-    if fname == "shift":
-        from fleet.market.regimes import shift_config, shift_market
+    if fname in ("shift", "all_break"):
+        from fleet.market.regimes import all_break_config, shift_config, shift_market
         from fleet.simulation.families import SHIFT_HOURS
 
-        before, after = shift_config()
+        before, after = shift_config() if fname == "shift" else all_break_config()
         out = []
-        for seed in range(80, 85):
+        for seed in (range(80, 85) if fname == "shift" else ALL_BREAK_TUNING_SEEDS):
             m = shift_market(before, after, seed, SHIFT_HOURS)
             out += [(m, s, seed) for s in spread_starts(m, base, 8, fam.warmup_hours,
                                                          last_start_hours=fam.last_start_hours)]
