@@ -327,6 +327,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         regions=tuple(stage.resources.regions), zones=tuple(stage.resources.zones),
         use_spot=stage.resources.spot, instance_type=stage.resources.instance_type,
         deadline_seconds=_stage_deadline_seconds(cfg, stage) if cfg.on_demand_fallback else None,
+        on_demand_allowed=cfg.on_demand_fallback,
         env={"SPOTFLEET_JOB_ID": f"{cfg.name}/{stage.name}/{root_run}", **_stage_env(cfg, stage, fleet)},
         max_relaunches=stage.max_relaunches, policy=stage.policy)
     if plan is not None:

@@ -35,6 +35,7 @@ run without a deadline like spotfleet (never a baseline), e.g.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import platform
@@ -73,13 +74,16 @@ OURS = "spotfleet"
 NOT_BASELINES = (OURS, PEER, "on_demand")
 
 
-def run_cell(fam, notice: float, starts: int, pols: dict, progress) -> dict:
+def run_cell(fam, notice: float, starts: int, pols: dict, progress, spot_only: bool = False) -> dict:
     """Every policy on every start of ``fam`` at ``notice`` s; per policy arrays over the
-    starts (cost $, completion h, idle h, on-demand h, finished) and the floors ($)."""
+    starts (cost $, completion h, idle h, on-demand h, finished) and the floors ($).
+    ``spot_only``: on-demand ruled out for the jobs without a deadline
+    (``JobSpec.on_demand_allowed`` False, a pipeline's ``on_demand_fallback: false``); the
+    D/W 3 reference keeps it."""
     markets = fam.load(DATA, starts)
     per = max(1, math.ceil(starts / len(markets)))
     loose = fam.spec(START_RATIO, notice)
-    spec = no_deadline_spec(loose)
+    spec = dataclasses.replace(no_deadline_spec(loose), on_demand_allowed=not spot_only)
     out: dict = {n: {"cost": [], "comp": [], "idle": [], "od": [], "fin": []} for n in (*pols, PEER)}
     floors, windows, sim_h = [], [], 0.0
     for m, _ in markets:
@@ -102,7 +106,8 @@ def run_cell(fam, notice: float, starts: int, pols: dict, progress) -> dict:
         progress(f"  {fam.name} notice {notice:g} s: market {len(windows)}/{len(markets)}, "
                  f"{len(ss)} starts, window {win:.1f} h")
     cell = {n: {k: np.asarray(v, dtype=float) for k, v in d.items()} for n, d in out.items()}
-    return {"runs": cell, "floor": np.asarray(floors), "window": min(windows), "sim_hours": sim_h}
+    return {"runs": cell, "floor": np.asarray(floors), "window": min(windows), "sim_hours": sim_h,
+            "spot_only": spot_only}
 
 
 def best_baseline(runs: dict) -> tuple[str, bool]:
@@ -121,7 +126,8 @@ def cell_table(fam, notice: float, cell: dict) -> str:
     best, complete = best_baseline(runs)
     note = "" if complete else (" (no baseline finished every job: the cheapest, its unfinished "
                                 "jobs' $ counted to the window's end)")
-    lines = [f"#### {fam.title}: no deadline (horizon {NO_DEADLINE_FACTOR:g} x W = "
+    only = ", on-demand ruled out" if cell.get("spot_only") else ""
+    lines = [f"#### {fam.title}: no deadline{only} (horizon {NO_DEADLINE_FACTOR:g} x W = "
              f"{NO_DEADLINE_FACTOR * w:g} h), notice {notice:g} s, {floor.size} starts, "
              f"window {cell['window']:.1f} h = {cell['window'] / w:.1f} x W; best baseline: {best}"
              f"{note}", "",
@@ -152,6 +158,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--starts", type=int, default=100, help="starts per family (and notice)")
     ap.add_argument("--families", default="v100,h100,volatile")
+    ap.add_argument("--spot-only", action="store_true",
+                    help="rule on-demand out for the jobs without a deadline (a pipeline's "
+                         "on_demand_fallback: false)")
     ap.add_argument("--markdown", default="", help="write the tables (Markdown) here")
     ap.add_argument("--candidate", action="append", default=[],
                     metavar="NAME:field=value[,field=value...]",
@@ -179,7 +188,7 @@ def main() -> int:
         fam = FAMILIES[fname]
         for notice in NOTICES:
             t0 = time.perf_counter()
-            cell = run_cell(fam, notice, args.starts, pols, progress)
+            cell = run_cell(fam, notice, args.starts, pols, progress, spot_only=args.spot_only)
             sim_hours += cell["sim_hours"]
             md += [cell_table(fam, notice, cell), ""]
             sf = cell["runs"][OURS]

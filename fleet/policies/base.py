@@ -59,6 +59,11 @@ class JobSpec:
             ``no_deadline_factor`` x the work, so that the safety net stays away): the
             slack is then not a budget worth spending on waiting, and a policy that idles
             must bound the wait itself (spotfleet: :meth:`SpotfleetPolicy.waiting_pays`).
+        on_demand_allowed: False when the operator ruled on-demand out (a pipeline's
+            ``on_demand_fallback: false``): the simulator and the live driver never launch
+            an on-demand instance for the job (a policy's ``ON_DEMAND`` target or fallback
+            is skipped, the job idles instead), so nothing guarantees a deadline; spotfleet
+            then compares spot zones only with each other.
     """
 
     work_hours: float
@@ -73,6 +78,7 @@ class JobSpec:
     transfer_seconds: float | None = None
     probe_seconds: float = 60.0
     deadline_given: bool = True
+    on_demand_allowed: bool = True
 
     def __post_init__(self) -> None:
         checks = {

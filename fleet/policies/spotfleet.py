@@ -597,6 +597,8 @@ class SpotfleetPolicy(Policy):
                                                   residual=self.p.model_check == "holds_residual")
         od_price = self._od_price(state, obs)
         od_eff = self.on_demand_cost_per_useful_hour(state, od_price)
+        if not spec.on_demand_allowed:
+            od_eff = math.inf  # ruled out by the operator: spot zones compete with each other only
         run = self.expected_runs(obs)
         self._last_run = run
         run_ck = self.interval_runs(obs, run)
@@ -639,8 +641,9 @@ class SpotfleetPolicy(Policy):
             # no deadline: the horizon is not slack to wait out; idle only while the wait
             # for the cheapest zone pays for itself (v5, :meth:`waiting_pays`)
             wait_for = self.waiting_pays(state, obs, eff, order, od_eff)
-            if wait_for is None:
-                return launch_action(order, ON_DEMAND, interval, obs.tick + 1)
+            if wait_for is None:  # launch now: the best zone up, else on-demand (idle if ruled out)
+                return launch_action(order, ON_DEMAND if spec.on_demand_allowed else IDLE, interval,
+                                     obs.tick + 1)
             best = [z for z in order if eff[z] <= eff[wait_for] * (1.0 + 1e-9)]
             return launch_action(best, IDLE, interval, obs.tick + 1)
         if self.p.patience > 0 and order:

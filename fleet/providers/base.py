@@ -42,6 +42,9 @@ class StageSpec:
     use_spot: bool = True
     instance_type: str | None = None
     deadline_seconds: float | None = None
+    #: False: the pipeline ruled on-demand out (``on_demand_fallback: false``); the fleet
+    #: policy's on-demand launches are not made (``JobSpec.on_demand_allowed``)
+    on_demand_allowed: bool = True
     env: dict[str, str] = field(default_factory=dict)
     max_relaunches: int = 20
     policy: str = DEFAULT_POLICY

@@ -223,6 +223,9 @@ class PolicyDriver:
     #: the priors: ``AttemptRecord.restart_estimate``), set before each ``decide``; None:
     #: ``priors.restart_seconds``. What the policy plans a relaunch with (``JobSpec.restart_hours``)
     restart_seconds: float | None = None
+    #: False (a pipeline's ``on_demand_fallback: false``): no on-demand launch is made,
+    #: whatever the policy wants (``JobSpec.on_demand_allowed``): the job idles instead
+    on_demand_allowed: bool = True
     market: ObservedMarket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -272,7 +275,8 @@ class PolicyDriver:
                        notice_seconds=pr.notice_seconds,
                        on_demand_price=pr.on_demand_price_per_hour or FALLBACK_ON_DEMAND_PRICE,
                        spot_price=min(spot) if spot else FALLBACK_SPOT_PRICE,
-                       deadline_given=self.deadline_seconds is not None)
+                       deadline_given=self.deadline_seconds is not None,
+                       on_demand_allowed=self.on_demand_allowed)
 
     def restart_now(self) -> float:
         """R (market s) the policy is told now: :attr:`restart_seconds` when the provider
@@ -396,6 +400,8 @@ class PolicyDriver:
                     else None)
         tries: list[Launch | None] = []
         for c_ in (act.target, *act.fallbacks):
+            if c_ == ON_DEMAND and not self.on_demand_allowed:
+                continue  # ruled out by the operator: the simulator skips it too
             lau = self._as_launch(c_, state, saved)
             tries.append(lau)
             if lau is None:

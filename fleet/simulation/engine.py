@@ -271,6 +271,8 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
                 for k, c in enumerate((tgt, *act.fallbacks)):
                     if c >= n_z or c < ON_DEMAND and c != IDLE:
                         raise PolicyError(f"{policy.name}: tick {i}: target {c} is not a location")
+                    if c == ON_DEMAND and not spec.on_demand_allowed:
+                        continue  # ruled out (JobSpec.on_demand_allowed), as the live driver does
                     if c == loc:  # the held instance ran on while the others were tried
                         chosen = c
                         delay = delay_before

@@ -366,7 +366,8 @@ class _StageRun(AttemptRecord):
                             deadline_seconds=self.spec.deadline_seconds, gap_seconds=gap,
                             prior_history=prior if prior.shape[1] else None,
                             on_demand_zone=self.cfg.on_demand_zone, regions=regions,
-                            on_demand_prices=od_prices or None, accelerator=self.spec.accelerator)
+                            on_demand_prices=od_prices or None, accelerator=self.spec.accelerator,
+                            on_demand_allowed=self.spec.on_demand_allowed)
 
     def _decide(self, driver: PolicyDriver, location: str | None) -> Launch | None:
         """Ask the policy now and try its launches in order (each spot zone is a probe of

@@ -202,6 +202,7 @@ class _SkyRun(AttemptRecord):
             self.driver = PolicyDriver(self.cfg.policy or spec.policy, zones,
                                        priors=catalog_priced(spec, on_demand),
                                        deadline_seconds=spec.deadline_seconds,
+                                       on_demand_allowed=spec.on_demand_allowed,
                                        gap_seconds=self.cfg.decision_tick_seconds,
                                        prior_history=prior_history(
                                            spec.priors, zones, self.cfg.decision_tick_seconds),
