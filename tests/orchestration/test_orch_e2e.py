@@ -192,22 +192,27 @@ def test_provider_giving_up_is_retried_from_the_checkpoint_on_postgres(tmp_path,
     assert a1_ckpt <= att.iloc[-1]["start_step"] <= 100 and att.iloc[-1]["final_step"] == 100
 
 
+def _tight_pipeline(name: str, on_demand_fallback: bool) -> dict:
+    """One 400-step stage (0.4 h of work) under a 0.9 h deadline, preempted at steps 100
+    and 250 on the local fleet (30 wall s per market hour)."""
+    stage = _stage("only", 400, 4, 100, work_hours=0.4)
+    stage["args"][stage["args"].index("--step-sleep") + 1] = "0.05"
+    return {
+        "name": name, "provider": "local", "deadline_hours": 0.9, "checkpoint_uri": "checkpoints/t",
+        "on_demand_fallback": on_demand_fallback,
+        "market": {"seed": 4, "wall_seconds_per_market_hour": 30, "cloud": "signal", "grace_seconds": 2,
+                   "inject_preemptions_at_steps": {"only": [100, 250]}},
+        "stages": [stage],
+    }
+
+
 def test_without_on_demand_fallback_no_node_runs_on_demand(tmp_path):
     """The same tight pipeline with ``on_demand_fallback: false``: the stage has no deadline
     and on-demand is ruled out (``StageSpec.on_demand_allowed``); after each injected
     preemption it relaunches on spot, and no node session is on-demand. Before session 14
     the flag only dropped the deadline, and the live policy's no-deadline rule could still
     launch on-demand whenever waiting for spot did not pay."""
-    stage = _stage("only", 400, 4, 100, work_hours=0.4)
-    stage["args"][stage["args"].index("--step-sleep") + 1] = "0.05"
-    pipeline = {
-        "name": "spotonly", "provider": "local", "deadline_hours": 0.9, "checkpoint_uri": "checkpoints/t",
-        "on_demand_fallback": False,
-        "market": {"seed": 4, "wall_seconds_per_market_hour": 30, "cloud": "signal", "grace_seconds": 2,
-                   "inject_preemptions_at_steps": {"only": [100, 250]}},
-        "stages": [stage],
-    }
-    cfg, stats, result, logs, _ = _run(tmp_path, pipeline)
+    cfg, stats, result, logs, _ = _run(tmp_path, _tight_pipeline("spotonly", on_demand_fallback=False))
     assert result.success
     t = _tables(stats, cfg.name)
     sessions = t["node_sessions"]
@@ -219,16 +224,7 @@ def test_without_on_demand_fallback_no_node_runs_on_demand(tmp_path):
 
 def test_on_demand_fallback_when_the_deadline_needs_it(tmp_path):
     """The plan starts on spot; preemptions eat the slack; the rest runs on-demand and finishes."""
-    stage = _stage("only", 400, 4, 100, work_hours=0.4)
-    stage["args"][stage["args"].index("--step-sleep") + 1] = "0.05"
-    pipeline = {
-        "name": "tight", "provider": "local", "deadline_hours": 0.9, "checkpoint_uri": "checkpoints/t",
-        "on_demand_fallback": True,
-        "market": {"seed": 4, "wall_seconds_per_market_hour": 30, "cloud": "signal", "grace_seconds": 2,
-                   "inject_preemptions_at_steps": {"only": [100, 250]}},
-        "stages": [stage],
-    }
-    cfg, stats, result, logs, _ = _run(tmp_path, pipeline)
+    cfg, stats, result, logs, _ = _run(tmp_path, _tight_pipeline("tight", on_demand_fallback=True))
     assert result.success
     plan = result.output_for_node("tight__fleet_plan")["only"]
     assert plan.spot_nodes and plan.fallback_slack_hours is not None  # the plan: spot, with a fallback
