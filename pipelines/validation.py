@@ -318,6 +318,11 @@ def check_pipeline(cfg: PipelineConfig, *, catalog: Catalog | None = None, cwd: 
             f"time; raise deadline_hours to at least {_num(round(total, 9))} or lower the stages' "
             "work_hours", cfg.deadline_hours))
     for i, stage in enumerate(cfg.stages):
+        if not cfg.on_demand_fallback and not stage.resources.spot:
+            problems.append(Problem(
+                f"stages[{i}].resources.spot",
+                "spot: false asks for on-demand nodes, but the pipeline's on_demand_fallback: false "
+                "rules on-demand out: set spot: true, or on_demand_fallback: true", False))
         problems += [Problem(f"stages[{i}].{p.loc}", p.message, p.value)
                      for p in _check_stage(cfg, stage, market, catalog, cwd, project_root)]
     return problems

@@ -182,7 +182,9 @@ class FleetPlan:
 
     def apply(self, spec: StageSpec) -> StageSpec:
         """``spec`` as this plan runs it: zones in failover order, spot only when the plan
-        has spot nodes, and the plan's priors (the spec's notice window is kept). A
+        has spot nodes -- or when on-demand is ruled out (``spec.on_demand_allowed`` False: a
+        plan that finds no zone where spot beats on-demand does not turn a spot-only stage
+        into an on-demand one) -- and the plan's priors (the spec's notice window is kept). A
         multi-node stage also gets the plan's spread (``SPOTFLEET_PLACEMENT``,
         ``zone:nodes,...``) and on-demand core (``SPOTFLEET_ON_DEMAND_NODES``), which the
         elastic controller places by (docs/elastic.md)."""
@@ -192,7 +194,7 @@ class FleetPlan:
                        f"{z}:{n}" for z, n in self.placement().items()),
                    "SPOTFLEET_ON_DEMAND_NODES": str(self.on_demand_nodes)}
         return replace(spec, zones=tuple(self.failover_order) or spec.zones,
-                       use_spot=spec.use_spot and self.spot_nodes > 0,
+                       use_spot=spec.use_spot and (self.spot_nodes > 0 or not spec.on_demand_allowed),
                        priors=self.priors(spec.priors.notice_seconds), env=env)
 
     def to_dict(self) -> dict:

@@ -115,6 +115,11 @@ CASES = [
      "market.trace_dir",
      "no such folder; give a folder of spot-trace JSON files named <zone>_<accelerator>_<count>.json "
      "(e.g. ../shared/data/spot-traces/availability/1-node/aws-02-15-2023)", "'/nonexistent/traces'", False),
+    ("on_demand_stage_in_a_pipeline_without_on_demand",
+     lambda p: (p.update(on_demand_fallback=False), _res(p).update(spot=False)),
+     "stages[0].resources.spot",
+     "spot: false asks for on-demand nodes, but the pipeline's on_demand_fallback: false rules "
+     "on-demand out: set spot: true, or on_demand_fallback: true", "False", False),
     ("skypilot_count_no_instance_offers",
      lambda p: (_sky(p), _res(p).update(accelerator="A10G", count=4, zones=[])),
      "stages[0].resources.count",

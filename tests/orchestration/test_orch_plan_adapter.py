@@ -76,6 +76,24 @@ def test_plan_restart_hours_come_from_the_local_fleet_sessions():
     assert all(v == pytest.approx(default_r) for z, v in r.items() if z != zone.zone)
 
 
+def test_an_on_demand_plan_does_not_overrule_a_pipeline_without_on_demand():
+    """A plan with no spot node (no zone where spot beats on-demand) turns the stage to
+    on-demand, unless the pipeline ruled on-demand out (``on_demand_fallback: false`` ->
+    ``StageSpec.on_demand_allowed`` False): then the stage stays on spot (session 14)."""
+    from fleet.providers.base import StageSpec
+
+    [cfg] = load_pipelines(EXAMPLE_PIPELINES)
+    traces = fleet_adapter.market_traces(cfg.market)
+    stats = fleet_adapter.planning_zone_stats(zone_stats(traces))
+    fc = forecast_zones(traces, None, 12.0, n_samples=200, seed=0)
+    plan = fleet_adapter.plan_for_stage(cfg.stages[0], stats, fc, cfg.market, 16.0, True)
+    od_plan = dataclasses.replace(plan, spot_nodes=0, on_demand_nodes=plan.num_nodes)
+    base = StageSpec(name="pretrain", command=["python", "x.py"], checkpoint_uri="/tmp/x")
+    assert od_plan.apply(base).use_spot is False
+    assert od_plan.apply(dataclasses.replace(base, on_demand_allowed=False)).use_spot is True
+    assert plan.apply(dataclasses.replace(base, on_demand_allowed=False)).use_spot is True
+
+
 def test_plan_apply_puts_the_priors_in_seconds_into_the_stage_spec():
     """FleetPlan.apply(StageSpec): failover zones, spot, and the priors the policy and the
     training process start from (MTTP per zone = 1 / the rate the plan used, R measured)."""
