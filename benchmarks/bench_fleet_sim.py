@@ -49,6 +49,7 @@ from fleet.simulation.families import (  # noqa: E402
     run_family,
     select_policies,
 )
+from fleet.simulation.sweep import speed_report  # noqa: E402
 
 DATA = Path(os.environ.get("SPOTFLEET_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
@@ -119,11 +120,7 @@ def main() -> int:
     cpu = time.process_time() - cpu0
     print()
     print("\n".join(md))
-    print(f"\nsimulated job-hours: {sim_hours:,.0f} in {cpu:.1f} s CPU = {sim_hours / cpu:,.0f} "
-          f"job-hours/s (wall {wall:.1f} s)")
-    # the ratio against the physical clock: simulated job time per CPU time
-    print(f"speed-up over real time: {sim_hours * 3600 / cpu:,.0f}x per CPU core "
-          f"(simulated job-seconds per CPU second)")
+    print("\n" + speed_report(sim_hours, cpu, wall))
     print(f"omniscient bounds: {bounds}, coarsened (not exact): {coarse}")
     if args.markdown:
         Path(args.markdown).write_text("\n".join(md) + "\n", encoding="utf-8")

@@ -5,7 +5,7 @@ start ticks of the sweep's D/W 3 cells, notice 0 and 120 s. Each job has no dead
 horizon 50 x the work, ``deadline_given=False``, as the live driver builds it
 (``PolicyDriver.no_deadline_factor``). The horizon outruns every trace, so every run of a
 market is stopped at one window, the longest that all its starts have (v100 57.8 h, h100
-34 h, volatile 84.6 h at 100 starts): a job not done by then is unfinished.
+33.8 h, volatile 52.6 h at 100 starts): a job not done by then is unfinished.
 
 Policies: spotfleet (default params) and every baseline. Only spotfleet reads
 ``deadline_given``; the baselines ignore it and run with the same 50 x work horizon as
@@ -22,10 +22,12 @@ the best baseline's (the cheapest of greedy / Uniform Progress / failover that f
 every job; paired bootstrap interval over starts, ``families.bootstrap_ratio``), mean $ /
 spotfleet_dw3's, mean and max completion (h and x W, finished jobs), mean and max idle h,
 mean on-demand h. Progress on stderr; the tables and the speed (simulated job-hours per
-CPU second) on stdout.
+CPU second, and as a ratio against real time) on stdout. ``--spot-only`` rules on-demand out
+for the jobs without a deadline (``JobSpec.on_demand_allowed``, a pipeline's
+``on_demand_fallback: false``).
 
     nice -n 10 python benchmarks/bench_no_deadline.py [--starts 100] [--families v100,h100,volatile]
-        [--markdown out.md] [--candidate NAME:field=value[,field=value...] ...]
+        [--spot-only] [--markdown out.md] [--candidate NAME:field=value[,field=value...] ...]
 
 ``--candidate`` adds a spotfleet column ``candidate:NAME`` with those ``SpotfleetParams``,
 run without a deadline like spotfleet (never a baseline), e.g.
@@ -64,6 +66,7 @@ from fleet.simulation.no_deadline import (  # noqa: E402
     spot_floor_usd,
     window_hours,
 )
+from fleet.simulation.sweep import speed_report  # noqa: E402
 
 DATA = Path(os.environ.get("SPOTFLEET_SHARED_DATA", ROOT.parent / "shared" / "data"))
 START_RATIO = 3.0
@@ -197,8 +200,7 @@ def main() -> int:
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0
     print("\n".join(md))
-    print(f"simulated job-hours: {sim_hours:,.0f} in {cpu:.1f} s CPU = {sim_hours / cpu:,.0f} "
-          f"job-hours/s (wall {wall:.1f} s; an unfinished run counts its window)")
+    print(speed_report(sim_hours, cpu, wall, "an unfinished run counts its window"))
     if args.markdown:
         Path(args.markdown).write_text("\n".join(md) + "\n", encoding="utf-8")
         print(f"tables written to {args.markdown}")

@@ -31,6 +31,12 @@ def location_name(loc: int, zones: tuple[str, ...] = ()) -> str:
     return f"spot:{zones[loc]}" if 0 <= loc < len(zones) else f"spot:{loc}"
 
 
+NO_DEADLINE_FACTOR = 50.0
+"""A job without a deadline of its own gets this many times its work as a far horizon
+(``JobSpec.deadline_hours`` with ``deadline_given=False``): the live driver's
+``PolicyDriver.no_deadline_factor`` and the simulator's ``fleet.simulation.no_deadline``."""
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A deadline job and the cost model it runs under.

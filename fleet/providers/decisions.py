@@ -35,7 +35,16 @@ import numpy as np
 
 from fleet.contract import RunPriors
 from fleet.market.config import DEFAULT_ON_DEMAND_PRICE, DEFAULT_SPOT_PRICE
-from fleet.policies.base import IDLE, ON_DEMAND, Action, JobSpec, JobState, Observation, Policy
+from fleet.policies.base import (
+    IDLE,
+    NO_DEADLINE_FACTOR,
+    ON_DEMAND,
+    Action,
+    JobSpec,
+    JobState,
+    Observation,
+    Policy,
+)
 from fleet.policies.registry import get_policy
 
 #: assumed spot / on-demand $/h when the priors carry no prices: the market section's
@@ -216,7 +225,7 @@ class PolicyDriver:
     #: on-demand $/h per zone (a region name as key covers its zones); a zone not listed
     #: (or None) costs the priors' one flat on-demand price, so that all regions tie
     on_demand_prices: Mapping[str, float] | None = None
-    no_deadline_factor: float = 50.0
+    no_deadline_factor: float = NO_DEADLINE_FACTOR
     #: the stage's accelerator; None = not said (the V100 fallback prices may apply)
     accelerator: str | None = None
     #: R (market s) the provider measured so far (its launch -> ready times, refined from

@@ -16,15 +16,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from fleet.policies.base import IDLE, JobSpec, Policy
+from fleet.policies.base import IDLE, NO_DEADLINE_FACTOR, JobSpec, Policy
 from fleet.simulation.engine import RunResult, region_on_demand_prices, simulate
 from fleet.simulation.market import Market
 
-NO_DEADLINE_FACTOR = 50.0
-"""The live driver's horizon for a job without a deadline, in multiples of the work
-(``PolicyDriver.no_deadline_factor``)."""
+__all__ = ["NO_DEADLINE_FACTOR", "NoDeadlineRun", "idle_hours", "no_deadline_spec", "run_capped",
+           "spot_floor_usd", "window_hours"]
 
 
 def no_deadline_spec(spec: JobSpec, factor: float = NO_DEADLINE_FACTOR) -> JobSpec:
@@ -90,7 +87,3 @@ def window_hours(market: Market, starts: list[int]) -> float:
     """The longest window (h) every start of ``starts`` has before the market ends, less
     one tick: one cap for all of the market's runs, so that they are comparable."""
     return (market.n_ticks - max(starts) - 1) * market.gap_hours
-
-
-def mean_or_nan(x: np.ndarray) -> float:
-    return float(np.mean(x)) if x.size else math.nan

@@ -185,3 +185,15 @@ def format_table(rows: Sequence[PolicySummary], markdown: bool = True) -> str:
     widths = [max(len(h), *(len(row[i]) for row in lines)) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:>{w}}}" if i else f"{{:<{w}}}" for i, w in enumerate(widths))
     return "\n".join([fmt.format(*head)] + [fmt.format(*row) for row in lines])
+
+
+def speed_report(sim_hours: float, cpu_seconds: float, wall_seconds: float, note: str = "") -> str:
+    """The benchmarks' speed lines: simulated job-hours per CPU second, and the same as a
+    ratio against the physical clock (simulated job-seconds per CPU second, per core);
+    ``note`` is added inside the first line's parentheses."""
+    cpu = max(cpu_seconds, 1e-9)
+    extra = f"; {note}" if note else ""
+    return (f"simulated job-hours: {sim_hours:,.0f} in {cpu_seconds:.1f} s CPU = {sim_hours / cpu:,.0f} "
+            f"job-hours/s (wall {wall_seconds:.1f} s{extra})\n"
+            f"speed-up over real time: {sim_hours * 3600 / cpu:,.0f}x per CPU core "
+            "(simulated job-seconds per CPU second)")
