@@ -122,6 +122,8 @@ class Family:
     spot_price: float = DEFAULT_SPOT_PRICE
     on_demand_price: float = DEFAULT_ON_DEMAND_PRICE
     last_start_hours: float | None = None  # starts in [warmup_hours, this) (default: as late as fits)
+    restart_seconds: float = DEFAULT_RESTART_SECONDS  # changeover per (re)launch (s)
+    checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS  # training stall per save (s)
 
     def starts(self, market: Market, spec: JobSpec, n: int) -> list[int]:
         """The ``n`` start ticks of ``market`` for ``spec`` (:func:`spread_starts`)."""
@@ -129,8 +131,8 @@ class Family:
 
     def spec(self, ratio: float, notice: float) -> JobSpec:
         return JobSpec(work_hours=self.work_hours, deadline_hours=round(self.work_hours * ratio, 6),
-                       restart_hours=DEFAULT_RESTART_SECONDS / 3600.0,
-                       checkpoint_hours=DEFAULT_CHECKPOINT_SECONDS / 3600.0, notice_seconds=notice,
+                       restart_hours=self.restart_seconds / 3600.0,
+                       checkpoint_hours=self.checkpoint_seconds / 3600.0, notice_seconds=notice,
                        checkpoint_gb=self.checkpoint_gb, spot_price=self.spot_price,
                        on_demand_price=self.on_demand_price)
 
@@ -175,12 +177,14 @@ def _h100(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
     return [(Market.from_dir(data / "gcp-h100-2025"), None)]
 
 
-def _holdout(config: str, seeds: range) -> Callable[[Path, int], list[tuple[Market, list[int] | None]]]:
-    """Loader of the 12-day synthetic markets of ``fleet.market.regimes.<config>`` for ``seeds``."""
+def _holdout(config: str, seeds: range, days: float = 12.0
+             ) -> Callable[[Path, int], list[tuple[Market, list[int] | None]]]:
+    """Loader of the ``days``-long (12) synthetic markets of ``fleet.market.regimes.<config>``
+    for ``seeds``."""
     def load(data: Path, n: int) -> list[tuple[Market, list[int] | None]]:
         from fleet.market import regimes
 
-        cfg = getattr(regimes, config)(hours=24.0 * 12)
+        cfg = getattr(regimes, config)(hours=24.0 * days)
         return [(regimes.regime_market(cfg, seed), None) for seed in seeds]
 
     return load
@@ -313,6 +317,54 @@ FAMILIES: dict[str, Family] = {
     **_shift_family("all_break_holdout410", "held-out shift that breaks every zone", range(410, 415),
                     "all_break_config"),
 }
+
+
+JOB_SHAPES: dict[str, dict[str, float]] = {
+    "short": {"work_hours": 2.0},
+    "long": {"work_hours": 48.0},
+    "heavy": {"restart_seconds": 1200.0, "checkpoint_seconds": 180.0, "checkpoint_gb": 200.0},
+}
+"""Job shapes other than the one every family was tuned and reported on (W = 12 h, 8 h on
+H100; restart 6 min; checkpoint stall 60 s; 25 / 100 GB). ``short``: W = 2 h (at D/W 1.05 the
+slack is one restart). ``long``: W = 48 h (24 h on H100, whose window is 116 h). ``heavy``: a
+20-minute restart, a 3-minute checkpoint stall (a 120 s notice no longer fits an emergency
+save) and a 200 GB checkpoint (4 $ per cross-region move on AWS rates, 10 $ on GCP's).
+Session 15: the shaped families below were defined before any policy ran on them, and run
+once on v8 (docs/fleet-policies-held-out.md, *Job shapes nobody tuned on*)."""
+H100_LONG_WORK_HOURS = 24.0
+"""W of ``h100_long``: 48 h at D/W 3 would not fit the 116 h H100 window."""
+SHAPE_SEEDS = range(220, 225)
+"""Fresh synthetic seeds of the shaped volatile families (never run before session 15)."""
+
+
+def _shaped(base: Family, shape: str, name: str, load: Callable | None = None) -> Family:
+    """``base`` with the job of :data:`JOB_SHAPES` ``[shape]`` (and ``load`` if given)."""
+    from dataclasses import replace
+
+    fields = dict(JOB_SHAPES[shape])
+    if shape == "long" and base.name == "h100":
+        fields["work_hours"] = H100_LONG_WORK_HOURS
+    what = ", ".join(f"{k} {v:g}" for k, v in fields.items())
+    return replace(base, name=name, title=f"{base.title}; job shape {shape} ({what})",
+                   load=load or base.load, **fields)
+
+
+def _shape_families() -> dict[str, Family]:
+    out: dict[str, Family] = {}
+    span = f"seeds {SHAPE_SEEDS.start}-{SHAPE_SEEDS.stop - 1}"
+    volatile = _synthetic("volatile", f"held-out synthetic volatile ({span})",
+                          _holdout("volatile_config", SHAPE_SEEDS))
+    for shape in JOB_SHAPES:
+        for base in (FAMILIES["v100"], FAMILIES["h100"]):
+            out[f"{base.name}_{shape}"] = _shaped(base, shape, f"{base.name}_{shape}")
+        # a 48 h job at D/W 3 needs 168 h of history + 144 h: 20-day markets
+        days = 20.0 if shape == "long" else 12.0
+        name = f"volatile_{shape}{SHAPE_SEEDS.start}"
+        out[name] = _shaped(volatile, shape, name, _holdout("volatile_config", SHAPE_SEEDS, days))
+    return out
+
+
+FAMILIES.update(_shape_families())
 
 
 @dataclass
