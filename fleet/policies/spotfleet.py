@@ -214,12 +214,6 @@ class SpotfleetParams:
     # (market_view.holds_reject_run_law, residual=True): a few short runs in a calm history
     # no longer make a short hold in a zone that was already up unsurprising
 
-    finish_cost: str = "mean"  # "mean": v8 (a zone whose expected run outlasts the work
-    # left is costed as if it will not preempt; any other by its renewal cost per run).
-    # "renewal" (session 15, after the job-shape run, opt-in): every zone costed over the
-    # job's work left, rem h: (price (rem + launch + rem / run x (restart + lost)) + egress) / rem,
-    # so a 2 h job no longer ranks every zone whose mean run is over 2 h by price alone
-
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
         """``["field=value", ...]`` (benchmark and CLI options) -> params, the rest at their
@@ -260,9 +254,6 @@ MODEL_CHECKS = ("off", "holds", "holds_law", "holds_residual")
 
 NO_DEADLINE_WAITS = ("cheapest", "set")
 """The values of ``SpotfleetParams.no_deadline_wait`` (see its comment)."""
-
-FINISH_COSTS = ("mean", "renewal")
-"""The values of ``SpotfleetParams.finish_cost`` (see its comment)."""
 
 RANK_AFTER_USD = 1e6
 """$ per useful hour added to v6's figure for the zones that the own-evidence ranking
@@ -306,7 +297,7 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
 _CHOICES = {"own_runs": OWN_RUNS, "zone_model": ZONE_MODELS, "zone_cost": ZONE_COSTS,
             "hold_start": HOLD_STARTS, "change_pool": CHANGE_POOLS, "outage_end": OUTAGE_ENDS,
             "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS,
-            "no_deadline_wait": NO_DEADLINE_WAITS, "finish_cost": FINISH_COSTS}
+            "no_deadline_wait": NO_DEADLINE_WAITS}
 """Each option field of :class:`SpotfleetParams` and its allowed values."""
 
 _OWN_EVIDENCE = ("changepoint_emp", "changepoint_updown")
@@ -507,16 +498,9 @@ class SpotfleetPolicy(Policy):
              rem: float) -> float:
         """$ per useful hour of a launch (``over`` h of restart and transfer, ``extra`` $ of
         egress) in a zone at ``price`` $/h whose expected run is ``r`` h, ``rem`` h of work left."""
-        lost = self._lost_per_preemption(spec, r)
-        if self.p.finish_cost == "renewal":
-            if r - spec.restart_hours - lost <= 0.05 * r:
-                return math.inf
-            # the launch, then rem / r expected preemptions, each a restart and lost work
-            restarts = rem / r * (spec.restart_hours + lost)
-            return (price * (rem + over + restarts) + extra) / rem
         if r >= rem + over:  # expected to finish before the next preemption
             return (price * (rem + over) + extra) / rem
-        useful = r - over - lost
+        useful = r - over - self._lost_per_preemption(spec, r)
         return (price * r + extra) / useful if useful > 0.05 * r else math.inf
 
     def checkpoint_interval(self, run_hours: float, state: JobState, gap_hours: float) -> float | None:
