@@ -214,6 +214,14 @@ class SpotfleetParams:
     # (market_view.holds_reject_run_law, residual=True): a few short runs in a calm history
     # no longer make a short hold in a zone that was already up unsurprising
 
+    launch_guard: str = "off"  # "off": v8 (a launch from idle or after a preemption tries the
+    # ranked zones whatever the slack). "restart" (session 15, twenty-fourth round, opt-in): a
+    # spot zone whose launch overhead (restart, plus the transfer across regions) exceeds the
+    # spare slack above the safety net is not tried -- its restart would run the slack out and
+    # the net would send the job to on-demand before any progress, spot paid for nothing
+    # (the rule moves and leaving on-demand already follow, _affordable_moves and
+    # _leaving_on_demand_pays); found on the heavy job shape (docs/fleet-policies-held-out.md)
+
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
         """``["field=value", ...]`` (benchmark and CLI options) -> params, the rest at their
@@ -254,6 +262,9 @@ MODEL_CHECKS = ("off", "holds", "holds_law", "holds_residual")
 
 NO_DEADLINE_WAITS = ("cheapest", "set")
 """The values of ``SpotfleetParams.no_deadline_wait`` (see its comment)."""
+
+LAUNCH_GUARDS = ("off", "restart")
+"""The values of ``SpotfleetParams.launch_guard`` (see its comment)."""
 
 RANK_AFTER_USD = 1e6
 """$ per useful hour added to v6's figure for the zones that the own-evidence ranking
@@ -297,7 +308,7 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
 _CHOICES = {"own_runs": OWN_RUNS, "zone_model": ZONE_MODELS, "zone_cost": ZONE_COSTS,
             "hold_start": HOLD_STARTS, "change_pool": CHANGE_POOLS, "outage_end": OUTAGE_ENDS,
             "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS,
-            "no_deadline_wait": NO_DEADLINE_WAITS}
+            "no_deadline_wait": NO_DEADLINE_WAITS, "launch_guard": LAUNCH_GUARDS}
 """Each option field of :class:`SpotfleetParams` and its allowed values."""
 
 _OWN_EVIDENCE = ("changepoint_emp", "changepoint_updown")
@@ -633,6 +644,13 @@ class SpotfleetPolicy(Policy):
                     or not self._leaving_on_demand_pays(state, obs, order[0], spare, od_price):
                 return Action(ON_DEMAND, None, obs.tick + 1, watch=())
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1)
+        if self.p.launch_guard == "restart":
+            doomed = [z for z in range(obs.n_zones) if self._launch_overhead(spec, obs, z) > spare]
+            if doomed:
+                eff = eff.copy()
+                eff[doomed] = math.inf  # neither tried nor waited for (the patience rule)
+                order = [z for z in order if z not in doomed]
+                interval = self.checkpoint_interval(run_ck[order[0]], state, g) if order else None
         reserve = self.reserve_hours(state, state.elapsed_hours)
         if self.bridge(state, spare, state.elapsed_hours):
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1,
@@ -655,6 +673,12 @@ class SpotfleetPolicy(Policy):
             if spare - reserve > self.p.patience * wait:
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
+
+    @staticmethod
+    def _launch_overhead(spec: JobSpec, obs: Observation, z: int) -> float:
+        """Hours before a launch in zone ``z`` makes progress: the restart, plus the
+        checkpoint's transfer when ``z`` is in another region."""
+        return spec.restart_hours + (obs.migration_hours if obs.moves_region(z) else 0.0)
 
     def _rank_eff(self, state: JobState, obs: Observation, eff: np.ndarray,
                   held: int | None = None) -> np.ndarray:

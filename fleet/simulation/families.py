@@ -76,6 +76,9 @@ stay calm); session 13, run once on v8 and the baselines as a robustness probe.
 ``reliable_break_holdout310`` — seeds 310-314, and ``all_break_holdout410`` — seeds 410-414,
 :func:`fleet.market.regimes.all_break_config` (every zone flaps after ``SHIFT_HOURS``):
 session 14, run once to measure v8 on data nobody had looked at; no candidate was chosen on them.
+``volatile_holdout230`` / ``available_holdout230`` / ``shift_holdout230`` — seeds 230-234
+(session 15; fresh data for the twenty-fourth round, run once for it). The job-shape families
+(``JOB_SHAPES``: ``v100_short`` ... ``volatile_heavy220``, seeds 220-224) were run once on v8.
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -316,6 +319,9 @@ FAMILIES: dict[str, Family] = {
                     "reliable zone", range(310, 315), "reliable_break_config"),
     **_shift_family("all_break_holdout410", "held-out shift that breaks every zone", range(410, 415),
                     "all_break_config"),
+    # session 15: fresh seeds for the twenty-fourth round (launch_guard="restart"), run once
+    **_held_out_pair("230", range(230, 235)),
+    **_shift_family("shift_holdout230", "held-out regime shift", range(230, 235)),
 }
 
 
