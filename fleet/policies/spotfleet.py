@@ -75,6 +75,12 @@ what the baselines ignore and a live controller knows:
   life (``model_check="holds_residual"``), so a few short runs in a calm history no longer
   make a short hold there unsurprising. Holds that began at a recovery the job saw are
   scored as v7 scores them.
+* **No launch the slack cannot pay for (v9).** A spot launch from idle or after a
+  preemption whose restart (plus the checkpoint's transfer into another region) exceeds
+  the spare slack above the safety net would run the slack out before any progress and
+  end on on-demand anyway; such zones are neither tried nor waited for
+  (``launch_guard="restart"``), as moves and leaving on-demand already were. Found on a
+  heavy job (20-minute restart) at D/W 1.05; on the report set v9 is v8 in 23 of 40 cells.
 
 Parameters (``SpotfleetParams``) are structural, not fitted: the lookback of the
 statistics, the move margin, how often to reconsider, the least launch belief worth a
@@ -86,8 +92,8 @@ zone model (``"history"`` = v5; the rejected thirteenth and fourteenth rounds'
 opt-in too, as are the later rounds' ``hold_start``, ``zone_cost``, ``change_pool``,
 ``h1_prior_seconds``, ``outage_end``, ``model_check="holds"`` and, for jobs without a deadline
 only, ``no_deadline_wait="set"`` (2026-11-27, docs/fleet-policies.md, *Jobs without a
-deadline*); ``model_check="holds_residual"``
-is v8 (the default), ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
+deadline*); ``launch_guard="restart"`` is v9 (the default) and
+``"off"`` v8; ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
 
@@ -214,8 +220,9 @@ class SpotfleetParams:
     # (market_view.holds_reject_run_law, residual=True): a few short runs in a calm history
     # no longer make a short hold in a zone that was already up unsurprising
 
-    launch_guard: str = "off"  # "off": v8 (a launch from idle or after a preemption tries the
-    # ranked zones whatever the slack). "restart" (session 15, twenty-fourth round, opt-in): a
+    launch_guard: str = "restart"  # "restart": v9, the default since session 15 (twenty-fourth
+    # round, adopted); "off": v8 (a launch from idle or after a preemption tries the ranked zones
+    # whatever the slack). "restart": a
     # spot zone whose launch overhead (restart, plus the transfer across regions) exceeds the
     # spare slack above the safety net is not tried -- its restart would run the slack out and
     # the net would send the job to on-demand before any progress, spot paid for nothing

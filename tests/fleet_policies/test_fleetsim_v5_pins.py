@@ -1,7 +1,10 @@
 """v5 (``zone_model="history"``, ``own_runs="off"``) and v6 (``zone_model="changepoint_updown"``,
-``model_check="off"``, session 9) and v7 (``model_check="holds_law"``, session 12) are
-reproducible bit for bit, and the default is v8 (``model_check="holds_residual"``, session 13)
-as pinned at its adoption.
+``model_check="off"``, session 9) and v7 (``model_check="holds_law"``, session 12), each with
+``launch_guard="off"``, are
+reproducible bit for bit, as is v8 (``model_check="holds_residual"``, session 13,
+``launch_guard="off"``), and the default is v9 (``launch_guard="restart"``, session 15) as pinned at
+its adoption (v8's decisions on these markets: its guard binds only where the spare slack is
+below a restart, ``test_fleetsim_launch_guard.py``).
 
 The other rejected v6 candidates were removed from ``SpotfleetParams`` (their figures
 reproduce at commit e1c45df, docs/fleet-policies-tuning-log.md); ``own_runs`` and the
@@ -11,24 +14,28 @@ other zone models stay opt-in and must never move the default policy.
 from __future__ import annotations
 
 import pytest
-from v5_pins import V5, V6, V7, V8, assert_reproduces
+from v5_pins import V5, V6, V7, V8, V9, assert_reproduces
 
 from fleet.policies.spotfleet import SpotfleetParams
 
 V5_SETTINGS = {
-    "zone model history": SpotfleetParams(zone_model="history"),
-    "v5, own runs off": SpotfleetParams(own_runs="off", zone_model="history"),
+    "zone model history": SpotfleetParams(zone_model="history", launch_guard="off"),
+    "v5, own runs off": SpotfleetParams(own_runs="off", zone_model="history", launch_guard="off"),
 }
 V6_SETTINGS = {
-    "v6": SpotfleetParams(own_runs="off", zone_model="changepoint_updown", model_check="off"),
+    "v6": SpotfleetParams(own_runs="off", zone_model="changepoint_updown", model_check="off",
+                          launch_guard="off"),
 }
 V7_SETTINGS = {
-    "v7": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_law"),
+    "v7": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_law", launch_guard="off"),
 }
 V8_SETTINGS = {
+    "v8": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_residual", launch_guard="off"),
+}
+V9_SETTINGS = {
     "default": None,
     "explicit default": SpotfleetParams(),
-    "v8": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_residual"),
+    "v9": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_residual", launch_guard="restart"),
 }
 
 
@@ -52,6 +59,12 @@ def test_v7_reproduces_as_pinned(regime, notice, setting):
 
 @pytest.mark.parametrize("setting", sorted(V8_SETTINGS))
 @pytest.mark.parametrize("regime,notice", sorted(V8))
-def test_the_default_is_v8_as_pinned(regime, notice, setting):
+def test_v8_reproduces_as_pinned(regime, notice, setting):
     assert_reproduces(V8, regime, notice, V8_SETTINGS[setting])
+
+
+@pytest.mark.parametrize("setting", sorted(V9_SETTINGS))
+@pytest.mark.parametrize("regime,notice", sorted(V9))
+def test_the_default_is_v9_as_pinned(regime, notice, setting):
+    assert_reproduces(V9, regime, notice, V9_SETTINGS[setting])
 

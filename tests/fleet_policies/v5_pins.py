@@ -1,10 +1,10 @@
-"""spotfleet v5's, v6's, v7's and v8's decisions and costs on small synthetic markets, pinned.
+"""spotfleet v5's to v9's decisions and costs on small synthetic markets, pinned.
 
-v5 (``zone_model="history"``) and v6 (``zone_model="changepoint_updown"``, adopted in session 9,
-``model_check="off"``) must stay reproducible bit for bit, as must v7 (``model_check="holds_law"``, adopted in
-session 12), and the default (v8, ``model_check="holds_residual"``, adopted in session 13)
-must not move unnoticed;
-``test_fleetsim_v5_pins.py`` checks both here, in one place.
+v5 (``zone_model="history"``), v6 (``zone_model="changepoint_updown"``, ``model_check="off"``,
+session 9), v7 (``model_check="holds_law"``, session 12) and v8 (``model_check="holds_residual"``,
+session 13, ``launch_guard="off"``) must stay reproducible bit for bit, and the default (v9,
+``launch_guard="restart"``, session 15) must not move unnoticed; ``test_fleetsim_v5_pins.py``
+checks both here, in one place.
 """
 
 from __future__ import annotations
@@ -80,6 +80,12 @@ V8 = {**V7,
                          V7[("shift", 120.0)][2]]}
 
 
+# session 15: v9 (the default, launch_guard="restart") recorded at its adoption: v8's decisions
+# and costs at every pinned start (the guard binds only where the spare slack above the safety
+# net is below a restart; tests/fleet_policies/test_fleetsim_launch_guard.py pins where it does)
+V9 = dict(V8)
+
+
 def pinned_market(regime: str):
     """The 8-day synthetic market (seed 2) the pins were recorded on; ``"shift"``: the
     regime-shift market of the shift families on seed 2 (no family's seed), 12 days, cheap
@@ -102,7 +108,7 @@ def pinned_spec(notice: float) -> JobSpec:
 def assert_reproduces(pins: dict, regime: str, notice: float,
                       params: SpotfleetParams | None) -> None:
     """``SpotfleetPolicy(params)`` makes the pinned decisions and pays the pinned cost at
-    every pinned start (``pins``: ``V5``, ``V6``, ``V7`` or ``V8``)."""
+    every pinned start (``pins``: ``V5``, ``V6``, ``V7``, ``V8`` or ``V9``)."""
     m, spec = pinned_market(regime), pinned_spec(notice)
     starts = spread_starts(m, spec, 3, PIN_WARMUP_HOURS[regime])
     assert [int(s) for s in starts] == [s for s, _, _ in pins[(regime, notice)]]
