@@ -483,8 +483,7 @@ class SpotfleetPolicy(Policy):
         overs = np.empty(obs.n_zones)
         for z in range(obs.n_zones):
             stay = held is not None and z == held
-            moves = (not stay) and obs.moves_region(z)
-            overs[z] = 0.0 if stay else spec.restart_hours + (obs.migration_hours if moves else 0.0)
+            overs[z] = 0.0 if stay else self._launch_overhead(spec, obs, z)
         run = self.expected_runs(obs, neighbour)
         if self._switched:
             # history-free: a zone that preempted the job is what the job saw there (held h
@@ -898,7 +897,7 @@ class SpotfleetPolicy(Policy):
         probe_h = spec.probe_seconds / 3600.0
         out = []
         for c in better:
-            over = spec.restart_hours + (obs.migration_hours if obs.moves_region(c) else 0.0)
+            over = self._launch_overhead(spec, obs, c)
             if spare - over - len(out) * probe_h > 0.0:
                 out.append(c)
         return out
@@ -911,7 +910,7 @@ class SpotfleetPolicy(Policy):
         restart and is sent back to on-demand at the next tick."""
         spec = state.spec
         rem = max(spec.work_hours - state.done_hours, 0.0)
-        over = spec.restart_hours + (obs.migration_hours if obs.moves_region(z) else 0.0)
+        over = self._launch_overhead(spec, obs, z)
         extra = obs.migration_usd if obs.moves_region(z) else 0.0
         useful = min(rem, spare + obs.gap_hours - over)
         if useful <= 0:

@@ -92,7 +92,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -345,8 +345,6 @@ SHAPE_SEEDS = range(220, 225)
 
 def _shaped(base: Family, shape: str, name: str, load: Callable | None = None) -> Family:
     """``base`` with the job of :data:`JOB_SHAPES` ``[shape]`` (and ``load`` if given)."""
-    from dataclasses import replace
-
     fields = dict(JOB_SHAPES[shape])
     if shape == "long" and base.name == "h100":
         fields["work_hours"] = H100_LONG_WORK_HOURS
