@@ -48,7 +48,7 @@ class JobSpec:
         checkpoint_hours: time one checkpoint save blocks training (h).
         notice_seconds: preemption notice window (s); when >= the checkpoint time an
             emergency save runs inside it and only the save time is lost.
-        on_demand_price: $/h of the on-demand instance (fallback when the market has
+        on_demand_price: $/h of one on-demand instance (fallback when the market has
             no per-zone on-demand prices).
         spot_price: $/h of a spot instance (fallback when the market has no per-tick
             spot prices).

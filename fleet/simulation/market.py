@@ -35,9 +35,11 @@ class Market:
 
     ``available[z, i]`` is True when the job's instances could be held in zone ``z``
     during tick ``i`` (``gap_seconds`` long). ``spot_price[z, i]`` ($/h) and
-    ``on_demand_price[z]`` ($/h, on-demand in that zone's region) are ``None`` when the
-    data has no prices: the job's flat :class:`~fleet.policies.base.JobSpec` prices
-    apply then. ``regions[z]`` is the zone's region and ``cloud`` its cloud (moving a
+    ``on_demand_price[z]`` ($/h, on-demand in that zone's region) are per **instance**, and
+    ``None`` when the data has no prices: the job's flat :class:`~fleet.policies.base.JobSpec`
+    prices (per instance too) apply then. A job needs ``nodes`` instances and pays for all
+    of them: :meth:`prices_for` gives its $/h, which the simulator bills, the policies see
+    and the omniscient bound prices. ``regions[z]`` is the zone's region and ``cloud`` its cloud (moving a
     checkpoint between regions costs egress, see :mod:`fleet.market.regions`).
     ``changed[z, i]`` marks ticks whose availability differs from the previous tick.
     """
@@ -122,12 +124,16 @@ class Market:
                                             self.instance_types, strict=True))
 
     def prices_for(self, spot_price: float, on_demand_price: float) -> tuple[np.ndarray, np.ndarray]:
-        """(spot $/h per zone and tick, on-demand $/h per zone), the flat fallbacks where
-        the market has no prices."""
+        """What the job pays: (spot $/h per zone and tick, on-demand $/h per zone) for its
+        ``nodes`` instances, i.e. ``nodes`` x the per-instance prices (the market's, or the
+        flat fallbacks ``spot_price`` / ``on_demand_price`` $/h per instance where it has
+        none). A checkpoint's egress is paid once per move, whatever ``nodes``."""
         sp = self.spot_price if self.spot_price is not None else np.full(
             self.available.shape, float(spot_price))
         od = self.on_demand_price if self.on_demand_price is not None else np.full(
             self.n_zones, float(on_demand_price))
+        if self.nodes != 1:
+            sp, od = sp * self.nodes, od * self.nodes
         return sp, od
 
     def subset(self, zones: Sequence[str]) -> Market:

@@ -99,9 +99,9 @@ def run_sweep(market: Market, spec: JobSpec, policies: Sequence[Policy], starts:
     ``observe``: ``"probe"`` (zones known only when held or tried) or ``"oracle"``."""
     t0 = time.perf_counter()
     res = SweepResult(spec=spec, starts=list(starts))
-    if market.on_demand_price is not None:
-        res.on_demand_cost = float(market.on_demand_price.min()) * (
-            spec.work_hours + spec.restart_hours)
+    if market.on_demand_price is not None or market.nodes != 1:
+        od = market.prices_for(spec.spot_price, spec.on_demand_price)[1]  # the job's $/h
+        res.on_demand_cost = float(od.min()) * (spec.work_hours + spec.restart_hours)
     n_starts = f"{len(starts)} start{'' if len(starts) == 1 else 's'}"  # not "1 starts"
     if with_omniscient:
         tp = time.perf_counter()
