@@ -229,6 +229,14 @@ class SpotfleetParams:
     # (the rule moves and leaving on-demand already follow, _affordable_moves and
     # _leaving_on_demand_pays); found on the heavy job shape (docs/fleet-policies-held-out.md)
 
+    od_exit: str = "reserve"  # "reserve": v9 (a job on on-demand stays there while the spare
+    # slack is below reserve_hours, whatever the odds of being forced later). "bridge"
+    # (twenty-fifth round, session 16): it stays only while the bridge rule would put it there
+    # now (spare below the reserve AND forced_probability above 1 - the best zone's
+    # availability): the rule that sends a job to on-demand is the one that keeps it there.
+    # Found on the long job shape: after a 71 h drought v9 stayed on on-demand 14-33 h after
+    # spot returned (docs/fleet-policies-held-out.md, *Job shapes nobody tuned on*)
+
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
         """``["field=value", ...]`` (benchmark and CLI options) -> params, the rest at their
@@ -273,6 +281,9 @@ NO_DEADLINE_WAITS = ("cheapest", "set")
 LAUNCH_GUARDS = ("off", "restart")
 """The values of ``SpotfleetParams.launch_guard`` (see its comment)."""
 
+OD_EXITS = ("reserve", "bridge")
+"""The values of ``SpotfleetParams.od_exit`` (see its comment)."""
+
 RANK_AFTER_USD = 1e6
 """$ per useful hour added to v6's figure for the zones that the own-evidence ranking
 (any ``model_check``, once it has tripped) makes worthless: they follow every other zone, in v6's order."""
@@ -315,7 +326,7 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
 _CHOICES = {"own_runs": OWN_RUNS, "zone_model": ZONE_MODELS, "zone_cost": ZONE_COSTS,
             "hold_start": HOLD_STARTS, "change_pool": CHANGE_POOLS, "outage_end": OUTAGE_ENDS,
             "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS,
-            "no_deadline_wait": NO_DEADLINE_WAITS, "launch_guard": LAUNCH_GUARDS}
+            "no_deadline_wait": NO_DEADLINE_WAITS, "launch_guard": LAUNCH_GUARDS, "od_exit": OD_EXITS}
 """Each option field of :class:`SpotfleetParams` and its allowed values."""
 
 _OWN_EVIDENCE = ("changepoint_emp", "changepoint_updown")
@@ -646,7 +657,11 @@ class SpotfleetPolicy(Policy):
         spare = safe_slack_hours(state) - safety_threshold_hours(state, g)
         if state.location == ON_DEMAND:
             later = state.elapsed_hours + 2.0 * spec.restart_hours
-            if spare < self.reserve_hours(state, later) or not order \
+            # v9 keeps the reserve; od_exit="bridge" leaves once the bridge rule itself would
+            # no longer send the job here (the odds of being forced later are low enough)
+            stay = self.bridge(state, spare, later) if self.p.od_exit == "bridge" else \
+                spare < self.reserve_hours(state, later)
+            if stay or not order \
                     or not self._leaving_on_demand_pays(state, obs, order[0], spare, od_price):
                 return Action(ON_DEMAND, None, obs.tick + 1, watch=())
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1)

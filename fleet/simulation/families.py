@@ -79,6 +79,9 @@ session 14, run once to measure v8 on data nobody had looked at; no candidate wa
 ``volatile_holdout230`` / ``available_holdout230`` / ``shift_holdout230`` — seeds 230-234
 (session 15; fresh data for the twenty-fourth round, run once for it). The job-shape families
 (``JOB_SHAPES``: ``v100_short`` ... ``volatile_heavy220``, seeds 220-224) were run once on v8.
+``volatile_holdout240`` / ``available_holdout240`` / ``shift_holdout240`` — seeds 240-244, and
+``volatile_long240`` (the long job shape on 20-day volatile markets of the same seeds): session 16;
+fresh data for the twenty-fifth round, run once for it.
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -322,6 +325,9 @@ FAMILIES: dict[str, Family] = {
     # session 15: fresh seeds for the twenty-fourth round (launch_guard="restart"), run once
     **_held_out_pair("230", range(230, 235)),
     **_shift_family("shift_holdout230", "held-out regime shift", range(230, 235)),
+    # session 16: fresh seeds for the twenty-fifth round (od_exit="bridge"), run once
+    **_held_out_pair("240", range(240, 245)),
+    **_shift_family("shift_holdout240", "held-out regime shift", range(240, 245)),
 }
 
 
@@ -369,6 +375,9 @@ def _shape_families() -> dict[str, Family]:
 
 
 FAMILIES.update(_shape_families())
+FAMILIES["volatile_long240"] = _shaped(
+    _synthetic("volatile", "held-out synthetic volatile (seeds 240-244)", _holdout("volatile_config", range(240, 245))),
+    "long", "volatile_long240", _holdout("volatile_config", range(240, 245), 20.0))
 
 
 @dataclass
