@@ -194,6 +194,14 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
         last_seen = np.full(n_z, -1, dtype=np.int64)
         filled = start_tick - 1
 
+    od_zone.flags.writeable = False
+
+    def frozen(a: np.ndarray) -> np.ndarray:
+        """A read-only view: a policy cannot change the market or its own record of it."""
+        v = a.view()
+        v.flags.writeable = False
+        return v
+
     def obs_at(i: int) -> Observation:
         nonlocal filled
         # what a launch elsewhere would copy (and the engine bill): the committed work, or
@@ -207,14 +215,16 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
             if filled < i:
                 kh[:, filled + 1:i + 1] = kstate[:, None]
                 filled = i
+            # prices: a copy of this tick's column (a view's .base would hold every future tick)
             return Observation(tick=i, gap_hours=g, zones=zones, available=kh[:, i].copy(),
-                               history=kh[:, : i + 1], regions=market.regions,
-                               spot_price=sp[:, i], on_demand_price=od_zone, probed=True,
+                               history=frozen(kh[:, : i + 1]), regions=market.regions,
+                               spot_price=frozen(sp[:, i].copy()), on_demand_price=od_zone, probed=True,
                                last_seen_tick=last_seen.copy(), checkpoint_region=ckr,
                                on_demand_region=odr, migration_usd=mig_usd, migration_hours=mig_h)
-        return Observation(tick=i, gap_hours=g, zones=zones, available=avail[:, i],
-                           history=avail[:, : i + 1], regions=market.regions,
-                           spot_price=sp[:, i], on_demand_price=od_zone, probed=False,
+        # oracle (offline checks only): the true market now; history is a read-only view of it
+        return Observation(tick=i, gap_hours=g, zones=zones, available=avail[:, i].copy(),
+                           history=frozen(avail[:, : i + 1]), regions=market.regions,
+                           spot_price=frozen(sp[:, i].copy()), on_demand_price=od_zone, probed=False,
                            checkpoint_region=ckr, on_demand_region=odr,
                            migration_usd=mig_usd, migration_hours=mig_h)
 
@@ -239,6 +249,12 @@ def simulate(policy: Policy, market: Market, spec: JobSpec, start_tick: int,
             u = ck_left = ov = 0.0
             preemptions += 1
             state.last_preempted_zone = loc
+            if probe and filled < i - 1:
+                # the ticks held since the last decision: the job saw its zone up (kstate says
+                # so since the launch); recorded before the preemption changes kstate, or the
+                # next decision's back-fill would mark them down
+                kh[:, filled + 1:i] = kstate[:, None]
+                filled = i - 1
             see(loc, i, False)
             loc = IDLE
             preempted = True
