@@ -122,19 +122,61 @@ def check_price_file_covers(raw: dict, zones: Sequence[str], path: str | Path) -
             "price: fleet-sim's --spot-price, plan's price table)")
 
 
-def price_file_series(raw: dict, zone: str, instance: str, n_ticks: int,
+def price_file_series(raw: dict, zone: str, instance: str | Sequence[str], n_ticks: int,
                       path: str | Path) -> np.ndarray:
-    """The series of ``zone``'s trace of ``instance`` (its file label, e.g. v100_1) in a
-    price file: the key ``<zone>_<instance>``, else the zone's only key; exactly
-    ``n_ticks`` finite positive prices (``price_series``). ``TraceFormatError`` otherwise."""
-    zone = zone.split("/")[0]
-    cands = [k for k in raw if k == f"{zone}_{instance}"] or [
-        k for k in raw if k.split("_", 1)[0] == zone]
-    if len(cands) != 1:
+    """The series of ``zone``'s trace of ``instance`` in a price file: the key
+    ``<zone>_<instance>``; ``instance`` may be several labels of the one trace (its file
+    label, e.g. ``h100_16``, and its instance type, e.g. ``a3-highgpu-8g``), any of which
+    names it. Exactly ``n_ticks`` finite positive prices (``price_series``).
+    ``TraceFormatError`` otherwise (``price_file_rows``)."""
+    return price_file_rows(raw, [(zone, instance, n_ticks)], path)[0]
+
+
+def price_file_rows(raw: dict, entries: Sequence[tuple[str, str | Sequence[str], int]],
+                    path: str | Path) -> list[np.ndarray]:
+    """One price series per (zone, instance label(s), ticks) of ``entries`` from a price
+    file (``read_price_file``), matched on zone AND instance type: the key
+    ``<zone>_<label>`` for one of the entry's labels. A series of another instance type in
+    the same zone (``us-east-1a_a100_8`` for a ``v100_1`` trace) is another machine's price
+    and is never used for it: every missing (zone, instance) is named in one
+    ``TraceFormatError`` with the fix."""
+    rows: list[np.ndarray] = []
+    missing: list[str] = []
+    for zone, labels, n in entries:
+        zone = zone.split("/")[0]
+        labels = [labels] if isinstance(labels, str) else list(dict.fromkeys(labels))
+        keys = [f"{zone}_{lab}" for lab in labels if f"{zone}_{lab}" in raw]
+        if len(keys) > 1 and len({json.dumps(raw[k]) for k in keys}) > 1:
+            raise TraceFormatError(
+                f"{path}: two different series name one trace ({' and '.join(keys)}, the "
+                "file label and the instance type of one file); keep one of them")
+        if not keys:
+            missing.append(" or ".join(f"{zone}_{lab}" for lab in labels))
+            continue
+        rows.append(price_series(raw[keys[0]], n, f"{path}: series {keys[0]}"))
+    if missing:
+        zones = {m.split("_", 1)[0] for m in missing}
+        other = sorted(k for k in raw if k.split("_", 1)[0] in zones)
+        also = (f"; it has series of other instance types for those zones ({other[:6]}), which "
+                "are another machine's prices and are not used" if other else "")
         raise TraceFormatError(
-            f"{path}: no unique price series for zone {zone} (instance {instance!r}); keys "
-            f"found: {sorted(raw)[:12]}; add one series per zone, named <zone>_<instance>")
-    return price_series(raw[cands[0]], n_ticks, f"{path}: series {cands[0]}")
+            f"{path}: no price series for {len(missing)} (zone, instance) of the traces: "
+            f"{missing[:8]}{' ...' if len(missing) > 8 else ''}{also}; a series is matched on "
+            "zone and instance type: add one named <zone>_<instance> for each (as in "
+            "spot-prices/aws-v100-02-15-2023.json: us-east-1a_v100_1), pass the price file "
+            "made for this folder, or keep only the covered instance types (--instance-types)")
+    return rows
+
+
+def trace_price_labels(t: Trace) -> tuple[str, ...]:
+    """The labels that name ``t`` in a price file key ``<zone>_<label>``: its file label
+    (``v100_1``, ``h100_16``; from ``<zone>_<label>.json``) and its instance type (the file
+    label, or ``price_info.machine_type``: ``a3-highgpu-8g``)."""
+    labels = [t.instance_type or t.accelerator]
+    src = Path(t.source)
+    if src.suffix == ".json" and "_" in src.stem:
+        labels.insert(0, src.stem.partition("_")[2])
+    return tuple(dict.fromkeys(labels))
 
 
 def zone_cloud(zone: str) -> str | None:
@@ -521,13 +563,13 @@ def attach_spot_prices(traces: Sequence[Trace], path: str | Path) -> list[Trace]
     """``traces`` with the per-tick spot prices of a price file (``spot-prices/*.json``)
     replacing whatever spot prices their files carry: what ``fleet-sim --prices`` bills
     (``Market.from_dir``), read by the same rules (``read_price_file``,
-    ``check_price_file_covers``, ``price_file_series``: one series per trace, exactly as
-    many ticks as its file). On-demand prices are left as they are."""
+    ``check_price_file_covers``, ``price_file_rows``: one series per (zone, instance type),
+    exactly as many ticks as its file). On-demand prices are left as they are."""
     raw = read_price_file(path)
     check_price_file_covers(raw, [t.zone for t in traces], Path(path))
-    return [replace(t, spot_prices=price_file_series(raw, t.zone, t.instance_type or t.accelerator,
-                                                     t.n_ticks, Path(path)))
-            for t in traces]
+    rows = price_file_rows(raw, [(t.zone, trace_price_labels(t), t.n_ticks) for t in traces],
+                           Path(path))
+    return [replace(t, spot_prices=r) for t, r in zip(traces, rows, strict=True)]
 
 
 def trace_file_name(trace: Trace) -> str:

@@ -1,0 +1,106 @@
+"""The loader matches what it reads to what it means: a price series to its (zone,
+instance type), a file to the trace file name, a tick to whole seconds. Malformed inputs are
+built in ``tmp_path``; the real folders are read from ``../shared/data`` by path.
+
+Each case was found by an audit of ``spotfleet fleet-sim`` (2026-11-28): before the fix a
+price series of another instance type was used for a zone's trace (matched by zone alone),
+a price file among the traces was reported as a trace without ``gap_seconds``, deeply
+nested JSON gave a ``RecursionError`` traceback, and a 195.5 s tick was read and failed
+after the run's header without naming a file.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from fleet.market.traces import (
+    TraceFormatError,
+    attach_spot_prices,
+    load_trace,
+    load_trace_dir,
+)
+from fleet.simulation.market import Market
+
+V100 = "spot-traces/availability/1-node/aws-02-15-2023"
+V100_PRICES = "spot-prices/aws-v100-02-15-2023.json"
+
+
+def _file(path, data, gap=195, **meta):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"metadata": {"gap_seconds": gap, **meta}, "data": list(data)}))
+    return path
+
+
+def _folder(d, names=("us-east-1a_v100_1", "us-east-2a_v100_1"), data=(1, 1, 0, 1) * 50):
+    for n in names:
+        _file(d / f"{n}.json", data)
+    return d
+
+
+def _prices(path, series):
+    path.write_text(json.dumps(series))
+    return path
+
+
+def test_a_series_of_another_instance_type_is_refused_not_used(tmp_path):
+    d = _folder(tmp_path / "t")
+    p = _prices(tmp_path / "p.json", {f"{z}_a100_8": [9.0] * 200
+                                      for z in ("us-east-1a", "us-east-2a")})
+    with pytest.raises(TraceFormatError) as exc:
+        Market.from_dir(d, prices=p)
+    msg = str(exc.value)
+    assert msg.startswith(f"{p}: no price series for 2 (zone, instance) of the traces")
+    assert "'us-east-1a_v100_1', 'us-east-2a_v100_1'" in msg
+    assert "us-east-1a_a100_8" in msg and "another machine's prices" in msg
+    assert "<zone>_<instance>" in msg
+    with pytest.raises(TraceFormatError) as plan_exc:  # plan --prices: the same rule
+        attach_spot_prices(load_trace_dir(d), p)
+    assert str(plan_exc.value) == msg
+
+
+def test_two_instance_types_in_one_zone_get_their_own_series(tmp_path):
+    d = _folder(tmp_path / "t", names=("us-east-1a_v100_1", "us-east-1a_v100_8",
+                                       "us-east-2a_v100_1"))
+    one = {"us-east-1a_v100_1": [1.0] * 200, "us-east-2a_v100_1": [0.9] * 200}
+    with pytest.raises(TraceFormatError, match=r"no price series for 1 \(zone, instance\) of "
+                                               r"the traces: \['us-east-1a_v100_8'\]"):
+        Market.from_dir(d, prices=_prices(tmp_path / "one.json", one))
+    both = _prices(tmp_path / "both.json", {**one, "us-east-1a_v100_8": [8.0] * 200})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = Market.from_dir(d, prices=both)
+    by_zone = dict(zip(m.zones, m.spot_price[:, 0], strict=True))
+    assert by_zone == {"us-east-1a/v100_1": 1.0, "us-east-1a/v100_8": 8.0, "us-east-2a": 0.9}
+    traces = attach_spot_prices(load_trace_dir(d), both)
+    assert [float(t.spot_prices[0]) for t in traces] == [1.0, 8.0, 0.9]
+
+
+def _nomad(path, zone):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = {"price": 18.0, "on_demand_price": 80.0, "machine_type": "a3-highgpu-8g"}
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 600, "zone": zone,
+                                             "price_info": info}, "data": [0, 1, 0, 0] * 30}))
+
+
+@pytest.mark.parametrize("label", ["h100_16", "a3-highgpu-8g"])
+def test_a_series_may_name_the_file_label_or_the_machine_type(tmp_path, label):
+    """A SkyNomad file's instance type is its machine type (a3-highgpu-8g), its file label
+    h100_16: a price file may use either (the reason the zone-only match existed)."""
+    d = tmp_path / "h"
+    for z in ("us-central1-a", "us-east4-a"):
+        _nomad(d / f"{z}_h100_16.json", z)
+    p = _prices(tmp_path / "p.json", {f"{z}_{label}": [7.0] * 120
+                                      for z in ("us-central1-a", "us-east4-a")})
+    assert (Market.from_dir(d, prices=p).spot_price == 7.0).all()
+    assert all((t.spot_prices == 7.0).all() for t in attach_spot_prices(load_trace_dir(d), p))
+
+
+def test_the_real_v100_price_file_still_matches_every_zone(shared_data):
+    m = Market.from_dir(shared_data / V100, prices=shared_data / V100_PRICES)
+    raw = json.loads((shared_data / V100_PRICES).read_text())
+    for z, row in zip(m.zones, m.spot_price, strict=True):
+        np.testing.assert_array_equal(row, raw[f"{z}_v100_1"])
