@@ -106,6 +106,10 @@ def read_price_file(path: str | Path) -> dict:
         raw = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceFormatError(f"{p}: cannot read the price file ({exc})") from exc
+    except RecursionError:
+        raise TraceFormatError(f"{p}: cannot read the price file (its JSON is nested too deeply "
+                               "to be a price file); it must map '<zone>_<instance>' to a list "
+                               "of $/h per tick") from None
     if not isinstance(raw, dict):
         raise TraceFormatError(f"{p}: must map '<zone>_<instance>' to a list of $/h per tick")
     return raw
@@ -252,9 +256,10 @@ def _parse_name(p: Path) -> tuple[str, str]:
     zone, sep, label = p.stem.partition("_")
     if not sep or not label or zone_cloud(zone) is None:
         raise TraceFormatError(
-            f"{p}: file name must be <zone>_<instance>.json with an AWS (us-east-1a) or GCP "
-            "(us-central1-c) zone first, e.g. us-east-1a_v100_1.json or "
-            "us-central1-c_c3-88.json; rename the file")
+            f"{p}: not a trace file name (expected <zone>_<instance>.json with an AWS "
+            "(us-east-1a) or GCP (us-central1-c) zone first, e.g. us-east-1a_v100_1.json or "
+            "us-central1-c_c3-88.json): rename the file if it is a trace; otherwise move it "
+            "out of the folder (a per-tick spot price file is passed with --prices)")
     return zone, label
 
 
@@ -284,10 +289,16 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     True for the SkyNomad GCP H100 files). ``cloud``: default from the zone name.
     """
     p = Path(path)
+    if not p.exists():
+        raise TraceFormatError(f"{p}: no such trace file; check the path")
+    zone, label = _parse_name(p)  # the name first: a price file or config is not a bad trace
     try:
         raw = json.loads(p.read_text(encoding="utf-8-sig"))  # a leading BOM is harmless
     except FileNotFoundError:
         raise TraceFormatError(f"{p}: no such trace file; check the path") from None
+    except RecursionError:
+        raise TraceFormatError(f"{p}: not a trace (its JSON is nested too deeply); a trace is "
+                               "{\"metadata\": {\"gap_seconds\": G}, \"data\": [counts]}") from None
     except (UnicodeDecodeError, OSError) as exc:
         raise TraceFormatError(f"{p}: cannot read the file ({exc}); it must be UTF-8 JSON") from exc
     except json.JSONDecodeError as exc:
@@ -300,6 +311,12 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     gap = meta["gap_seconds"]
     if not _is_number(gap) or not _is_finite(gap) or gap <= 0:
         raise TraceFormatError(f"{p}: metadata.gap_seconds must be a positive number of seconds, got {gap!r}")
+    if gap != math.floor(gap):
+        raise TraceFormatError(
+            f"{p}: metadata.gap_seconds = {gap!r}; a tick must be a whole number of seconds "
+            "(the simulator's and the omniscient bound's time grid; the collection's ticks are "
+            "32, 195 and 600 s): write whole seconds, e.g. resample the trace to a whole-second "
+            "tick")
     if gap > MAX_GAP_SECONDS:
         raise TraceFormatError(
             f"{p}: metadata.gap_seconds = {gap:g} s ({gap / 86400:.3g} days per tick); a spot "
@@ -315,7 +332,6 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
         if v > MAX_COUNT:
             raise TraceFormatError(f"{p}: data[{i}] = {v}; an instance count must be at most "
                                    f"{MAX_COUNT} (the file may be corrupt)")
-    zone, label = _parse_name(p)
     if "zone" in meta and meta["zone"] != zone:
         raise TraceFormatError(f"{p}: metadata.zone {meta['zone']!r} does not match the file name's "
                                f"zone {zone!r}; rename the file or fix the metadata")

@@ -104,3 +104,43 @@ def test_the_real_v100_price_file_still_matches_every_zone(shared_data):
     raw = json.loads((shared_data / V100_PRICES).read_text())
     for z, row in zip(m.zones, m.spot_price, strict=True):
         np.testing.assert_array_equal(row, raw[f"{z}_v100_1"])
+
+
+def test_a_price_file_among_the_traces_is_refused_by_its_name(tmp_path):
+    d = _folder(tmp_path / "t")
+    stray = _prices(d / "aws-v100-02-15-2023.json", {"us-east-1a_v100_1": [1.0] * 200})
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace_dir(d)
+    msg = str(exc.value)
+    assert msg.startswith(f"{stray}: not a trace file name (expected <zone>_<instance>.json")
+    assert "move it out of the folder" in msg and "--prices" in msg
+    assert "gap_seconds" not in msg  # its content is not read as a broken trace
+
+
+@pytest.mark.parametrize("where", ["trace", "prices"])
+def test_deeply_nested_json_is_an_error_naming_the_file(tmp_path, where):
+    d = _folder(tmp_path / "t")
+    deep = "[" * 200_000
+    if where == "trace":
+        bad = d / "us-east-1a_v100_1.json"
+        bad.write_text(deep)
+        with pytest.raises(TraceFormatError, match="nested too deeply") as exc:
+            Market.from_dir(d)
+    else:
+        bad = tmp_path / "p.json"
+        bad.write_text(deep)
+        with pytest.raises(TraceFormatError, match="nested too deeply") as exc:
+            Market.from_dir(d, prices=bad)
+    assert str(exc.value).startswith(f"{bad}: ")
+
+
+@pytest.mark.parametrize("gap", [195.5, 0.5, 32.25])
+def test_a_fractional_tick_is_refused_at_load_time(tmp_path, gap):
+    bad = _file(tmp_path / "t" / "us-east-1a_v100_1.json", [1, 0] * 50, gap=gap)
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(bad)
+    assert str(exc.value).startswith(f"{bad}: metadata.gap_seconds = {gap!r}")
+    assert "whole number of seconds" in str(exc.value)
+    # whole seconds written as a float (save_trace writes 195.0) are read
+    ok = _file(tmp_path / "u" / "us-east-1a_v100_1.json", [1, 0] * 50, gap=195.0)
+    assert load_trace(ok).gap_seconds == 195.0
