@@ -24,8 +24,11 @@ Formats read (see ../shared/data/README.md):
 A market is keyed by (cloud, region, zone, instance type, nodes needed): a zone is up in
 a tick when the count is >= the nodes the job needs (``nodes``: argument, else
 ``metadata.nodes``, else the ``N-node`` folder the file is in, else 1). Anything the
-loader cannot interpret raises :class:`TraceFormatError` naming the file and the fix;
-a zone that never has the nodes needed is reported with a warning, never silently. A
+loader cannot interpret raises :class:`TraceFormatError` naming the file and the fix (the
+file name is checked first, so a price file among the traces is named as such; a tick must be
+whole seconds; a price series is matched on zone and instance type);
+a zone that never has the nodes needed, counts above an ``N-node`` folder's N and a
+``metadata.nodes`` overriding that N are reported with a warning, never silently. A
 folder is checked as one market by :func:`check_trace_set` in :func:`load_trace_dir`, the
 one path every consumer takes (different ``gap_seconds``, one entry in two files, different
 node counts, no zone ever up: refused).
@@ -412,6 +415,19 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
                       "file): a tick counts as available with >= 1 instance. If this is a "
                       "multi-node trace (values = instances held), pass --nodes N",
                       stacklevel=2)
+    folder_n = _folder_nodes(p)
+    if folder_n is not None and not inv and nodes is None:
+        if "nodes" in meta and meta["nodes"] != folder_n:
+            warnings.warn(f"{p}: metadata.nodes = {meta['nodes']} overrides the folder's "
+                          f"{folder_n}-node: a tick counts as available with >= {need} "
+                          f"instance(s), not {folder_n}; if the job needs {folder_n}, fix "
+                          f"metadata.nodes or pass --nodes {folder_n}", stacklevel=2)
+        if int(counts.max()) > folder_n:
+            warnings.warn(f"{p}: counts reach {int(counts.max())} in a {folder_n}-node folder "
+                          f"(values are the instances held, at most {folder_n}): a tick counts "
+                          f"as available with >= {need}; the file may belong to another folder, "
+                          "or the folder's N is wrong: check the file, or pass --nodes N for "
+                          "the nodes the job needs", stacklevel=2)
     if not tr.up().any():
         warnings.warn(f"{p}: zone {zone} never has {need} instance(s) available in "
                       f"{tr.n_ticks} ticks (max count {int(counts.max())}); it will be "

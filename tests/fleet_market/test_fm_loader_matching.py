@@ -144,3 +144,44 @@ def test_a_fractional_tick_is_refused_at_load_time(tmp_path, gap):
     # whole seconds written as a float (save_trace writes 195.0) are read
     ok = _file(tmp_path / "u" / "us-east-1a_v100_1.json", [1, 0] * 50, gap=195.0)
     assert load_trace(ok).gap_seconds == 195.0
+
+
+def _caught(fn):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, [str(x.message) for x in w]
+
+
+def test_counts_above_n_in_an_n_node_folder_warn_once_per_file(tmp_path):
+    d = tmp_path / "4-node" / "aws-x"
+    _file(d / "us-east-1a_v100_1.json", [4, 9, 3, 4] * 25)
+    _file(d / "us-east-2a_v100_1.json", [4, 2, 3, 4] * 25)
+    traces, msgs = _caught(lambda: load_trace_dir(d))
+    above = [m for m in msgs if "in a 4-node folder" in m]
+    assert len(above) == 1 and above[0].startswith(f"{d / 'us-east-1a_v100_1.json'}: counts "
+                                                   "reach 9 in a 4-node folder")
+    assert [t.nodes for t in traces] == [4, 4]  # still read: available when count >= 4
+    # --nodes given: counts above it are what a smaller job expects, no warning
+    _, msgs = _caught(lambda: load_trace_dir(d, nodes=2))
+    assert not [m for m in msgs if "4-node folder" in m]
+
+
+def test_metadata_nodes_overriding_the_folder_warns(tmp_path):
+    d = tmp_path / "4-node" / "aws-x"
+    for z in ("us-east-1a", "us-east-2a"):
+        _file(d / f"{z}_v100_1.json", [4, 2, 3, 4] * 25, nodes=2)
+    traces, msgs = _caught(lambda: load_trace_dir(d))
+    over = [m for m in msgs if "overrides the folder's 4-node" in m]
+    assert len(over) == 2 and "metadata.nodes = 2" in over[0] and "--nodes 4" in over[0]
+    assert [t.nodes for t in traces] == [2, 2]  # metadata.nodes still decides
+    same = tmp_path / "b" / "4-node" / "aws-y"
+    _file(same / "us-east-1a_v100_1.json", [4, 2, 3, 4] * 25, nodes=4)
+    _, msgs = _caught(lambda: load_trace_dir(same))
+    assert msgs == []
+
+
+def test_the_real_folders_give_none_of_these_warnings(shared_data):
+    for folder in (V100, "spot-traces/preemption/1-node/aws-04-22-2023", "gcp-h100-2025"):
+        _, msgs = _caught(lambda f=folder: load_trace_dir(shared_data / f))
+        assert not [m for m in msgs if "node" in m], folder
