@@ -24,8 +24,11 @@ Formats read (see ../shared/data/README.md):
 A market is keyed by (cloud, region, zone, instance type, nodes needed): a zone is up in
 a tick when the count is >= the nodes the job needs (``nodes``: argument, else
 ``metadata.nodes``, else the ``N-node`` folder the file is in, else 1). Anything the
-loader cannot interpret raises :class:`TraceFormatError` naming the file and the fix;
-a zone that never has the nodes needed is reported with a warning, never silently. A
+loader cannot interpret raises :class:`TraceFormatError` naming the file and the fix (the
+file name is checked first, so a price file among the traces is named as such; a tick must be
+whole seconds; a price series is matched on zone and instance type);
+a zone that never has the nodes needed, counts above an ``N-node`` folder's N and a
+``metadata.nodes`` overriding that N are reported with a warning, never silently. A
 folder is checked as one market by :func:`check_trace_set` in :func:`load_trace_dir`, the
 one path every consumer takes (different ``gap_seconds``, one entry in two files, different
 node counts, no zone ever up: refused).
@@ -106,6 +109,10 @@ def read_price_file(path: str | Path) -> dict:
         raw = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceFormatError(f"{p}: cannot read the price file ({exc})") from exc
+    except RecursionError:
+        raise TraceFormatError(f"{p}: cannot read the price file (its JSON is nested too deeply "
+                               "to be a price file); it must map '<zone>_<instance>' to a list "
+                               "of $/h per tick") from None
     if not isinstance(raw, dict):
         raise TraceFormatError(f"{p}: must map '<zone>_<instance>' to a list of $/h per tick")
     return raw
@@ -122,19 +129,61 @@ def check_price_file_covers(raw: dict, zones: Sequence[str], path: str | Path) -
             "price: fleet-sim's --spot-price, plan's price table)")
 
 
-def price_file_series(raw: dict, zone: str, instance: str, n_ticks: int,
+def price_file_series(raw: dict, zone: str, instance: str | Sequence[str], n_ticks: int,
                       path: str | Path) -> np.ndarray:
-    """The series of ``zone``'s trace of ``instance`` (its file label, e.g. v100_1) in a
-    price file: the key ``<zone>_<instance>``, else the zone's only key; exactly
-    ``n_ticks`` finite positive prices (``price_series``). ``TraceFormatError`` otherwise."""
-    zone = zone.split("/")[0]
-    cands = [k for k in raw if k == f"{zone}_{instance}"] or [
-        k for k in raw if k.split("_", 1)[0] == zone]
-    if len(cands) != 1:
+    """The series of ``zone``'s trace of ``instance`` in a price file: the key
+    ``<zone>_<instance>``; ``instance`` may be several labels of the one trace (its file
+    label, e.g. ``h100_16``, and its instance type, e.g. ``a3-highgpu-8g``), any of which
+    names it. Exactly ``n_ticks`` finite positive prices (``price_series``).
+    ``TraceFormatError`` otherwise (``price_file_rows``)."""
+    return price_file_rows(raw, [(zone, instance, n_ticks)], path)[0]
+
+
+def price_file_rows(raw: dict, entries: Sequence[tuple[str, str | Sequence[str], int]],
+                    path: str | Path) -> list[np.ndarray]:
+    """One price series per (zone, instance label(s), ticks) of ``entries`` from a price
+    file (``read_price_file``), matched on zone AND instance type: the key
+    ``<zone>_<label>`` for one of the entry's labels. A series of another instance type in
+    the same zone (``us-east-1a_a100_8`` for a ``v100_1`` trace) is another machine's price
+    and is never used for it: every missing (zone, instance) is named in one
+    ``TraceFormatError`` with the fix."""
+    rows: list[np.ndarray] = []
+    missing: list[str] = []
+    for zone, labels, n in entries:
+        zone = zone.split("/")[0]
+        labels = [labels] if isinstance(labels, str) else list(dict.fromkeys(labels))
+        keys = [f"{zone}_{lab}" for lab in labels if f"{zone}_{lab}" in raw]
+        if len(keys) > 1 and len({json.dumps(raw[k]) for k in keys}) > 1:
+            raise TraceFormatError(
+                f"{path}: two different series name one trace ({' and '.join(keys)}, the "
+                "file label and the instance type of one file); keep one of them")
+        if not keys:
+            missing.append(" or ".join(f"{zone}_{lab}" for lab in labels))
+            continue
+        rows.append(price_series(raw[keys[0]], n, f"{path}: series {keys[0]}"))
+    if missing:
+        zones = {m.split("_", 1)[0] for m in missing}
+        other = sorted(k for k in raw if k.split("_", 1)[0] in zones)
+        also = (f"; it has series of other instance types for those zones ({other[:6]}), which "
+                "are another machine's prices and are not used" if other else "")
         raise TraceFormatError(
-            f"{path}: no unique price series for zone {zone} (instance {instance!r}); keys "
-            f"found: {sorted(raw)[:12]}; add one series per zone, named <zone>_<instance>")
-    return price_series(raw[cands[0]], n_ticks, f"{path}: series {cands[0]}")
+            f"{path}: no price series for {len(missing)} (zone, instance) of the traces: "
+            f"{missing[:8]}{' ...' if len(missing) > 8 else ''}{also}; a series is matched on "
+            "zone and instance type: add one named <zone>_<instance> for each (as in "
+            "spot-prices/aws-v100-02-15-2023.json: us-east-1a_v100_1), pass the price file "
+            "made for this folder, or keep only the covered instance types (--instance-types)")
+    return rows
+
+
+def trace_price_labels(t: Trace) -> tuple[str, ...]:
+    """The labels that name ``t`` in a price file key ``<zone>_<label>``: its file label
+    (``v100_1``, ``h100_16``; from ``<zone>_<label>.json``) and its instance type (the file
+    label, or ``price_info.machine_type``: ``a3-highgpu-8g``)."""
+    labels = [t.instance_type or t.accelerator]
+    src = Path(t.source)
+    if src.suffix == ".json" and "_" in src.stem:
+        labels.insert(0, src.stem.partition("_")[2])
+    return tuple(dict.fromkeys(labels))
 
 
 def zone_cloud(zone: str) -> str | None:
@@ -210,9 +259,10 @@ def _parse_name(p: Path) -> tuple[str, str]:
     zone, sep, label = p.stem.partition("_")
     if not sep or not label or zone_cloud(zone) is None:
         raise TraceFormatError(
-            f"{p}: file name must be <zone>_<instance>.json with an AWS (us-east-1a) or GCP "
-            "(us-central1-c) zone first, e.g. us-east-1a_v100_1.json or "
-            "us-central1-c_c3-88.json; rename the file")
+            f"{p}: not a trace file name (expected <zone>_<instance>.json with an AWS "
+            "(us-east-1a) or GCP (us-central1-c) zone first, e.g. us-east-1a_v100_1.json or "
+            "us-central1-c_c3-88.json): rename the file if it is a trace; otherwise move it "
+            "out of the folder (a per-tick spot price file is passed with --prices)")
     return zone, label
 
 
@@ -242,10 +292,16 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     True for the SkyNomad GCP H100 files). ``cloud``: default from the zone name.
     """
     p = Path(path)
+    if not p.exists():
+        raise TraceFormatError(f"{p}: no such trace file; check the path")
+    zone, label = _parse_name(p)  # the name first: a price file or config is not a bad trace
     try:
         raw = json.loads(p.read_text(encoding="utf-8-sig"))  # a leading BOM is harmless
     except FileNotFoundError:
         raise TraceFormatError(f"{p}: no such trace file; check the path") from None
+    except RecursionError:
+        raise TraceFormatError(f"{p}: not a trace (its JSON is nested too deeply); a trace is "
+                               "{\"metadata\": {\"gap_seconds\": G}, \"data\": [counts]}") from None
     except (UnicodeDecodeError, OSError) as exc:
         raise TraceFormatError(f"{p}: cannot read the file ({exc}); it must be UTF-8 JSON") from exc
     except json.JSONDecodeError as exc:
@@ -258,6 +314,12 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     gap = meta["gap_seconds"]
     if not _is_number(gap) or not _is_finite(gap) or gap <= 0:
         raise TraceFormatError(f"{p}: metadata.gap_seconds must be a positive number of seconds, got {gap!r}")
+    if gap != math.floor(gap):
+        raise TraceFormatError(
+            f"{p}: metadata.gap_seconds = {gap!r}; a tick must be a whole number of seconds "
+            "(the simulator's and the omniscient bound's time grid; the collection's ticks are "
+            "32, 195 and 600 s): write whole seconds, e.g. resample the trace to a whole-second "
+            "tick")
     if gap > MAX_GAP_SECONDS:
         raise TraceFormatError(
             f"{p}: metadata.gap_seconds = {gap:g} s ({gap / 86400:.3g} days per tick); a spot "
@@ -273,7 +335,6 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
         if v > MAX_COUNT:
             raise TraceFormatError(f"{p}: data[{i}] = {v}; an instance count must be at most "
                                    f"{MAX_COUNT} (the file may be corrupt)")
-    zone, label = _parse_name(p)
     if "zone" in meta and meta["zone"] != zone:
         raise TraceFormatError(f"{p}: metadata.zone {meta['zone']!r} does not match the file name's "
                                f"zone {zone!r}; rename the file or fix the metadata")
@@ -354,6 +415,19 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
                       "file): a tick counts as available with >= 1 instance. If this is a "
                       "multi-node trace (values = instances held), pass --nodes N",
                       stacklevel=2)
+    folder_n = _folder_nodes(p)
+    if folder_n is not None and not inv and nodes is None:
+        if "nodes" in meta and meta["nodes"] != folder_n:
+            warnings.warn(f"{p}: metadata.nodes = {meta['nodes']} overrides the folder's "
+                          f"{folder_n}-node: a tick counts as available with >= {need} "
+                          f"instance(s), not {folder_n}; if the job needs {folder_n}, fix "
+                          f"metadata.nodes or pass --nodes {folder_n}", stacklevel=2)
+        if int(counts.max()) > folder_n:
+            warnings.warn(f"{p}: counts reach {int(counts.max())} in a {folder_n}-node folder "
+                          f"(values are the instances held, at most {folder_n}): a tick counts "
+                          f"as available with >= {need}; the file may belong to another folder, "
+                          "or the folder's N is wrong: check the file, or pass --nodes N for "
+                          "the nodes the job needs", stacklevel=2)
     if not tr.up().any():
         warnings.warn(f"{p}: zone {zone} never has {need} instance(s) available in "
                       f"{tr.n_ticks} ticks (max count {int(counts.max())}); it will be "
@@ -521,13 +595,13 @@ def attach_spot_prices(traces: Sequence[Trace], path: str | Path) -> list[Trace]
     """``traces`` with the per-tick spot prices of a price file (``spot-prices/*.json``)
     replacing whatever spot prices their files carry: what ``fleet-sim --prices`` bills
     (``Market.from_dir``), read by the same rules (``read_price_file``,
-    ``check_price_file_covers``, ``price_file_series``: one series per trace, exactly as
-    many ticks as its file). On-demand prices are left as they are."""
+    ``check_price_file_covers``, ``price_file_rows``: one series per (zone, instance type),
+    exactly as many ticks as its file). On-demand prices are left as they are."""
     raw = read_price_file(path)
     check_price_file_covers(raw, [t.zone for t in traces], Path(path))
-    return [replace(t, spot_prices=price_file_series(raw, t.zone, t.instance_type or t.accelerator,
-                                                     t.n_ticks, Path(path)))
-            for t in traces]
+    rows = price_file_rows(raw, [(t.zone, trace_price_labels(t), t.n_ticks) for t in traces],
+                           Path(path))
+    return [replace(t, spot_prices=r) for t, r in zip(traces, rows, strict=True)]
 
 
 def trace_file_name(trace: Trace) -> str:

@@ -20,8 +20,9 @@ from fleet.market.traces import (
     check_trace_set,
     cut_to_common_length,
     load_trace_dir,
-    price_file_series,
+    price_file_rows,
     read_price_file,
+    trace_price_labels,
     zone_region,
 )
 
@@ -175,7 +176,8 @@ class Market:
             on_demand_price=self.on_demand_price)
 
     def with_spot_prices(self, path: str | Path,
-                         series_ticks: Sequence[int] | None = None) -> Market:
+                         series_ticks: Sequence[int] | None = None,
+                         labels: Sequence[Sequence[str]] | None = None) -> Market:
         """Attach per-tick spot prices from a ``spot-prices/*.json`` file
         (``{"<zone>_<instance>": [$/h per tick, ...]}``, aligned with the traces).
 
@@ -183,17 +185,24 @@ class Market:
         trace: ``series_ticks[z]`` ticks (default: the market's ``n_ticks``; ``from_dir``
         passes each file's own length, as a folder's files may differ in length). A
         longer or shorter series is refused, not cut: it was made for another window or
-        tick length."""
+        tick length.
+
+        A series is matched on zone and instance type (``price_file_rows``): the key
+        ``<zone>_<label>`` for one of ``labels[z]`` (default: the zone's instance type;
+        ``from_dir`` passes each file's label too, ``trace_price_labels``); a (zone,
+        instance) without one is refused, never priced by another instance type's series."""
         raw = read_price_file(path)
         lengths = list(series_ticks) if series_ticks is not None else [self.n_ticks] * self.n_zones
         if len(lengths) != self.n_zones or min(lengths) < self.n_ticks:
             raise ValueError(f"series_ticks needs one length >= {self.n_ticks} per zone "
                              f"({self.n_zones}), got {lengths}")
         check_price_file_covers(raw, self.zones, Path(path))
-        rows = []
-        for z, it, n in zip(self.zones, self.instance_types, lengths, strict=True):
-            arr = price_file_series(raw, z, it, n, Path(path))
-            rows.append(arr[: self.n_ticks])
+        names = [tuple(x) for x in labels] if labels is not None else [
+            (it,) for it in self.instance_types]
+        if len(names) != self.n_zones:
+            raise ValueError(f"labels needs one entry per zone ({self.n_zones}), got {len(names)}")
+        rows = [arr[: self.n_ticks] for arr in price_file_rows(
+            raw, list(zip(self.zones, names, lengths, strict=True)), Path(path))]
         return Market(zones=self.zones, gap_seconds=self.gap_seconds, available=self.available,
                       regions=self.regions, clouds=self.clouds,
                       instance_types=self.instance_types, nodes=self.nodes,
@@ -261,10 +270,12 @@ class Market:
                 warnings.filterwarnings("ignore", message=r"only \d+ of \d+ traces carry per-tick")
             m = cls.from_traces(traces)
         lengths = dict(zip(m.zones, (t.n_ticks for t in traces), strict=True))
+        labels = dict(zip(m.zones, (trace_price_labels(t) for t in traces), strict=True))
         if zones:
             m = m.subset(list(zones))
         if prices is not None:
-            m = m.with_spot_prices(prices, series_ticks=[lengths[z] for z in m.zones])
+            m = m.with_spot_prices(prices, series_ticks=[lengths[z] for z in m.zones],
+                                   labels=[labels[z] for z in m.zones])
         return m
 
 

@@ -47,7 +47,8 @@ def register(subparsers) -> None:
                    default=None, help="inter-region egress $/GB (default: per-cloud default)")
     p.add_argument("--observe", choices=("probe", "oracle"), default="probe",
                    help="probe: a zone is known only when held or tried (default); oracle: "
-                        "every zone's availability for free (offline checks)")
+                        "every zone's availability for free (offline checks; not how a real cloud works, "
+                        "and the output says so)")
     p.add_argument("--work-hours", type=number("--work-hours"), default=24.0,
                    help="failure-free compute the job needs, hours (default 24)")
     p.add_argument("--deadline-hours", type=number("--deadline-hours"), default=36.0,
@@ -98,6 +99,59 @@ def best_baseline_line(res, gap_hours: float) -> str:
     return (f"spotfleet / {best} (the cheapest other policy but on-demand): {r:.3f} "
             f"[{lo:.3f}, {hi:.3f}] per start; {block_ci(blocks, costs['spotfleet'], costs[best])} "
             "per block of starts whose runs overlap (95 % paired bootstrap intervals)")
+
+
+#: what an oracle run is, said in its header, table title and plot title
+ORACLE_NOTE = ("ORACLE observation: every zone's availability is seen for free at every tick, "
+               "which is not how a real cloud works (a zone is known only when held or tried: "
+               "--observe probe, the default)")
+
+
+def mixed_instance_types_warning(market, spot_price: float, on_demand_price: float) -> str:
+    """The warning for a market of several instance types ("" for one): fleet-sim runs every
+    (zone, instance type) as an interchangeable location of one job, so a job would move
+    between a 1-GPU and an 8-GPU machine; with a flat price (no per-tick spot prices, or no
+    on-demand prices in the files) they are also billed alike."""
+    kinds = sorted(set(market.instance_types))
+    if len(kinds) < 2:
+        return ""
+    by_zone: dict[str, list[str]] = {}
+    for z, it in zip(market.zones, market.instance_types, strict=True):
+        by_zone.setdefault(z.split("/")[0], []).append(it)
+    listing = "; ".join(f"{z}: {', '.join(its)}" for z, its in list(by_zone.items())[:4])
+    flat = [what for what, none in ((f"spot {spot_price:g} $/h", market.spot_price is None),
+                                    (f"on-demand {on_demand_price:g} $/h",
+                                     market.on_demand_price is None)) if none]
+    billed = (f"; the prices cannot tell them apart: every one is billed the flat "
+              f"{' and '.join(flat)}, whatever its size" if flat else "")
+    return (f"the folder holds {len(kinds)} instance types {kinds} ({listing}"
+            f"{' ...' if len(by_zone) > 4 else ''}): fleet-sim runs all {market.n_zones} "
+            f"(zone, instance type) entries as interchangeable locations of one job, as if it "
+            f"could move between those machines{billed}; a job runs on one instance type: keep "
+            f"one with --instance-types (e.g. --instance-types {kinds[0]})")
+
+
+def price_units_warning(market, spot_price: float, on_demand_price: float,
+                        spot_from: str, on_demand_from: str) -> str:
+    """The warning for zones whose spot price is at or above their on-demand price in at
+    least 90 % of the ticks ("" when none): spot never pays off there, which is
+    a unit slip (spot in cents) or a wrong price file far more often than a market."""
+    import numpy as np
+
+    sp, od = market.prices_for(spot_price, on_demand_price)
+    above = (sp >= od[:, None]).mean(axis=1)
+    bad = [i for i in range(market.n_zones) if above[i] >= 0.9]
+    if not bad:
+        return ""
+    shown = ", ".join(f"{market.zones[i]}: median spot {float(np.median(sp[i])):.4g} $/h vs "
+                      f"on-demand {float(od[i]):.4g} $/h" for i in bad[:4])
+    return (f"spot is at or above on-demand in at least 90 % of the ticks of "
+            f"{len(bad)} of {market.n_zones} zone(s) ({shown}{' ...' if len(bad) > 4 else ''}); "
+            f"spot from {spot_from}, on-demand from {on_demand_from}: spot never pays off there "
+            "(a policy that compares prices runs on-demand, one that holds spot anyway pays "
+            "more than on-demand). Likely a unit slip (spot in cents, not $/h; on-demand per "
+            "minute or per GPU) or a price file of another instance type, region or "
+            "period: check the prices")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -166,6 +220,17 @@ def _run(args: argparse.Namespace) -> int:
             f"or slack ({slack:g} h): the policies see the market once per tick, so they can "
             "hardly use spot and the comparison says little; use traces with shorter ticks or "
             "a longer job", stacklevel=1)
+    for note in (mixed_instance_types_warning(market, spec.spot_price, spec.on_demand_price),
+                 price_units_warning(
+                     market, spec.spot_price, spec.on_demand_price,
+                     spot_from=(f"--prices {args.prices}" if args.prices
+                                else "the trace files' prices" if market.spot_price is not None
+                                else "--spot-price"),
+                     on_demand_from=("the trace files' price_info"
+                                     if market.on_demand_price is not None
+                                     else "--on-demand-price"))):
+        if note:
+            warnings.warn(f"{args.traces}: {note}", stacklevel=1)
     names = [n.strip() for n in args.policies.split(",") if n.strip()] or None
     policies = make_policies(names)
     starts = start_ticks(market, spec, args.starts, warmup_hours=args.warmup_hours)
@@ -185,11 +250,14 @@ def _run(args: argparse.Namespace) -> int:
           f"{market.duration_hours:.0f} h of {market.gap_seconds:.0f} s ticks; "
           f"job {spec.work_hours:g} h of work, deadline {spec.deadline_hours:g} h, "
           f"notice {spec.notice_seconds:g} s; {counted(len(starts), 'start')} x "
-          f"{len(policies)} {'policy' if len(policies) == 1 else 'policies'}", flush=True)
+          f"{len(policies)} {'policy' if len(policies) == 1 else 'policies'}"
+          f"{'; ' + ORACLE_NOTE if args.observe == 'oracle' else ''}", flush=True)
     res = run_sweep(market, spec, policies, starts, with_omniscient=not args.no_omniscient,
                     progress=lambda line: print(line, flush=True), observe=args.observe)
     rows = summarize(res)
     print()
+    if args.observe == "oracle":
+        print(f"Costs under {ORACLE_NOTE}:")
     print(format_table(rows, markdown=False))
     ours = next((r for r in rows if r.policy == "spotfleet"), None)
     if ours is not None and res.omniscient:
@@ -203,6 +271,8 @@ def _run(args: argparse.Namespace) -> int:
 
         title = (f"W={spec.work_hours:g} h, D={spec.deadline_hours:g} h, "
                  f"notice {spec.notice_seconds:g} s")
+        if args.observe == "oracle":
+            title += "\nORACLE observation: every zone seen for free\n(not how a real cloud works)"
         out = plot_sweeps([(title, res)], args.plot)
         print(f"plot saved to {out}")
     print(f"({res.wall_seconds:.1f} s)", file=sys.stderr)

@@ -99,7 +99,7 @@ def _prices(path, series):
      ", ".join(["0.9"] * 200) + "]}", "price [0] = nan"),
     ('{"us-east-1a_v100_1": [Infinity' + ", 1.2" * 199 + '], "us-east-2a_v100_1": [' +
      ", ".join(["0.9"] * 200) + "]}", "price [0] = inf"),
-    ({"us-east-1a_v100_1": [1.2] * 200}, "no unique price series for zone us-east-2a"),
+    ({"us-east-1a_v100_1": [1.2] * 200}, "no price series for 1 (zone, instance) of the traces: ['us-east-2a_v100_1']"),
     ({"us-west-2c_v100_1": [1.2] * 200}, "covers none of the market's zones"),
     ({"us-east-1a_v100_1": {"0": 1.2}, "us-east-2a_v100_1": [0.9] * 200}, "got dict"),
 ])

@@ -31,6 +31,8 @@ def _folder(d, n=2000, gap=195, zones=("us-east-1a", "us-east-2a"), **first):
     ("value null", {"data": [1, None, 0]}, "data[1] = None"),
     ("empty data", {"data": []}, "non-empty list"),
     ("no metadata", {"metadata": None}, "missing metadata.gap_seconds"),
+    # before 2026-11-28 read, the header printed "196 s ticks", then the run failed naming no file
+    ("fractional gap", {"metadata": {"gap_seconds": 195.5}}, "whole number of seconds"),
 ])
 def test_malformed_file_exit_2_naming_the_file(tmp_path, capsys, case, first, needle):
     d = _folder(tmp_path / "t", **({} if first is None else first))
@@ -38,10 +40,10 @@ def test_malformed_file_exit_2_naming_the_file(tmp_path, capsys, case, first, ne
     if first is None:
         bad.write_text(bad.read_text()[:300])
     rc = main(["fleet-sim", "--traces", str(d), *ARGS])
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert rc == 2, case
     assert err.startswith("spotfleet fleet-sim: error: ") and str(bad) in err and needle in err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "fleet-sim:" not in out  # refused before the header
 
 
 def test_price_file_of_another_folder_is_refused(tmp_path, capsys):
