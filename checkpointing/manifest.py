@@ -55,6 +55,17 @@ class CorruptCheckpoint(RuntimeError):
     """A committed checkpoint failed verification (missing blob, size or sha256 mismatch)."""
 
 
+class CheckpointTooNew(RuntimeError):
+    """A checkpoint was written by a newer spotfleet (its manifest format version is
+    above ``FORMAT_VERSION``). It is not corrupt: it is never deleted (garbage
+    collection, retention) and restore never falls back past it."""
+
+    def __init__(self, message: str, *, version: Any = None, step: int | None = None):
+        super().__init__(message)
+        self.version = version
+        self.step = step
+
+
 class SaveAbandoned(RuntimeError):
     """The save was cancelled (superseded by an emergency save) before its manifest."""
 
@@ -111,16 +122,23 @@ def encode_manifest(body: dict[str, Any]) -> bytes:
 
 
 def decode_manifest(data: bytes) -> dict[str, Any]:
-    """Parse and self-verify a manifest; raise ``CorruptCheckpoint`` if torn or edited."""
+    """Parse and self-verify a manifest; raise ``CorruptCheckpoint`` if torn or edited,
+    ``CheckpointTooNew`` if a newer library wrote it."""
     try:
         doc = json.loads(data.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptCheckpoint(f"manifest is not valid JSON (torn write?): {exc}") from exc
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise CorruptCheckpoint("manifest has no 'format': 'spotfleet-checkpoint' field")
-    if int(doc.get("version", -1)) > FORMAT_VERSION:
-        raise CorruptCheckpoint(f"manifest version {doc.get('version')} is newer than this "
-                                f"library ({FORMAT_VERSION}); upgrade spotfleet to read it")
+    try:
+        version = int(doc.get("version", -1))
+    except (TypeError, ValueError) as exc:
+        raise CorruptCheckpoint(f"manifest version {doc.get('version')!r} is not a number") from exc
+    if version > FORMAT_VERSION:
+        step = doc.get("step")
+        raise CheckpointTooNew(f"manifest format version {version} is newer than this library's "
+                               f"({FORMAT_VERSION}); upgrade spotfleet to read it",
+                               version=version, step=step if isinstance(step, int) else None)
     claimed = doc.pop("manifest_sha256", None)
     if claimed != _manifest_checksum(doc):
         raise CorruptCheckpoint("manifest checksum mismatch (torn or edited manifest)")
@@ -267,11 +285,32 @@ def _sort_key(info: CheckpointInfo) -> tuple[int, float]:
     return (info.step, info.created)
 
 
-def scan(store: CheckpointStore) -> tuple[list[CheckpointInfo], list[str], dict[str, str]]:
-    """(committed checkpoints oldest→newest, names without a manifest, {name: why invalid})."""
+def _step_of(name: str) -> int | None:
+    """The step in a prefix name ``ckpt-<step:012d>-...`` (None if it has none)."""
+    try:
+        return int(name[len(PREFIX):].split("-", 1)[0])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """One listing of a store's checkpoint prefixes, sorted into what they are."""
+
+    committed: list[CheckpointInfo]
+    incomplete: list[str]
+    invalid: dict[str, str]
+    #: written by a newer spotfleet: {name: the error naming both versions}; never garbage
+    too_new: dict[str, CheckpointTooNew]
+
+
+def scan_store(store: CheckpointStore) -> ScanResult:
+    """Committed checkpoints (oldest→newest), names without a manifest, names with an
+    invalid manifest, and names whose manifest a newer library wrote."""
     committed: list[CheckpointInfo] = []
     incomplete: list[str] = []
     invalid: dict[str, str] = {}
+    too_new: dict[str, CheckpointTooNew] = {}
     for name, files in sorted(_group_keys(store).items()):
         if MANIFEST_NAME not in files:
             incomplete.append(name)
@@ -281,12 +320,24 @@ def scan(store: CheckpointStore) -> tuple[list[CheckpointInfo], list[str], dict[
             if doc.get("name") != name:
                 raise CorruptCheckpoint(f"manifest names {doc.get('name')!r}, not its own prefix")
             info = _info_from_manifest(store, doc)
+        except CheckpointTooNew as exc:
+            step = exc.step if exc.step is not None else _step_of(name)
+            too_new[name] = CheckpointTooNew(str(exc), version=exc.version, step=step)
+            continue
         except (CorruptCheckpoint, KeyError, ValueError, TypeError) as exc:
             invalid[name] = str(exc)
             continue
         committed.append(info)
     committed.sort(key=_sort_key)
-    return committed, incomplete, invalid
+    return ScanResult(committed, incomplete, invalid, too_new)
+
+
+def scan(store: CheckpointStore) -> tuple[list[CheckpointInfo], list[str], dict[str, str]]:
+    """(committed checkpoints oldest→newest, names without a manifest, {name: why invalid}).
+
+    Checkpoints written by a newer library are in none of the three (``scan_store``)."""
+    found = scan_store(store)
+    return found.committed, found.incomplete, found.invalid
 
 
 def list_checkpoints(store: CheckpointStore) -> list[CheckpointInfo]:
@@ -392,8 +443,10 @@ def restore_latest(store: CheckpointStore, load: Callable[[CheckpointInfo], T], 
     returns the loaded state. Returns ``None`` when no checkpoint can be loaded (fresh
     start); every skipped checkpoint is logged as a warning naming the reason.
     """
+    too_new: dict[str, CheckpointTooNew] = {}
     if candidates is None:
-        committed, _incomplete, invalid = scan(store)
+        found = scan_store(store)
+        committed, invalid, too_new = found.committed, found.invalid, found.too_new
         for name, why in invalid.items():
             log.warning("ignoring checkpoint %s: %s", store.uri(name), why)
     else:
@@ -401,6 +454,7 @@ def restore_latest(store: CheckpointStore, load: Callable[[CheckpointInfo], T], 
     reasons: list[str] = [f"{store.uri(n)}: {why}" for n, why in invalid.items()]
     skipped: list[str] = list(invalid)
     for info in sorted(committed, key=_sort_key, reverse=True):
+        _refuse_past_too_new(store, too_new, info.step)
         try:
             check_blob_sizes(store, info)
             value = load(info)
@@ -420,10 +474,29 @@ def restore_latest(store: CheckpointStore, load: Callable[[CheckpointInfo], T], 
                   else "fell back: " + "; ".join(reasons))
         return RestoreOutcome(info=info, value=value, fell_back=fell_back, reason=reason,
                               skipped=tuple(skipped))
+    _refuse_past_too_new(store, too_new, None)
     if reasons:
         log.warning("no loadable checkpoint in %s (%s); starting from scratch",
                     store.location, "; ".join(reasons))
     return None
+
+
+def _refuse_past_too_new(store: CheckpointStore, too_new: dict[str, CheckpointTooNew],
+                         step: int | None) -> None:
+    """Raise ``CheckpointTooNew`` when loading a checkpoint of ``step`` (None: starting
+    from scratch) would skip a newer-format checkpoint of a higher step."""
+    newer = [(exc.step if exc.step is not None else -1, name, exc) for name, exc in too_new.items()]
+    newer = [item for item in newer if step is None or item[0] > step]
+    if not newer:
+        return
+    _step, name, exc = max(newer, key=lambda item: item[0])
+    instead = f"step {step}, an older checkpoint" if step is not None else "from scratch"
+    raise CheckpointTooNew(
+        f"checkpoint {store.uri(name)} (step {exc.step}) was written by a newer spotfleet: its "
+        f"manifest format version is {exc.version}, this library reads version {FORMAT_VERSION}. "
+        f"Restoring would resume at {instead} and lose its progress, so nothing was loaded. "
+        "Fix: upgrade spotfleet on this node (the same version that wrote it, or later) and "
+        "re-run; the checkpoint is kept as it is.", version=exc.version, step=exc.step)
 
 
 def plan_retention(committed: list[CheckpointInfo], incomplete: list[str], *,
@@ -503,13 +576,18 @@ def collect_garbage(store: CheckpointStore, *, keep: Iterable[str] = (),
     - the committed checkpoints named in ``discard`` (restore found them corrupt and
       fell back past them).
 
+    A checkpoint whose manifest a newer spotfleet wrote (``CheckpointTooNew``) is not
+    garbage and is never touched.
+
     Only the lease holder writes a prefix, so apart from ``keep`` no save is in flight:
     everything matched is older than any save that could still commit. Failures are
     logged and skipped (GC is best effort). Returns what was removed.
     """
     keep = set(keep)
     discard = set(discard) - keep
-    committed, incomplete, invalid = scan(store)
+    found = scan_store(store)
+    committed, incomplete, invalid = found.committed, found.incomplete, found.invalid
+    keep |= set(found.too_new)  # a newer library's checkpoint is not garbage
     committed_names = {c.name for c in committed}
     aborted: list[PartialUpload] = []
     partial_names: set[str] = set()
