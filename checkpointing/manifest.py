@@ -500,27 +500,29 @@ def _refuse_past_too_new(store: CheckpointStore, too_new: dict[str, CheckpointTo
 
 
 def plan_retention(committed: list[CheckpointInfo], incomplete: list[str], *,
-                   keep_periodic: int, keep_insurance: int) -> list[str]:
+                   keep_periodic: int, keep_insurance: int, keep: Iterable[str] = ()) -> list[str]:
     """Names to delete (pure function). ``committed`` in any order.
 
     - keep the newest ``keep_periodic`` periodic checkpoints;
     - drop insurance/emergency checkpoints older than the newest periodic one, and keep
       at most ``keep_insurance`` of the newer ones;
-    - "newest" means most recently CREATED: after a run restarted from an older
-      checkpoint (because newer ones were corrupt), its new checkpoints are the ones
-      to keep and the unusable higher-step ones age out;
+    - "newest" means the highest STEP (then the later ``created`` time), the order
+      restore loads them in; never the writer's wall clock alone, which differs between
+      nodes (a relaunched node whose clock lags must not delete what it just saved);
     - drop prefixes without a manifest whose step is below the newest committed step
-      (torn or abandoned saves; a save in flight always has a newer step).
+      (torn or abandoned saves; a save in flight always has a newer step);
+    - never the names in ``keep`` (the checkpoint just committed, an upload in flight).
     """
     if keep_periodic < 1:
         raise ValueError(f"keep_periodic must be >= 1, got {keep_periodic}")
-    ordered = sorted(committed, key=lambda c: (c.created, c.step))
+    keep = set(keep)
+    ordered = sorted(committed, key=_sort_key)
     periodic = [c for c in ordered if c.kind == "periodic"]
     doomed = [c.name for c in periodic[:-keep_periodic]]
     newest_periodic = periodic[-1] if periodic else None
     others = [c for c in ordered if c.kind != "periodic"]
     if newest_periodic is not None:
-        stale = [c for c in others if c.created < newest_periodic.created]
+        stale = [c for c in others if _sort_key(c) < _sort_key(newest_periodic)]
         doomed += [c.name for c in stale]
         others = [c for c in others if c not in stale]
     if keep_insurance >= 0 and len(others) > keep_insurance:
@@ -528,21 +530,19 @@ def plan_retention(committed: list[CheckpointInfo], incomplete: list[str], *,
     if ordered:
         newest_step = max(c.step for c in ordered)
         for name in incomplete:
-            try:
-                step = int(name[len(PREFIX):].split("-", 1)[0])
-            except ValueError:
-                continue
-            if step < newest_step:
+            step = _step_of(name)
+            if step is not None and step < newest_step:
                 doomed.append(name)
-    return doomed
+    return [name for name in doomed if name not in keep]
 
 
 def apply_retention(store: CheckpointStore, *, keep_periodic: int = 3,
-                    keep_insurance: int = 2) -> list[str]:
-    """Delete what ``plan_retention`` says; returns the deleted names."""
+                    keep_insurance: int = 2, keep: Iterable[str] = ()) -> list[str]:
+    """Delete what ``plan_retention`` says, never the names in ``keep``; returns the
+    deleted names."""
     committed, incomplete, _invalid = scan(store)
     doomed = plan_retention(committed, incomplete, keep_periodic=keep_periodic,
-                            keep_insurance=keep_insurance)
+                            keep_insurance=keep_insurance, keep=keep)
     for name in doomed:
         try:
             store.delete_prefix(f"{name}/")
@@ -641,15 +641,15 @@ def make_room(store: CheckpointStore, needed_bytes: int, kind: str, *, keep_peri
     if free is None or free >= need:
         return []
     committed = list_checkpoints(store)
-    newest = max(committed, key=lambda c: (c.created, c.step)) if committed else None
+    newest = max(committed, key=_sort_key) if committed else None
     placeholder = CheckpointInfo(name="\0new", kind=kind, step=(newest.step if newest else 0) + 1,
                                  bytes=int(needed_bytes), save_seconds=0.0, stall_seconds=0.0,
                                  location="", created=max(time.time(), newest.created + 1 if newest else 0.0))
     protected = set(keep) | {placeholder.name} | ({newest.name} if newest else set())
-    allowed = [n for n in plan_retention([*committed, placeholder], [], keep_periodic=keep_periodic,
-                                         keep_insurance=keep_insurance) if n not in protected]
+    allowed = plan_retention([*committed, placeholder], [], keep_periodic=keep_periodic,
+                             keep_insurance=keep_insurance, keep=protected)
     by_name = {c.name: c for c in committed}
-    allowed.sort(key=lambda n: (by_name[n].created, by_name[n].step) if n in by_name else (0.0, 0))
+    allowed.sort(key=lambda n: _sort_key(by_name[n]) if n in by_name else (0, 0.0))
     deleted: list[str] = []
     for name in allowed:
         if free >= need:

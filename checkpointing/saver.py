@@ -484,7 +484,7 @@ class AsyncSaver:
             result = SaveResult(job.step, job.kind, True, info.bytes, snap.stall_seconds,
                                 persist, info=info, spilled=spilled)
             if not spilled:
-                self._retention()
+                self._retention(info.name)
         except SaveAbandoned as exc:
             result = SaveResult(job.step, job.kind, False, 0, snap.stall_seconds,
                                 time.perf_counter() - t0, error=str(exc), abandoned=True)
@@ -553,11 +553,12 @@ class AsyncSaver:
         if self.lease is not None:
             self.lease.verify()
 
-    def _retention(self) -> None:
-        """Retention pass after a commit (best-effort: never fails the committed save)."""
+    def _retention(self, committed: str) -> None:
+        """Retention pass after a commit (best-effort: never fails the committed save);
+        never deletes ``committed``, the checkpoint this save just wrote."""
         try:
             deleted = apply_retention(self.store, keep_periodic=self.keep_periodic,
-                                      keep_insurance=self.keep_insurance)
+                                      keep_insurance=self.keep_insurance, keep=(committed,))
             if deleted:
                 log.info("retention deleted %s", ", ".join(deleted))
         except Exception as exc:

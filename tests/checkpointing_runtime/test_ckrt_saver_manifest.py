@@ -288,13 +288,18 @@ def test_deferred_sync_block_writes_everything(tmp_path: Path) -> None:
     assert not [p for p in (tmp_path / "c").iterdir() if ".tmp-" in p.name]
 
 
-def test_retention_prefers_the_new_lineage_after_a_fallback() -> None:
-    # a corrupt step-50 checkpoint (created first) must not push out the checkpoints the
-    # restarted run writes afterwards at lower steps
-    old = [_info(50, "periodic", created=1.0)]
-    new = [_info(s, "periodic", created=10.0 + s) for s in (10, 20, 30)]
-    doomed = plan_retention(old + new, [], keep_periodic=3, keep_insurance=2)
-    assert doomed == ["ckpt-000000000050-periodic-x"]
+def test_retention_orders_by_step_not_by_the_writers_clock() -> None:
+    # steps 10-30 written by node A; 40-60 by a relaunch on node B whose clock is 10 min
+    # behind: B's checkpoints are the newest ones although their `created` is earlier
+    node_a = [_info(s, "periodic", created=10_000.0 + s) for s in (10, 20, 30)]
+    node_b = [_info(s, "periodic", created=10_000.0 - 600 + s) for s in (40, 50, 60)]
+    node_b.append(_info(65, "insurance", created=10_000.0 - 600 + 65))
+    doomed = plan_retention(node_a + node_b, [], keep_periodic=3, keep_insurance=2)
+    assert sorted(doomed) == ["ckpt-000000000010-periodic-x", "ckpt-000000000020-periodic-x",
+                              "ckpt-000000000030-periodic-x"]
+    # what a save just committed is never deleted, whatever its step
+    assert "ckpt-000000000010-periodic-x" not in plan_retention(
+        node_a + node_b, [], keep_periodic=3, keep_insurance=2, keep=["ckpt-000000000010-periodic-x"])
 
 
 def test_store_io_error_during_restore_is_raised_not_a_fallback(tmp_path: Path) -> None:
