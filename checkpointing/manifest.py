@@ -379,6 +379,25 @@ def check_blob_sizes(store: CheckpointStore, info: CheckpointInfo) -> None:
             raise CorruptCheckpoint(f"{info.location}: blob {blob} has {size} bytes, manifest says {meta.bytes}")
 
 
+def verify_blobs(store: CheckpointStore, info: CheckpointInfo) -> None:
+    """Check that ``store`` holds every blob of ``info`` with the manifest's size and
+    sha256, as restore checks them (each blob is streamed once, 16 MiB at a time).
+    Raises ``CorruptCheckpoint``."""
+    check_blob_sizes(store, info)
+    for blob, meta in info.blobs.items():
+        h = hashlib.sha256()
+        size = 0
+        try:
+            fh = store.open_read(f"{info.name}/{blob}")
+        except KeyError:
+            raise CorruptCheckpoint(f"{info.location}: blob {blob} is missing") from None
+        with fh:
+            while chunk := fh.read(16 << 20):
+                h.update(chunk)
+                size += len(chunk)
+        _verify(info, blob, meta, size, h.hexdigest())
+
+
 def read_blob(store: CheckpointStore, info: CheckpointInfo, blob: str) -> bytes:
     """Read one blob and verify its size and sha256 against the manifest."""
     meta = info.blobs.get(blob)

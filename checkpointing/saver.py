@@ -213,6 +213,9 @@ class AsyncSaver:
         self.last_spilled: CheckpointInfo | None = None
         #: upload of the spilled checkpoint to the primary store, if one was started
         self.promotion: Promotion | None = None
+        #: every upload started (``start_promotion``); GC and retention spare the prefix
+        #: of each one still running
+        self._promotions: list[Promotion] = []
         #: why the primary store is considered unhealthy (None: healthy)
         self.store_trouble: str | None = None
         #: saves the loop gave up waiting for (their threads may still be in the store)
@@ -435,9 +438,23 @@ class AsyncSaver:
             job = self._start(job.step, job.kind, _reuse(job), spill)
         result = self._await(job, deadline)
         if result.ok and result.info is not None:
-            self.promotion = Promotion(spill, self.store, result.info, on_done=self._promoted,
-                                       before_manifest=self._before_promotion).start()
+            self.start_promotion(result.info)
         return result
+
+    def start_promotion(self, info: CheckpointInfo) -> Promotion:
+        """Upload the spilled checkpoint ``info`` to the primary store in the background.
+        Until the upload ends, garbage collection and retention leave its prefix alone."""
+        assert self.spill_store is not None
+        promotion = Promotion(self.spill_store, self.store, info, on_done=self._promoted,
+                              before_manifest=self._before_promotion)
+        self._promotions = [p for p in self._promotions if not p.done.is_set()] + [promotion]
+        self.promotion = promotion
+        return promotion.start()
+
+    def _spared(self, *names: str) -> set[str]:
+        """``names`` plus the prefixes of uploads still running: never deleted by GC,
+        ``make_room`` or retention."""
+        return {*names, *(p.info.name for p in self._promotions if not p.done.is_set())}
 
     def _before_promotion(self) -> None:
         """A deposed process must not promote its spill over its successor's prefix."""
@@ -448,7 +465,10 @@ class AsyncSaver:
         if promotion.ok:
             info = promotion.info
             location = self.store.uri(info.name)
-            self.last_committed = dataclasses.replace(info, location=location)
+            with self._lock:  # an upload ending after a newer save must not hide that save
+                last = self.last_committed
+                if last is None or (info.step, info.created) >= (last.step, last.created):
+                    self.last_committed = dataclasses.replace(info, location=location)
             self._emit("save_committed", step=info.step, kind=info.kind, bytes=info.bytes,
                        stall_seconds=info.stall_seconds, persist_seconds=info.save_seconds,
                        location=location, promoted_from=info.location)
@@ -526,6 +546,9 @@ class AsyncSaver:
         3. room: when the store reports less free space than this checkpoint needs, GC,
            then delete ahead of time what retention would delete after this commit
            (``make_room``; never the newest complete checkpoint), else ``NoRoom``.
+
+        Neither step touches the prefix of a spilled checkpoint being uploaded
+        (``start_promotion``).
         """
         if self.lease is not None:
             self.lease.verify()
@@ -538,12 +561,12 @@ class AsyncSaver:
             if not self._gc_due:
                 self._collect_garbage(writer.name)
             make_room(self.store, needed, writer.kind, keep_periodic=self.keep_periodic,
-                      keep_insurance=self.keep_insurance, keep=(writer.name,))
+                      keep_insurance=self.keep_insurance, keep=self._spared(writer.name))
         self._gc_due = False
 
     def _collect_garbage(self, in_flight: str) -> None:
         try:
-            collect_garbage(self.store, keep=(in_flight,), discard=tuple(self.discard))
+            collect_garbage(self.store, keep=self._spared(in_flight), discard=tuple(self.discard))
             self.discard.clear()
         except Exception as exc:  # GC is best effort: never fail a save because of it
             log.warning("garbage collection in %s failed: %s", self.store.location, exc)
@@ -558,7 +581,8 @@ class AsyncSaver:
         never deletes ``committed``, the checkpoint this save just wrote."""
         try:
             deleted = apply_retention(self.store, keep_periodic=self.keep_periodic,
-                                      keep_insurance=self.keep_insurance, keep=(committed,))
+                                      keep_insurance=self.keep_insurance,
+                                      keep=self._spared(committed))
             if deleted:
                 log.info("retention deleted %s", ", ".join(deleted))
         except Exception as exc:
@@ -578,7 +602,8 @@ class AsyncSaver:
                                persist_seconds=result.persist_seconds, location=info.location,
                                primary=self.store.location)
                     return
-                self.last_committed = info
+                with self._lock:
+                    self.last_committed = info
                 self.store_trouble = None
                 self._last_persist_seconds = result.persist_seconds
                 self._emit("save_committed", step=job.step, kind=job.kind, bytes=info.bytes,

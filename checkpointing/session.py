@@ -82,7 +82,7 @@ from checkpointing.saver import (
     SaveResult,
     restore_state,
 )
-from checkpointing.spill import Promotion, newer_spill, open_spill
+from checkpointing.spill import newer_spill, open_spill
 from checkpointing.stores.base import CheckpointStore, open_store
 from checkpointing.torch_state import Stateful, TrainingState
 
@@ -345,9 +345,7 @@ class TrainingSession:
             self.saver.last_committed = outcome.info
             if from_spill:  # the store does not hold it yet: upload it in the background
                 self.saver.last_committed = primary_newest
-                self.saver.promotion = Promotion(self.saver.spill_store, self.store, outcome.info,
-                                                 on_done=self.saver._promoted,
-                                                 before_manifest=self.saver._before_promotion).start()
+                self.saver.start_promotion(outcome.info)
             self.events.emit("restore", step=step, location=outcome.info.location,
                              fell_back=outcome.fell_back, reason=outcome.reason)
             if outcome.fell_back:
