@@ -66,6 +66,8 @@ from checkpointing.manifest import (
     read_blob_into,
     restore_latest,
 )
+from checkpointing.outcome import ENV_SAVE_WAIT_SECONDS
+from checkpointing.runtime_env import MAX_ENV_SECONDS
 from checkpointing.snapshot import Snapshot, SnapshotBuffers, load_state, loads_header
 from checkpointing.spill import Promotion
 from checkpointing.stores.base import CheckpointStore
@@ -189,8 +191,10 @@ class AsyncSaver:
                  spill_store: CheckpointStore | None = None):
         if shard_bytes <= 0:
             raise ValueError(f"shard_bytes must be > 0, got {shard_bytes}")
-        if wait_limit_seconds <= 0:
-            raise ValueError(f"wait_limit_seconds must be > 0 seconds, got {wait_limit_seconds}")
+        if not (0 < wait_limit_seconds <= MAX_ENV_SECONDS):  # also refuses nan
+            raise ValueError(f"wait_limit_seconds must be a finite number of seconds > 0, got "
+                             f"{wait_limit_seconds!r} (from the environment: {ENV_SAVE_WAIT_SECONDS}, "
+                             "default 10)")
         self.store = store
         self.events = events or EventLog()
         self.keep_periodic = keep_periodic

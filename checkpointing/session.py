@@ -70,6 +70,7 @@ from checkpointing.runtime_env import (
     ENV_ZONE,
     EXIT_COMPLETED,
     EXIT_PREEMPTED,
+    MAX_ENV_SECONDS,
     checkpoint_uri_from_env,
     env_float,
 )
@@ -167,6 +168,10 @@ class TrainingSession:
             raise ValueError(f"periodic_every must be >= 1 steps (or None), got {periodic_every}")
         if progress_every < 1:
             raise ValueError(f"progress_every must be >= 1 steps, got {progress_every}")
+        if lease and not (0 < lease_ttl_seconds <= MAX_ENV_SECONDS):  # also refuses nan
+            raise ValueError(f"lease_ttl_seconds must be a finite number of seconds > 0, got "
+                             f"{lease_ttl_seconds!r} (from the environment: {ENV_LEASE_TTL}, "
+                             "default 60)")
         install_redaction()  # no credential reaches a log line or traceback of this process
         self.store = open_store(store) if isinstance(store, str) else store
         self.events = events or EventLog()
@@ -194,11 +199,13 @@ class TrainingSession:
         self.saver = AsyncSaver(self.store, events=self.events, keep_periodic=keep_periodic,
                                 keep_insurance=keep_insurance, shard_bytes=shard_bytes,
                                 wait_limit_seconds=env_float(ENV_SAVE_WAIT_SECONDS,
-                                                             DEFAULT_WAIT_LIMIT_SECONDS),
+                                                             DEFAULT_WAIT_LIMIT_SECONDS,
+                                                             greater_than=0, example="10"),
                                 spill_store=open_spill(self.store))
         #: the longest ``finish()`` waits for the final checkpoint (seconds)
         self.final_save_timeout_seconds = env_float(ENV_FINAL_SAVE_TIMEOUT_SECONDS,
-                                                    DEFAULT_FINAL_SAVE_TIMEOUT_SECONDS)
+                                                    DEFAULT_FINAL_SAVE_TIMEOUT_SECONDS,
+                                                    greater_than=0, example="300")
         self.guard = guard
         if guard is not None and not guard.armed:
             guard.start()
@@ -231,22 +238,23 @@ class TrainingSession:
         kwargs.setdefault("events", EventLog.from_env())
         if os.environ.get(ENV_JOB_ID):
             kwargs.setdefault("job_id", os.environ[ENV_JOB_ID])
-        ttl = env_float(ENV_LEASE_TTL)
+        ttl = env_float(ENV_LEASE_TTL, greater_than=0, example="60")
         if ttl is not None:
             kwargs.setdefault("lease_ttl_seconds", ttl)
-        grace = env_float(ENV_GRACE_SECONDS)
+        grace = env_float(ENV_GRACE_SECONDS, greater_than=0, example="30")
         if grace is not None:
             kwargs.setdefault("grace_seconds", grace)
-        mttp = env_float(ENV_MTTP_SECONDS)
+        mttp = env_float(ENV_MTTP_SECONDS, greater_than=0)
         if mttp is not None:
             kwargs.setdefault("mttp_seconds", mttp)
-        restart = env_float(ENV_RESTART_SECONDS)
+        restart = env_float(ENV_RESTART_SECONDS, at_least=0, example="360")
         if restart is not None:
             kwargs.setdefault("restart_seconds", restart)
-        ckpt = env_float(ENV_CHECKPOINT_SECONDS)
+        ckpt = env_float(ENV_CHECKPOINT_SECONDS, at_least=0, example="5")
         if ckpt is not None and ckpt > 0:
             kwargs.setdefault("ckpt_seconds", ckpt)
-        weight = env_float(ENV_CHECKPOINT_PRIOR_WEIGHT)
+        weight = env_float(ENV_CHECKPOINT_PRIOR_WEIGHT, greater_than=0, at_most=None,
+                           unit="pseudo-saves", example="10")
         if weight is not None:
             kwargs.setdefault("ckpt_prior_weight", weight)
         stats = os.environ.get(ENV_STATS_FILE)
