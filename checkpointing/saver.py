@@ -195,6 +195,9 @@ class AsyncSaver:
             raise ValueError(f"wait_limit_seconds must be a finite number of seconds > 0, got "
                              f"{wait_limit_seconds!r} (from the environment: {ENV_SAVE_WAIT_SECONDS}, "
                              "default 10)")
+        if keep_periodic < 1:
+            raise ValueError(f"keep_periodic must be >= 1 (periodic checkpoints to keep), got "
+                             f"{keep_periodic!r}; pass e.g. keep_periodic=3")
         self.store = store
         self.events = events or EventLog()
         self.keep_periodic = keep_periodic

@@ -168,6 +168,9 @@ class TrainingSession:
             raise ValueError(f"periodic_every must be >= 1 steps (or None), got {periodic_every}")
         if progress_every < 1:
             raise ValueError(f"progress_every must be >= 1 steps, got {progress_every}")
+        if keep_periodic < 1:
+            raise ValueError(f"keep_periodic must be >= 1 (periodic checkpoints to keep), got "
+                             f"{keep_periodic!r}; pass e.g. keep_periodic=3")
         if lease and not (0 < lease_ttl_seconds <= MAX_ENV_SECONDS):  # also refuses nan
             raise ValueError(f"lease_ttl_seconds must be a finite number of seconds > 0, got "
                              f"{lease_ttl_seconds!r} (from the environment: {ENV_LEASE_TTL}, "

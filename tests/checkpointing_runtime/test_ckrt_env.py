@@ -86,3 +86,11 @@ def test_directories_and_file_uris_still_open_a_local_store(tmp_path: Path, monk
                        ("file://frel/dir", tmp_path / "frel" / "dir")):
         store = open_store(uri)
         assert isinstance(store, LocalStore) and Path(store.location) == where
+
+
+@pytest.mark.parametrize("keep", [0, -1])
+def test_keep_periodic_below_one_is_refused_at_construction(tmp_path: Path, keep: int) -> None:
+    with pytest.raises(ValueError, match=rf"keep_periodic must be >= 1 .*got {keep}"):
+        TrainingSession(store=str(tmp_path / "ckpt"), model=torch.nn.Linear(2, 2), guard=None,
+                        keep_periodic=keep)
+    assert not (tmp_path / "ckpt").exists()  # refused before anything touched the store
