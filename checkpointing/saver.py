@@ -264,14 +264,16 @@ class AsyncSaver:
             out, self._results = self._results, []
         return out
 
-    def wait(self, timeout: float | None = None) -> SaveResult | None:
-        """Wait for the in-flight save; returns its result (None if none or timed out).
+    def wait(self, timeout: float | None = None,
+             interrupt: Callable[[], bool] | None = None) -> SaveResult | None:
+        """Wait for the in-flight save; returns its result (None if none, timed out, or
+        ``interrupt()`` became true, e.g. a preemption notice came).
 
-        ``timeout=None`` waits at most ``wait_limit_seconds``."""
+        ``timeout=None`` waits at most ``wait_limit_seconds`` (seconds)."""
         job = self._job
         if job is None:
             return None
-        if not job.done.wait(self.wait_limit_seconds if timeout is None else timeout):
+        if not _wait(job.done, self.wait_limit_seconds if timeout is None else timeout, interrupt):
             return None
         return job.result
 
@@ -368,7 +370,7 @@ class AsyncSaver:
         if kind == "emergency" and deadline is not None and self.spill_store is not None:
             return self._await_emergency(job, deadline)
         if block or deadline is not None:
-            return self._await(job, deadline, timeout)
+            return self._await(job, deadline, timeout, interrupt)
         return None
 
     def _start(self, step: int, kind: str, shared: _SharedSnapshot, store: CheckpointStore) -> _Job:
@@ -405,7 +407,12 @@ class AsyncSaver:
             return True
         return False
 
-    def _await(self, job: _Job, deadline: float | None, timeout: float | None = None) -> SaveResult:
+    def _await(self, job: _Job, deadline: float | None, timeout: float | None = None,
+               interrupt: Callable[[], bool] | None = None) -> SaveResult:
+        """Wait for ``job`` until ``deadline`` (unix s) or for ``timeout`` seconds. Without
+        a deadline, ``interrupt()`` becoming true (a preemption notice) ends the wait: the
+        save keeps running and the result says so (``ok`` False); the caller decides
+        (the session turns it into the emergency save, awaited until the deadline)."""
         if deadline is None:
             timeout = self.wait_limit_seconds if timeout is None else timeout
             why = f"not committed within {timeout:.0f} s"
@@ -413,8 +420,15 @@ class AsyncSaver:
             timeout = max(0.0, deadline - time.time() - DEADLINE_MARGIN_SECONDS)
             why = (f"not committed {DEADLINE_MARGIN_SECONDS:.1f} s before the preemption deadline; "
                    "the previous checkpoint will be used on restart")
-        if job.done.wait(timeout) and job.result is not None:
+            interrupt = None
+        if _wait(job.done, timeout, interrupt) and job.result is not None:
             return job.result
+        if interrupt is not None and not job.done.is_set() and interrupt():
+            reason = (f"{job.kind} save of step {job.step} still in flight when a preemption "
+                      "notice came")
+            log.warning("%s", reason)
+            return SaveResult(job.step, job.kind, False, 0, job.snapshot.stall_seconds,
+                              time.monotonic() - job.started, error=reason)
         self._mark_stuck(job, why)
         reason = f"{job.kind} save of step {job.step} {why}"
         log.error("%s", reason)
@@ -635,9 +649,8 @@ class AsyncSaver:
         running afterwards (store frozen) is left to its daemon thread."""
         if wait:
             self.wait(timeout)
-        job = self._job
-        if job is not None and not job.done.is_set():
-            return  # the running save still needs the hash pool; its threads end at exit
+        if any(job is not None and not job.done.is_set() for job in (self._job, *self.abandoned)):
+            return  # a running save still needs the hash pool; its threads end at exit
         self._hash_pool.shutdown(wait=wait)
 
 

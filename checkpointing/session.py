@@ -507,7 +507,7 @@ class TrainingSession:
                 if deadline is not None:  # the saver awaits it (or spills) before the deadline
                     return self.saver.save(self.state.capture, step, SaveKind.EMERGENCY.value,
                                            deadline=deadline)
-                return self.saver.wait(_timeout)
+                return self.saver.wait(_timeout, interrupt=self._noticed)
             return None
         last = self.saver.last_committed
         if in_flight is None and last is not None and last.step == step:
@@ -604,6 +604,11 @@ class TrainingSession:
         final: SaveResult | None = None
         if not preempted and self.save_on_finish:
             final = self.save(SaveKind.PERIODIC, block=True, _timeout=self.final_save_timeout_seconds)
+            if self._noticed() and saved_state(self.saver, self.state.step).saved_step != self.state.step:
+                final = self._final_save_noticed()
+                preempted = saved_state(self.saver, self.state.step).saved_step != self.state.step
+                if preempted:
+                    wait_for_promotion(self.saver, self.guard.deadline)
         elif not preempted:
             self.saver.wait(self.final_save_timeout_seconds)
         else:
@@ -632,6 +637,23 @@ class TrainingSession:
         if self.guard is not None:
             self.guard.stop()
         return self.exit_code
+
+    def _final_save_noticed(self) -> SaveResult | None:
+        """A preemption notice came while ``finish`` waited for the final checkpoint: the
+        wait ends, and the final state is saved as the emergency checkpoint, awaited (or
+        spilled to local disk) only until the notice deadline. When it commits to the
+        store, the run is complete; otherwise ``finish`` reports it as preempted (75)."""
+        notice = self.guard.notice if self.guard is not None else None
+        if notice is not None and not self._notice_reported:
+            self._notice_reported = True
+            self.events.emit("notice", source=notice.source, deadline_unix=self.guard.deadline,
+                             step=self.state.step)
+        seconds_left = self.guard.seconds_left() if self.guard is not None else None
+        log.warning("preemption notice during the final save of step %d (%.1f s left): saving "
+                    "it as the emergency checkpoint before the deadline", self.state.step,
+                    seconds_left if seconds_left is not None else float("nan"))
+        self._stop = True
+        return self.save(SaveKind.EMERGENCY)
 
     def _spill_final_state(self, saved: Any, error: str | None) -> Any:
         """The store could not take the final checkpoint: keep the final state on local disk

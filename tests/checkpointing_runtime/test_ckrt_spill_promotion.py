@@ -110,3 +110,61 @@ def test_spilled_copy_is_kept_when_the_uploaded_copy_does_not_verify(tmp_path: P
     assert [c.step for c in list_checkpoints(store)] == [10]  # no unusable copy committed
     second.saver.close()
     second._release_lease()
+
+
+class FreezableStore(LocalStore):
+    """A local store whose checkpoint blob writes hang while ``frozen`` (an S3 endpoint
+    that stopped answering) until ``thaw`` is set."""
+
+    def __init__(self, root: Path):
+        super().__init__(root)
+        self.frozen = False
+        self.thaw = threading.Event()
+
+    def put_file(self, key, src, size=None):
+        if self.frozen and key.startswith("ckpt-"):
+            assert self.thaw.wait(120), "the test never thawed the store"
+        return super().put_file(key, src, size)
+
+
+def test_notice_during_the_final_save_ends_its_wait_and_takes_the_emergency_path(
+        tmp_path: Path, monkeypatch) -> None:
+    import os
+    import signal
+
+    from checkpointing.events import read_events
+    from checkpointing.guard import PreemptionGuard
+    from checkpointing.notices.signals import SignalSource
+    from checkpointing.runtime_env import EXIT_PREEMPTED
+
+    spill_dir = tmp_path / "spill"
+    monkeypatch.setenv("SPOTFLEET_SPILL_DIR", str(spill_dir))
+    monkeypatch.setenv("SPOTFLEET_FINAL_SAVE_TIMEOUT_SECONDS", "60")
+    store = FreezableStore(tmp_path / "ckpt")
+    guard = PreemptionGuard([SignalSource("SIGUSR1")], grace_seconds=3.0)
+    session = TrainingSession(store=store, model=_model(), guard=guard, job_id="j", total_steps=6,
+                              events=EventLog(tmp_path / "events.jsonl"))
+    session.restore()
+    for _ in range(6):
+        with session.step():
+            pass
+    store.frozen = True  # the final save hangs in the store ...
+    notice = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR1))
+    notice.start()  # ... and the preemption notice comes while finish() waits for it
+    try:
+        code = session.finish()
+        spilled = list_checkpoints(LocalStore(spill_dir))
+    finally:
+        notice.cancel()
+        store.thaw.set()
+    assert code == EXIT_PREEMPTED  # not 74 after the 60 s final-save timeout
+    assert [c.step for c in spilled] == [6]  # the final state, on local disk
+    exit_event = read_events(tmp_path / "events.jsonl")[-1].data
+    assert exit_event["reason"] == "preempted"
+    assert exit_event["spilled_step"] == 6 and exit_event["saved_step"] is None
+    promotion = session.saver.promotion
+    assert promotion is not None and promotion.done.wait(30)
+    restarted = TrainingSession(store=LocalStore(tmp_path / "ckpt"), model=_model(1), guard=None,
+                                job_id="j")
+    assert restarted.restore() == 6
+    restarted.finish()
