@@ -509,11 +509,11 @@ def _refuse_past_too_new(store: CheckpointStore, too_new: dict[str, CheckpointTo
     if not newer:
         return
     _step, name, exc = max(newer, key=lambda item: item[0])
-    instead = f"step {step}, an older checkpoint" if step is not None else "from scratch"
+    instead = f"from an older checkpoint (step {step})" if step is not None else "from scratch"
     raise CheckpointTooNew(
         f"checkpoint {store.uri(name)} (step {exc.step}) was written by a newer spotfleet: its "
         f"manifest format version is {exc.version}, this library reads version {FORMAT_VERSION}. "
-        f"Restoring would resume at {instead} and lose its progress, so nothing was loaded. "
+        f"Restoring would resume {instead} and lose its progress, so nothing was loaded. "
         "Fix: upgrade spotfleet on this node (the same version that wrote it, or later) and "
         "re-run; the checkpoint is kept as it is.", version=exc.version, step=exc.step)
 
