@@ -28,6 +28,7 @@ _EXPORTS = {
     "restore_state": "checkpointing.saver",
     "CheckpointInfo": "checkpointing.manifest",
     "CorruptCheckpoint": "checkpointing.manifest",
+    "CheckpointTooNew": "checkpointing.manifest",
     "RestoreOutcome": "checkpointing.manifest",
     "list_checkpoints": "checkpointing.manifest",
     "latest_checkpoint": "checkpointing.manifest",

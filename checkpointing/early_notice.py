@@ -21,6 +21,7 @@ then anyway. Set ``SPOTFLEET_EARLY_SIGTERM=off`` to not install the handler.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
@@ -37,9 +38,10 @@ _timer: list[threading.Timer] = []
 
 def _grace_seconds() -> float:
     try:
-        return max(1.0, float(os.environ.get("SPOTFLEET_GRACE_SECONDS", "") or 30.0))
+        grace = float(os.environ.get("SPOTFLEET_GRACE_SECONDS", "") or 30.0)
     except ValueError:
         return 30.0
+    return max(1.0, grace) if math.isfinite(grace) else 30.0  # the guard reports bad values
 
 
 def _unclaimed() -> None:

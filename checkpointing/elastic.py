@@ -259,11 +259,12 @@ class ElasticSession:
         if "store" not in kwargs:
             kwargs["store"] = checkpoint_uri_from_env()
         kwargs.setdefault("events", EventLog.from_env())
-        for key, var in (("grace_seconds", ENV_GRACE_SECONDS), ("mttp_seconds", ENV_MTTP_SECONDS),
-                         ("restart_seconds", ENV_RESTART_SECONDS),
-                         ("ckpt_seconds", ENV_CHECKPOINT_SECONDS),
-                         ("timeout_seconds", ENV_DIST_TIMEOUT)):
-            value = env_float(var)
+        for key, var, low in (("grace_seconds", ENV_GRACE_SECONDS, {"greater_than": 0}),
+                              ("mttp_seconds", ENV_MTTP_SECONDS, {"greater_than": 0}),
+                              ("restart_seconds", ENV_RESTART_SECONDS, {"at_least": 0}),
+                              ("ckpt_seconds", ENV_CHECKPOINT_SECONDS, {"at_least": 0}),
+                              ("timeout_seconds", ENV_DIST_TIMEOUT, {"greater_than": 0})):
+            value = env_float(var, **low)
             if value is not None:
                 kwargs.setdefault(key, value)
         if os.environ.get(ENV_STATS_FILE):

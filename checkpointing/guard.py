@@ -80,11 +80,12 @@ class PreemptionGuard:
         from ``SPOTFLEET_GRACE_SECONDS`` (default 30), poll interval from
         ``SPOTFLEET_NOTICE_POLL_SECONDS`` (optional). Raises ``NoticeConfigError`` /
         ``ValueError`` naming the variable and the fix."""
-        poll = env_float(ENV_NOTICE_POLL_SECONDS)
-        if poll is not None and poll <= 0:
-            raise NoticeConfigError(f"{ENV_NOTICE_POLL_SECONDS}={poll} must be > 0 seconds, e.g. 1")
+        try:
+            poll = env_float(ENV_NOTICE_POLL_SECONDS, greater_than=0, example="1")
+        except ValueError as exc:
+            raise NoticeConfigError(str(exc)) from exc
         sources = parse_sources(os.environ.get(ENV_NOTICE_SOURCES), poll_seconds=poll)
-        grace = env_float(ENV_GRACE_SECONDS, DEFAULT_GRACE_SECONDS)
+        grace = env_float(ENV_GRACE_SECONDS, DEFAULT_GRACE_SECONDS, greater_than=0, example="30")
         assert grace is not None
         return cls(sources, on_notice=on_notice, grace_seconds=grace)
 

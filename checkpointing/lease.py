@@ -32,6 +32,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 
+from checkpointing.runtime_env import MAX_ENV_SECONDS
 from checkpointing.stores.base import CheckpointStore, StoreError, StorePreconditionFailed
 
 log = logging.getLogger("checkpointing.lease")
@@ -86,8 +87,9 @@ class PrefixLease:
 
     def __init__(self, store: CheckpointStore, job_id: str, *, ttl_seconds: float = DEFAULT_TTL_SECONDS,
                  node_id: str | None = None):
-        if ttl_seconds <= 0:
-            raise ValueError(f"lease ttl_seconds must be > 0, got {ttl_seconds}")
+        if not (0 < ttl_seconds <= MAX_ENV_SECONDS):  # also refuses nan
+            raise ValueError(f"lease ttl_seconds must be a finite number of seconds > 0, got "
+                             f"{ttl_seconds!r} (from the environment: {ENV_LEASE_TTL}, default 60)")
         self.store = store
         self.job_id = job_id
         self.ttl_seconds = float(ttl_seconds)

@@ -55,6 +55,17 @@ class CorruptCheckpoint(RuntimeError):
     """A committed checkpoint failed verification (missing blob, size or sha256 mismatch)."""
 
 
+class CheckpointTooNew(RuntimeError):
+    """A checkpoint was written by a newer spotfleet (its manifest format version is
+    above ``FORMAT_VERSION``). It is not corrupt: it is never deleted (garbage
+    collection, retention) and restore never falls back past it."""
+
+    def __init__(self, message: str, *, version: Any = None, step: int | None = None):
+        super().__init__(message)
+        self.version = version
+        self.step = step
+
+
 class SaveAbandoned(RuntimeError):
     """The save was cancelled (superseded by an emergency save) before its manifest."""
 
@@ -111,16 +122,23 @@ def encode_manifest(body: dict[str, Any]) -> bytes:
 
 
 def decode_manifest(data: bytes) -> dict[str, Any]:
-    """Parse and self-verify a manifest; raise ``CorruptCheckpoint`` if torn or edited."""
+    """Parse and self-verify a manifest; raise ``CorruptCheckpoint`` if torn or edited,
+    ``CheckpointTooNew`` if a newer library wrote it."""
     try:
         doc = json.loads(data.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptCheckpoint(f"manifest is not valid JSON (torn write?): {exc}") from exc
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise CorruptCheckpoint("manifest has no 'format': 'spotfleet-checkpoint' field")
-    if int(doc.get("version", -1)) > FORMAT_VERSION:
-        raise CorruptCheckpoint(f"manifest version {doc.get('version')} is newer than this "
-                                f"library ({FORMAT_VERSION}); upgrade spotfleet to read it")
+    try:
+        version = int(doc.get("version", -1))
+    except (TypeError, ValueError) as exc:
+        raise CorruptCheckpoint(f"manifest version {doc.get('version')!r} is not a number") from exc
+    if version > FORMAT_VERSION:
+        step = doc.get("step")
+        raise CheckpointTooNew(f"manifest format version {version} is newer than this library's "
+                               f"({FORMAT_VERSION}); upgrade spotfleet to read it",
+                               version=version, step=step if isinstance(step, int) else None)
     claimed = doc.pop("manifest_sha256", None)
     if claimed != _manifest_checksum(doc):
         raise CorruptCheckpoint("manifest checksum mismatch (torn or edited manifest)")
@@ -267,11 +285,32 @@ def _sort_key(info: CheckpointInfo) -> tuple[int, float]:
     return (info.step, info.created)
 
 
-def scan(store: CheckpointStore) -> tuple[list[CheckpointInfo], list[str], dict[str, str]]:
-    """(committed checkpoints oldest→newest, names without a manifest, {name: why invalid})."""
+def _step_of(name: str) -> int | None:
+    """The step in a prefix name ``ckpt-<step:012d>-...`` (None if it has none)."""
+    try:
+        return int(name[len(PREFIX):].split("-", 1)[0])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """One listing of a store's checkpoint prefixes, sorted into what they are."""
+
+    committed: list[CheckpointInfo]
+    incomplete: list[str]
+    invalid: dict[str, str]
+    #: written by a newer spotfleet: {name: the error naming both versions}; never garbage
+    too_new: dict[str, CheckpointTooNew]
+
+
+def scan_store(store: CheckpointStore) -> ScanResult:
+    """Committed checkpoints (oldest→newest), names without a manifest, names with an
+    invalid manifest, and names whose manifest a newer library wrote."""
     committed: list[CheckpointInfo] = []
     incomplete: list[str] = []
     invalid: dict[str, str] = {}
+    too_new: dict[str, CheckpointTooNew] = {}
     for name, files in sorted(_group_keys(store).items()):
         if MANIFEST_NAME not in files:
             incomplete.append(name)
@@ -281,12 +320,24 @@ def scan(store: CheckpointStore) -> tuple[list[CheckpointInfo], list[str], dict[
             if doc.get("name") != name:
                 raise CorruptCheckpoint(f"manifest names {doc.get('name')!r}, not its own prefix")
             info = _info_from_manifest(store, doc)
+        except CheckpointTooNew as exc:
+            step = exc.step if exc.step is not None else _step_of(name)
+            too_new[name] = CheckpointTooNew(str(exc), version=exc.version, step=step)
+            continue
         except (CorruptCheckpoint, KeyError, ValueError, TypeError) as exc:
             invalid[name] = str(exc)
             continue
         committed.append(info)
     committed.sort(key=_sort_key)
-    return committed, incomplete, invalid
+    return ScanResult(committed, incomplete, invalid, too_new)
+
+
+def scan(store: CheckpointStore) -> tuple[list[CheckpointInfo], list[str], dict[str, str]]:
+    """(committed checkpoints oldest→newest, names without a manifest, {name: why invalid}).
+
+    Checkpoints written by a newer library are in none of the three (``scan_store``)."""
+    found = scan_store(store)
+    return found.committed, found.incomplete, found.invalid
 
 
 def list_checkpoints(store: CheckpointStore) -> list[CheckpointInfo]:
@@ -326,6 +377,25 @@ def check_blob_sizes(store: CheckpointStore, info: CheckpointInfo) -> None:
             raise CorruptCheckpoint(f"{info.location}: blob {blob} is missing")
         if size != meta.bytes:
             raise CorruptCheckpoint(f"{info.location}: blob {blob} has {size} bytes, manifest says {meta.bytes}")
+
+
+def verify_blobs(store: CheckpointStore, info: CheckpointInfo) -> None:
+    """Check that ``store`` holds every blob of ``info`` with the manifest's size and
+    sha256, as restore checks them (each blob is streamed once, 16 MiB at a time).
+    Raises ``CorruptCheckpoint``."""
+    check_blob_sizes(store, info)
+    for blob, meta in info.blobs.items():
+        h = hashlib.sha256()
+        size = 0
+        try:
+            fh = store.open_read(f"{info.name}/{blob}")
+        except KeyError:
+            raise CorruptCheckpoint(f"{info.location}: blob {blob} is missing") from None
+        with fh:
+            while chunk := fh.read(16 << 20):
+                h.update(chunk)
+                size += len(chunk)
+        _verify(info, blob, meta, size, h.hexdigest())
 
 
 def read_blob(store: CheckpointStore, info: CheckpointInfo, blob: str) -> bytes:
@@ -392,8 +462,10 @@ def restore_latest(store: CheckpointStore, load: Callable[[CheckpointInfo], T], 
     returns the loaded state. Returns ``None`` when no checkpoint can be loaded (fresh
     start); every skipped checkpoint is logged as a warning naming the reason.
     """
+    too_new: dict[str, CheckpointTooNew] = {}
     if candidates is None:
-        committed, _incomplete, invalid = scan(store)
+        found = scan_store(store)
+        committed, invalid, too_new = found.committed, found.invalid, found.too_new
         for name, why in invalid.items():
             log.warning("ignoring checkpoint %s: %s", store.uri(name), why)
     else:
@@ -401,6 +473,7 @@ def restore_latest(store: CheckpointStore, load: Callable[[CheckpointInfo], T], 
     reasons: list[str] = [f"{store.uri(n)}: {why}" for n, why in invalid.items()]
     skipped: list[str] = list(invalid)
     for info in sorted(committed, key=_sort_key, reverse=True):
+        _refuse_past_too_new(store, too_new, info.step)
         try:
             check_blob_sizes(store, info)
             value = load(info)
@@ -420,34 +493,55 @@ def restore_latest(store: CheckpointStore, load: Callable[[CheckpointInfo], T], 
                   else "fell back: " + "; ".join(reasons))
         return RestoreOutcome(info=info, value=value, fell_back=fell_back, reason=reason,
                               skipped=tuple(skipped))
+    _refuse_past_too_new(store, too_new, None)
     if reasons:
         log.warning("no loadable checkpoint in %s (%s); starting from scratch",
                     store.location, "; ".join(reasons))
     return None
 
 
+def _refuse_past_too_new(store: CheckpointStore, too_new: dict[str, CheckpointTooNew],
+                         step: int | None) -> None:
+    """Raise ``CheckpointTooNew`` when loading a checkpoint of ``step`` (None: starting
+    from scratch) would skip a newer-format checkpoint of a higher step."""
+    newer = [(exc.step if exc.step is not None else -1, name, exc) for name, exc in too_new.items()]
+    newer = [item for item in newer if step is None or item[0] > step]
+    if not newer:
+        return
+    _step, name, exc = max(newer, key=lambda item: item[0])
+    instead = f"from an older checkpoint (step {step})" if step is not None else "from scratch"
+    raise CheckpointTooNew(
+        f"checkpoint {store.uri(name)} (step {exc.step}) was written by a newer spotfleet: its "
+        f"manifest format version is {exc.version}, this library reads version {FORMAT_VERSION}. "
+        f"Restoring would resume {instead} and lose its progress, so nothing was loaded. "
+        "Fix: upgrade spotfleet on this node (the same version that wrote it, or later) and "
+        "re-run; the checkpoint is kept as it is.", version=exc.version, step=exc.step)
+
+
 def plan_retention(committed: list[CheckpointInfo], incomplete: list[str], *,
-                   keep_periodic: int, keep_insurance: int) -> list[str]:
+                   keep_periodic: int, keep_insurance: int, keep: Iterable[str] = ()) -> list[str]:
     """Names to delete (pure function). ``committed`` in any order.
 
     - keep the newest ``keep_periodic`` periodic checkpoints;
     - drop insurance/emergency checkpoints older than the newest periodic one, and keep
       at most ``keep_insurance`` of the newer ones;
-    - "newest" means most recently CREATED: after a run restarted from an older
-      checkpoint (because newer ones were corrupt), its new checkpoints are the ones
-      to keep and the unusable higher-step ones age out;
+    - "newest" means the highest STEP (then the later ``created`` time), the order
+      restore loads them in; never the writer's wall clock alone, which differs between
+      nodes (a relaunched node whose clock lags must not delete what it just saved);
     - drop prefixes without a manifest whose step is below the newest committed step
-      (torn or abandoned saves; a save in flight always has a newer step).
+      (torn or abandoned saves; a save in flight always has a newer step);
+    - never the names in ``keep`` (the checkpoint just committed, an upload in flight).
     """
     if keep_periodic < 1:
         raise ValueError(f"keep_periodic must be >= 1, got {keep_periodic}")
-    ordered = sorted(committed, key=lambda c: (c.created, c.step))
+    keep = set(keep)
+    ordered = sorted(committed, key=_sort_key)
     periodic = [c for c in ordered if c.kind == "periodic"]
     doomed = [c.name for c in periodic[:-keep_periodic]]
     newest_periodic = periodic[-1] if periodic else None
     others = [c for c in ordered if c.kind != "periodic"]
     if newest_periodic is not None:
-        stale = [c for c in others if c.created < newest_periodic.created]
+        stale = [c for c in others if _sort_key(c) < _sort_key(newest_periodic)]
         doomed += [c.name for c in stale]
         others = [c for c in others if c not in stale]
     if keep_insurance >= 0 and len(others) > keep_insurance:
@@ -455,21 +549,19 @@ def plan_retention(committed: list[CheckpointInfo], incomplete: list[str], *,
     if ordered:
         newest_step = max(c.step for c in ordered)
         for name in incomplete:
-            try:
-                step = int(name[len(PREFIX):].split("-", 1)[0])
-            except ValueError:
-                continue
-            if step < newest_step:
+            step = _step_of(name)
+            if step is not None and step < newest_step:
                 doomed.append(name)
-    return doomed
+    return [name for name in doomed if name not in keep]
 
 
 def apply_retention(store: CheckpointStore, *, keep_periodic: int = 3,
-                    keep_insurance: int = 2) -> list[str]:
-    """Delete what ``plan_retention`` says; returns the deleted names."""
+                    keep_insurance: int = 2, keep: Iterable[str] = ()) -> list[str]:
+    """Delete what ``plan_retention`` says, never the names in ``keep``; returns the
+    deleted names."""
     committed, incomplete, _invalid = scan(store)
     doomed = plan_retention(committed, incomplete, keep_periodic=keep_periodic,
-                            keep_insurance=keep_insurance)
+                            keep_insurance=keep_insurance, keep=keep)
     for name in doomed:
         try:
             store.delete_prefix(f"{name}/")
@@ -503,13 +595,18 @@ def collect_garbage(store: CheckpointStore, *, keep: Iterable[str] = (),
     - the committed checkpoints named in ``discard`` (restore found them corrupt and
       fell back past them).
 
+    A checkpoint whose manifest a newer spotfleet wrote (``CheckpointTooNew``) is not
+    garbage and is never touched.
+
     Only the lease holder writes a prefix, so apart from ``keep`` no save is in flight:
     everything matched is older than any save that could still commit. Failures are
     logged and skipped (GC is best effort). Returns what was removed.
     """
     keep = set(keep)
     discard = set(discard) - keep
-    committed, incomplete, invalid = scan(store)
+    found = scan_store(store)
+    committed, incomplete, invalid = found.committed, found.incomplete, found.invalid
+    keep |= set(found.too_new)  # a newer library's checkpoint is not garbage
     committed_names = {c.name for c in committed}
     aborted: list[PartialUpload] = []
     partial_names: set[str] = set()
@@ -563,15 +660,15 @@ def make_room(store: CheckpointStore, needed_bytes: int, kind: str, *, keep_peri
     if free is None or free >= need:
         return []
     committed = list_checkpoints(store)
-    newest = max(committed, key=lambda c: (c.created, c.step)) if committed else None
+    newest = max(committed, key=_sort_key) if committed else None
     placeholder = CheckpointInfo(name="\0new", kind=kind, step=(newest.step if newest else 0) + 1,
                                  bytes=int(needed_bytes), save_seconds=0.0, stall_seconds=0.0,
                                  location="", created=max(time.time(), newest.created + 1 if newest else 0.0))
     protected = set(keep) | {placeholder.name} | ({newest.name} if newest else set())
-    allowed = [n for n in plan_retention([*committed, placeholder], [], keep_periodic=keep_periodic,
-                                         keep_insurance=keep_insurance) if n not in protected]
+    allowed = plan_retention([*committed, placeholder], [], keep_periodic=keep_periodic,
+                             keep_insurance=keep_insurance, keep=protected)
     by_name = {c.name: c for c in committed}
-    allowed.sort(key=lambda n: (by_name[n].created, by_name[n].step) if n in by_name else (0.0, 0))
+    allowed.sort(key=lambda n: _sort_key(by_name[n]) if n in by_name else (0, 0.0))
     deleted: list[str] = []
     for name in allowed:
         if free >= need:

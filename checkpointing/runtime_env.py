@@ -45,7 +45,9 @@ Fault bounds (issue 9; docs/checkpointing.md "Failure modes"), all optional:
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: exited cleanly after a notice (emergency save done or not)
 EXIT_COMPLETED = 0
@@ -69,15 +71,36 @@ ENV_GRACE_SECONDS = "SPOTFLEET_GRACE_SECONDS"
 ENV_NOTICE_SOURCES = "SPOTFLEET_NOTICE_SOURCES"
 
 
-def env_float(name: str, default: float | None = None) -> float | None:
-    """Read a float env var; raise a ValueError naming the variable if malformed."""
+#: the longest duration (seconds) a variable may give: beyond it a wait cannot be armed
+#: (``threading`` refuses timeouts above this)
+MAX_ENV_SECONDS = float(threading.TIMEOUT_MAX)
+
+
+def env_float(name: str, default: float | None = None, *, greater_than: float | None = None,
+              at_least: float | None = None, at_most: float | None = MAX_ENV_SECONDS,
+              unit: str = "seconds", example: str = "3600") -> float | None:
+    """Read a number from the environment variable ``name`` (``default`` when unset or
+    empty). The value must be finite and in range (``> greater_than``, ``>= at_least``,
+    ``<= at_most``); otherwise a ValueError names the variable, the value, the range
+    in ``unit`` and a fix (``example`` is a valid value)."""
     raw = os.environ.get(name)
-    if raw is None or raw == "":
+    if raw is None or raw.strip() == "":
         return default
+    fix = (f"set it to e.g. {name}={example}"
+           + (f" or unset it (default {default:g} {unit})" if default is not None else " or unset it"))
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError as exc:
-        raise ValueError(f"{name}={raw!r} is not a number of seconds; set it to e.g. 3600") from exc
+        raise ValueError(f"{name}={raw!r} is not a number of {unit}; {fix}") from exc
+    if not math.isfinite(value):
+        raise ValueError(f"{name}={raw!r} is not a finite number of {unit}; {fix}")
+    if greater_than is not None and not value > greater_than:
+        raise ValueError(f"{name}={raw!r} must be > {greater_than:g} {unit}; {fix}")
+    if at_least is not None and not value >= at_least:
+        raise ValueError(f"{name}={raw!r} must be >= {at_least:g} {unit}; {fix}")
+    if at_most is not None and not value <= at_most:
+        raise ValueError(f"{name}={raw!r} must be <= {at_most:g} {unit}; {fix}")
+    return value
 
 
 def checkpoint_uri_from_env() -> str:

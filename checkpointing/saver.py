@@ -66,6 +66,8 @@ from checkpointing.manifest import (
     read_blob_into,
     restore_latest,
 )
+from checkpointing.outcome import ENV_SAVE_WAIT_SECONDS
+from checkpointing.runtime_env import MAX_ENV_SECONDS
 from checkpointing.snapshot import Snapshot, SnapshotBuffers, load_state, loads_header
 from checkpointing.spill import Promotion
 from checkpointing.stores.base import CheckpointStore
@@ -189,8 +191,13 @@ class AsyncSaver:
                  spill_store: CheckpointStore | None = None):
         if shard_bytes <= 0:
             raise ValueError(f"shard_bytes must be > 0, got {shard_bytes}")
-        if wait_limit_seconds <= 0:
-            raise ValueError(f"wait_limit_seconds must be > 0 seconds, got {wait_limit_seconds}")
+        if not (0 < wait_limit_seconds <= MAX_ENV_SECONDS):  # also refuses nan
+            raise ValueError(f"wait_limit_seconds must be a finite number of seconds > 0, got "
+                             f"{wait_limit_seconds!r} (from the environment: {ENV_SAVE_WAIT_SECONDS}, "
+                             "default 10)")
+        if keep_periodic < 1:
+            raise ValueError(f"keep_periodic must be >= 1 (periodic checkpoints to keep), got "
+                             f"{keep_periodic!r}; pass e.g. keep_periodic=3")
         self.store = store
         self.events = events or EventLog()
         self.keep_periodic = keep_periodic
@@ -213,6 +220,9 @@ class AsyncSaver:
         self.last_spilled: CheckpointInfo | None = None
         #: upload of the spilled checkpoint to the primary store, if one was started
         self.promotion: Promotion | None = None
+        #: every upload started (``start_promotion``); GC and retention spare the prefix
+        #: of each one still running
+        self._promotions: list[Promotion] = []
         #: why the primary store is considered unhealthy (None: healthy)
         self.store_trouble: str | None = None
         #: saves the loop gave up waiting for (their threads may still be in the store)
@@ -254,14 +264,16 @@ class AsyncSaver:
             out, self._results = self._results, []
         return out
 
-    def wait(self, timeout: float | None = None) -> SaveResult | None:
-        """Wait for the in-flight save; returns its result (None if none or timed out).
+    def wait(self, timeout: float | None = None,
+             interrupt: Callable[[], bool] | None = None) -> SaveResult | None:
+        """Wait for the in-flight save; returns its result (None if none, timed out, or
+        ``interrupt()`` became true, e.g. a preemption notice came).
 
-        ``timeout=None`` waits at most ``wait_limit_seconds``."""
+        ``timeout=None`` waits at most ``wait_limit_seconds`` (seconds)."""
         job = self._job
         if job is None:
             return None
-        if not job.done.wait(self.wait_limit_seconds if timeout is None else timeout):
+        if not _wait(job.done, self.wait_limit_seconds if timeout is None else timeout, interrupt):
             return None
         return job.result
 
@@ -358,7 +370,7 @@ class AsyncSaver:
         if kind == "emergency" and deadline is not None and self.spill_store is not None:
             return self._await_emergency(job, deadline)
         if block or deadline is not None:
-            return self._await(job, deadline, timeout)
+            return self._await(job, deadline, timeout, interrupt)
         return None
 
     def _start(self, step: int, kind: str, shared: _SharedSnapshot, store: CheckpointStore) -> _Job:
@@ -395,7 +407,12 @@ class AsyncSaver:
             return True
         return False
 
-    def _await(self, job: _Job, deadline: float | None, timeout: float | None = None) -> SaveResult:
+    def _await(self, job: _Job, deadline: float | None, timeout: float | None = None,
+               interrupt: Callable[[], bool] | None = None) -> SaveResult:
+        """Wait for ``job`` until ``deadline`` (unix s) or for ``timeout`` seconds. Without
+        a deadline, ``interrupt()`` becoming true (a preemption notice) ends the wait: the
+        save keeps running and the result says so (``ok`` False); the caller decides
+        (the session turns it into the emergency save, awaited until the deadline)."""
         if deadline is None:
             timeout = self.wait_limit_seconds if timeout is None else timeout
             why = f"not committed within {timeout:.0f} s"
@@ -403,8 +420,15 @@ class AsyncSaver:
             timeout = max(0.0, deadline - time.time() - DEADLINE_MARGIN_SECONDS)
             why = (f"not committed {DEADLINE_MARGIN_SECONDS:.1f} s before the preemption deadline; "
                    "the previous checkpoint will be used on restart")
-        if job.done.wait(timeout) and job.result is not None:
+            interrupt = None
+        if _wait(job.done, timeout, interrupt) and job.result is not None:
             return job.result
+        if interrupt is not None and not job.done.is_set() and interrupt():
+            reason = (f"{job.kind} save of step {job.step} still in flight when a preemption "
+                      "notice came")
+            log.warning("%s", reason)
+            return SaveResult(job.step, job.kind, False, 0, job.snapshot.stall_seconds,
+                              time.monotonic() - job.started, error=reason)
         self._mark_stuck(job, why)
         reason = f"{job.kind} save of step {job.step} {why}"
         log.error("%s", reason)
@@ -435,9 +459,23 @@ class AsyncSaver:
             job = self._start(job.step, job.kind, _reuse(job), spill)
         result = self._await(job, deadline)
         if result.ok and result.info is not None:
-            self.promotion = Promotion(spill, self.store, result.info, on_done=self._promoted,
-                                       before_manifest=self._before_promotion).start()
+            self.start_promotion(result.info)
         return result
+
+    def start_promotion(self, info: CheckpointInfo) -> Promotion:
+        """Upload the spilled checkpoint ``info`` to the primary store in the background.
+        Until the upload ends, garbage collection and retention leave its prefix alone."""
+        assert self.spill_store is not None
+        promotion = Promotion(self.spill_store, self.store, info, on_done=self._promoted,
+                              before_manifest=self._before_promotion)
+        self._promotions = [p for p in self._promotions if not p.done.is_set()] + [promotion]
+        self.promotion = promotion
+        return promotion.start()
+
+    def _spared(self, *names: str) -> set[str]:
+        """``names`` plus the prefixes of uploads still running: never deleted by GC,
+        ``make_room`` or retention."""
+        return {*names, *(p.info.name for p in self._promotions if not p.done.is_set())}
 
     def _before_promotion(self) -> None:
         """A deposed process must not promote its spill over its successor's prefix."""
@@ -448,7 +486,10 @@ class AsyncSaver:
         if promotion.ok:
             info = promotion.info
             location = self.store.uri(info.name)
-            self.last_committed = dataclasses.replace(info, location=location)
+            with self._lock:  # an upload ending after a newer save must not hide that save
+                last = self.last_committed
+                if last is None or (info.step, info.created) >= (last.step, last.created):
+                    self.last_committed = dataclasses.replace(info, location=location)
             self._emit("save_committed", step=info.step, kind=info.kind, bytes=info.bytes,
                        stall_seconds=info.stall_seconds, persist_seconds=info.save_seconds,
                        location=location, promoted_from=info.location)
@@ -484,7 +525,7 @@ class AsyncSaver:
             result = SaveResult(job.step, job.kind, True, info.bytes, snap.stall_seconds,
                                 persist, info=info, spilled=spilled)
             if not spilled:
-                self._retention()
+                self._retention(info.name)
         except SaveAbandoned as exc:
             result = SaveResult(job.step, job.kind, False, 0, snap.stall_seconds,
                                 time.perf_counter() - t0, error=str(exc), abandoned=True)
@@ -526,6 +567,9 @@ class AsyncSaver:
         3. room: when the store reports less free space than this checkpoint needs, GC,
            then delete ahead of time what retention would delete after this commit
            (``make_room``; never the newest complete checkpoint), else ``NoRoom``.
+
+        Neither step touches the prefix of a spilled checkpoint being uploaded
+        (``start_promotion``).
         """
         if self.lease is not None:
             self.lease.verify()
@@ -538,12 +582,12 @@ class AsyncSaver:
             if not self._gc_due:
                 self._collect_garbage(writer.name)
             make_room(self.store, needed, writer.kind, keep_periodic=self.keep_periodic,
-                      keep_insurance=self.keep_insurance, keep=(writer.name,))
+                      keep_insurance=self.keep_insurance, keep=self._spared(writer.name))
         self._gc_due = False
 
     def _collect_garbage(self, in_flight: str) -> None:
         try:
-            collect_garbage(self.store, keep=(in_flight,), discard=tuple(self.discard))
+            collect_garbage(self.store, keep=self._spared(in_flight), discard=tuple(self.discard))
             self.discard.clear()
         except Exception as exc:  # GC is best effort: never fail a save because of it
             log.warning("garbage collection in %s failed: %s", self.store.location, exc)
@@ -553,11 +597,13 @@ class AsyncSaver:
         if self.lease is not None:
             self.lease.verify()
 
-    def _retention(self) -> None:
-        """Retention pass after a commit (best-effort: never fails the committed save)."""
+    def _retention(self, committed: str) -> None:
+        """Retention pass after a commit (best-effort: never fails the committed save);
+        never deletes ``committed``, the checkpoint this save just wrote."""
         try:
             deleted = apply_retention(self.store, keep_periodic=self.keep_periodic,
-                                      keep_insurance=self.keep_insurance)
+                                      keep_insurance=self.keep_insurance,
+                                      keep=self._spared(committed))
             if deleted:
                 log.info("retention deleted %s", ", ".join(deleted))
         except Exception as exc:
@@ -577,7 +623,8 @@ class AsyncSaver:
                                persist_seconds=result.persist_seconds, location=info.location,
                                primary=self.store.location)
                     return
-                self.last_committed = info
+                with self._lock:
+                    self.last_committed = info
                 self.store_trouble = None
                 self._last_persist_seconds = result.persist_seconds
                 self._emit("save_committed", step=job.step, kind=job.kind, bytes=info.bytes,
@@ -602,9 +649,8 @@ class AsyncSaver:
         running afterwards (store frozen) is left to its daemon thread."""
         if wait:
             self.wait(timeout)
-        job = self._job
-        if job is not None and not job.done.is_set():
-            return  # the running save still needs the hash pool; its threads end at exit
+        if any(job is not None and not job.done.is_set() for job in (self._job, *self.abandoned)):
+            return  # a running save still needs the hash pool; its threads end at exit
         self._hash_pool.shutdown(wait=wait)
 
 

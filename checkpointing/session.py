@@ -70,6 +70,7 @@ from checkpointing.runtime_env import (
     ENV_ZONE,
     EXIT_COMPLETED,
     EXIT_PREEMPTED,
+    MAX_ENV_SECONDS,
     checkpoint_uri_from_env,
     env_float,
 )
@@ -82,7 +83,7 @@ from checkpointing.saver import (
     SaveResult,
     restore_state,
 )
-from checkpointing.spill import Promotion, newer_spill, open_spill
+from checkpointing.spill import newer_spill, open_spill
 from checkpointing.stores.base import CheckpointStore, open_store
 from checkpointing.torch_state import Stateful, TrainingState
 
@@ -167,6 +168,13 @@ class TrainingSession:
             raise ValueError(f"periodic_every must be >= 1 steps (or None), got {periodic_every}")
         if progress_every < 1:
             raise ValueError(f"progress_every must be >= 1 steps, got {progress_every}")
+        if keep_periodic < 1:
+            raise ValueError(f"keep_periodic must be >= 1 (periodic checkpoints to keep), got "
+                             f"{keep_periodic!r}; pass e.g. keep_periodic=3")
+        if lease and not (0 < lease_ttl_seconds <= MAX_ENV_SECONDS):  # also refuses nan
+            raise ValueError(f"lease_ttl_seconds must be a finite number of seconds > 0, got "
+                             f"{lease_ttl_seconds!r} (from the environment: {ENV_LEASE_TTL}, "
+                             "default 60)")
         install_redaction()  # no credential reaches a log line or traceback of this process
         self.store = open_store(store) if isinstance(store, str) else store
         self.events = events or EventLog()
@@ -194,11 +202,13 @@ class TrainingSession:
         self.saver = AsyncSaver(self.store, events=self.events, keep_periodic=keep_periodic,
                                 keep_insurance=keep_insurance, shard_bytes=shard_bytes,
                                 wait_limit_seconds=env_float(ENV_SAVE_WAIT_SECONDS,
-                                                             DEFAULT_WAIT_LIMIT_SECONDS),
+                                                             DEFAULT_WAIT_LIMIT_SECONDS,
+                                                             greater_than=0, example="10"),
                                 spill_store=open_spill(self.store))
         #: the longest ``finish()`` waits for the final checkpoint (seconds)
         self.final_save_timeout_seconds = env_float(ENV_FINAL_SAVE_TIMEOUT_SECONDS,
-                                                    DEFAULT_FINAL_SAVE_TIMEOUT_SECONDS)
+                                                    DEFAULT_FINAL_SAVE_TIMEOUT_SECONDS,
+                                                    greater_than=0, example="300")
         self.guard = guard
         if guard is not None and not guard.armed:
             guard.start()
@@ -231,22 +241,23 @@ class TrainingSession:
         kwargs.setdefault("events", EventLog.from_env())
         if os.environ.get(ENV_JOB_ID):
             kwargs.setdefault("job_id", os.environ[ENV_JOB_ID])
-        ttl = env_float(ENV_LEASE_TTL)
+        ttl = env_float(ENV_LEASE_TTL, greater_than=0, example="60")
         if ttl is not None:
             kwargs.setdefault("lease_ttl_seconds", ttl)
-        grace = env_float(ENV_GRACE_SECONDS)
+        grace = env_float(ENV_GRACE_SECONDS, greater_than=0, example="30")
         if grace is not None:
             kwargs.setdefault("grace_seconds", grace)
-        mttp = env_float(ENV_MTTP_SECONDS)
+        mttp = env_float(ENV_MTTP_SECONDS, greater_than=0)
         if mttp is not None:
             kwargs.setdefault("mttp_seconds", mttp)
-        restart = env_float(ENV_RESTART_SECONDS)
+        restart = env_float(ENV_RESTART_SECONDS, at_least=0, example="360")
         if restart is not None:
             kwargs.setdefault("restart_seconds", restart)
-        ckpt = env_float(ENV_CHECKPOINT_SECONDS)
+        ckpt = env_float(ENV_CHECKPOINT_SECONDS, at_least=0, example="5")
         if ckpt is not None and ckpt > 0:
             kwargs.setdefault("ckpt_seconds", ckpt)
-        weight = env_float(ENV_CHECKPOINT_PRIOR_WEIGHT)
+        weight = env_float(ENV_CHECKPOINT_PRIOR_WEIGHT, greater_than=0, at_most=None,
+                           unit="pseudo-saves", example="10")
         if weight is not None:
             kwargs.setdefault("ckpt_prior_weight", weight)
         stats = os.environ.get(ENV_STATS_FILE)
@@ -345,9 +356,7 @@ class TrainingSession:
             self.saver.last_committed = outcome.info
             if from_spill:  # the store does not hold it yet: upload it in the background
                 self.saver.last_committed = primary_newest
-                self.saver.promotion = Promotion(self.saver.spill_store, self.store, outcome.info,
-                                                 on_done=self.saver._promoted,
-                                                 before_manifest=self.saver._before_promotion).start()
+                self.saver.start_promotion(outcome.info)
             self.events.emit("restore", step=step, location=outcome.info.location,
                              fell_back=outcome.fell_back, reason=outcome.reason)
             if outcome.fell_back:
@@ -498,7 +507,7 @@ class TrainingSession:
                 if deadline is not None:  # the saver awaits it (or spills) before the deadline
                     return self.saver.save(self.state.capture, step, SaveKind.EMERGENCY.value,
                                            deadline=deadline)
-                return self.saver.wait(_timeout)
+                return self.saver.wait(_timeout, interrupt=self._noticed)
             return None
         last = self.saver.last_committed
         if in_flight is None and last is not None and last.step == step:
@@ -595,6 +604,11 @@ class TrainingSession:
         final: SaveResult | None = None
         if not preempted and self.save_on_finish:
             final = self.save(SaveKind.PERIODIC, block=True, _timeout=self.final_save_timeout_seconds)
+            if self._noticed() and saved_state(self.saver, self.state.step).saved_step != self.state.step:
+                final = self._final_save_noticed()
+                preempted = saved_state(self.saver, self.state.step).saved_step != self.state.step
+                if preempted:
+                    wait_for_promotion(self.saver, self.guard.deadline)
         elif not preempted:
             self.saver.wait(self.final_save_timeout_seconds)
         else:
@@ -623,6 +637,23 @@ class TrainingSession:
         if self.guard is not None:
             self.guard.stop()
         return self.exit_code
+
+    def _final_save_noticed(self) -> SaveResult | None:
+        """A preemption notice came while ``finish`` waited for the final checkpoint: the
+        wait ends, and the final state is saved as the emergency checkpoint, awaited (or
+        spilled to local disk) only until the notice deadline. When it commits to the
+        store, the run is complete; otherwise ``finish`` reports it as preempted (75)."""
+        notice = self.guard.notice if self.guard is not None else None
+        if notice is not None and not self._notice_reported:
+            self._notice_reported = True
+            self.events.emit("notice", source=notice.source, deadline_unix=self.guard.deadline,
+                             step=self.state.step)
+        seconds_left = self.guard.seconds_left() if self.guard is not None else None
+        log.warning("preemption notice during the final save of step %d (%.1f s left): saving "
+                    "it as the emergency checkpoint before the deadline", self.state.step,
+                    seconds_left if seconds_left is not None else float("nan"))
+        self._stop = True
+        return self.save(SaveKind.EMERGENCY)
 
     def _spill_final_state(self, saved: Any, error: str | None) -> Any:
         """The store could not take the final checkpoint: keep the final state on local disk

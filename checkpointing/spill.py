@@ -22,6 +22,7 @@ location, so two jobs never share one). Set ``SPOTFLEET_SPILL_DIR=off`` to disab
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -33,8 +34,10 @@ from pathlib import Path
 from checkpointing.manifest import (
     MANIFEST_NAME,
     CheckpointInfo,
+    CorruptCheckpoint,
     check_blob_sizes,
     list_checkpoints,
+    verify_blobs,
 )
 from checkpointing.stores.base import CheckpointStore, StoreError
 from checkpointing.stores.local import LocalStore
@@ -73,18 +76,31 @@ def copy_checkpoint(src: CheckpointStore, dst: CheckpointStore, info: Checkpoint
                     cancel: threading.Event | None = None,
                     before_manifest: Callable[[], None] | None = None) -> None:
     """Copy a committed checkpoint from ``src`` to ``dst`` under the same name: every data
-    blob first, the manifest LAST (the commit protocol), so ``dst`` never holds a
-    manifest without its data. ``before_manifest`` runs right before the manifest put and
-    may raise to stop it (the prefix-lease check). Raises ``StoreError`` / ``KeyError``."""
+    blob first, then a check that ``dst`` holds each blob with the manifest's size and
+    sha256, the manifest LAST (the commit protocol), so ``dst`` never holds a manifest
+    without its data; then one more listing confirms that manifest and blobs are all
+    there. ``before_manifest`` runs right before the manifest put and may raise to stop
+    it (the prefix-lease check). Raises ``StoreError`` / ``KeyError`` /
+    ``CorruptCheckpoint`` (the copy in ``dst`` is incomplete or wrong)."""
     check_blob_sizes(src, info)
     for blob, meta in info.blobs.items():
         if cancel is not None and cancel.is_set():
             raise StoreError(f"copy of {info.name} to {dst.location} cancelled")
         with src.open_read(f"{info.name}/{blob}") as fh:
             dst.put_file(f"{info.name}/{blob}", fh, size=meta.bytes)
+    copied = dataclasses.replace(info, location=dst.uri(info.name))
+    verify_blobs(dst, copied)
     if before_manifest is not None:
         before_manifest()
-    dst.put_bytes(f"{info.name}/{MANIFEST_NAME}", src.get_bytes(f"{info.name}/{MANIFEST_NAME}"))
+    manifest = src.get_bytes(f"{info.name}/{MANIFEST_NAME}")
+    dst.put_bytes(f"{info.name}/{MANIFEST_NAME}", manifest)
+    try:
+        committed = dst.get_bytes(f"{info.name}/{MANIFEST_NAME}")
+    except KeyError:
+        committed = b""
+    if committed != manifest:
+        raise CorruptCheckpoint(f"{copied.location}: the manifest read back differs from the one written")
+    check_blob_sizes(dst, copied)
 
 
 def prune_spill(spill: CheckpointStore, primary_newest_step: int | None) -> list[str]:
@@ -107,9 +123,14 @@ def prune_spill(spill: CheckpointStore, primary_newest_step: int | None) -> list
 class Promotion:
     """Upload one spilled checkpoint to the primary store on a daemon thread.
 
-    ``done`` is set when the thread ends; ``ok`` says whether the primary now holds it.
-    A frozen primary leaves the thread blocked in the store (bounded by the store's own
-    timeouts); being a daemon thread it never keeps the process alive.
+    ``done`` is set when the thread ends; ``ok`` says whether the primary now holds it,
+    complete and verified (``copy_checkpoint``). Only then is the spilled copy deleted:
+    an upload that failed or does not verify leaves the spill in place (and a copy that
+    committed but does not verify is removed from the primary, so that the spill stays
+    the newest and the next process uploads it again). The saver's garbage collection
+    and retention spare the prefix while ``done`` is not set. A frozen primary leaves
+    the thread blocked in the store (bounded by the store's own timeouts); being a
+    daemon thread it never keeps the process alive.
     """
 
     def __init__(self, spill: CheckpointStore, primary: CheckpointStore, info: CheckpointInfo,
@@ -132,23 +153,28 @@ class Promotion:
 
     def _run(self) -> None:
         try:
-            copy_checkpoint(self.spill, self.primary, self.info,
-                            before_manifest=self._before_manifest)
-            self.ok = True
-            log.info("spilled checkpoint of step %d uploaded to %s", self.info.step,
-                     self.primary.location)
-        except Exception as exc:
-            self.error = f"{type(exc).__name__}: {exc}"
-            log.warning("upload of the spilled checkpoint of step %d (%s) to %s failed: %s",
-                        self.info.step, self.info.location, self.primary.location, self.error)
+            try:
+                copy_checkpoint(self.spill, self.primary, self.info,
+                                before_manifest=self._before_manifest)
+                self.ok = True
+                log.info("spilled checkpoint of step %d uploaded to %s", self.info.step,
+                         self.primary.location)
+            except Exception as exc:
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.warning("upload of the spilled checkpoint of step %d (%s) to %s failed: %s; "
+                            "the local copy is kept", self.info.step, self.info.location,
+                            self.primary.location, self.error)
+                if isinstance(exc, CorruptCheckpoint):  # our own copy is unusable: remove it
+                    with contextlib.suppress(StoreError, OSError):
+                        self.primary.delete_prefix(f"{self.info.name}/")
+            if self.ok:  # the primary holds it, verified: the local copy is redundant
+                with contextlib.suppress(StoreError, OSError):
+                    self.spill.delete_prefix(f"{self.info.name}/")
+            if self._on_done is not None:
+                with contextlib.suppress(Exception):
+                    self._on_done(self)
         finally:
-            self.done.set()
-        if self.ok:
-            with contextlib.suppress(StoreError, OSError):
-                self.spill.delete_prefix(f"{self.info.name}/")
-        if self._on_done is not None:
-            with contextlib.suppress(Exception):
-                self._on_done(self)
+            self.done.set()  # last: whoever waits for it sees the outcome fully recorded
 
 
 def newer_spill(primary: CheckpointStore, spill: CheckpointStore

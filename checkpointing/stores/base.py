@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
+
+from checkpointing.redact import redact
 
 
 class StoreError(RuntimeError):
@@ -111,8 +114,34 @@ def open_store(uri: str, **kwargs) -> CheckpointStore:
         return S3Store.from_uri(uri, **kwargs)
     if uri.startswith("file://"):
         uri = uri[len("file://"):]
+    else:
+        _refuse_unknown_scheme(uri)
     if not uri:
         raise StoreError("empty checkpoint location; set SPOTFLEET_CHECKPOINT_URI to a directory or s3://bucket/prefix")
     from checkpointing.stores.local import LocalStore
 
     return LocalStore(uri, **kwargs)
+
+
+#: ``scheme:`` at the start of a location (two or more characters, so that a Windows
+#: drive letter is not one)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
+SUPPORTED_LOCATIONS = "a directory (/abs/dir or rel/dir), file:///abs/dir or s3://bucket/prefix"
+
+
+def _refuse_unknown_scheme(uri: str) -> None:
+    """A location that starts like a URI of a scheme this library has no store for
+    (``gs://``, ``ftp://``, ``https://``, ``S3://``, ``s3:/bucket``) must not silently
+    become a relative local directory of that name."""
+    match = _SCHEME.match(uri)
+    if match is None:
+        return
+    scheme = match.group(1)
+    hint = ""
+    if scheme.lower() in ("s3", "file"):
+        hint = f" (write it as {scheme.lower()}://..., lower case and with two slashes)"
+    redacted = redact(uri)
+    raise StoreError(
+        f"checkpoint location {redacted!r} has the URI scheme {scheme!r}{hint}, which no checkpoint "
+        f"store supports. Supported: {SUPPORTED_LOCATIONS}. Fix: set SPOTFLEET_CHECKPOINT_URI (or "
+        "store=) to one of those (a local directory whose name contains ':' can be written ./name)")

@@ -288,13 +288,18 @@ def test_deferred_sync_block_writes_everything(tmp_path: Path) -> None:
     assert not [p for p in (tmp_path / "c").iterdir() if ".tmp-" in p.name]
 
 
-def test_retention_prefers_the_new_lineage_after_a_fallback() -> None:
-    # a corrupt step-50 checkpoint (created first) must not push out the checkpoints the
-    # restarted run writes afterwards at lower steps
-    old = [_info(50, "periodic", created=1.0)]
-    new = [_info(s, "periodic", created=10.0 + s) for s in (10, 20, 30)]
-    doomed = plan_retention(old + new, [], keep_periodic=3, keep_insurance=2)
-    assert doomed == ["ckpt-000000000050-periodic-x"]
+def test_retention_orders_by_step_not_by_the_writers_clock() -> None:
+    # steps 10-30 written by node A; 40-60 by a relaunch on node B whose clock is 10 min
+    # behind: B's checkpoints are the newest ones although their `created` is earlier
+    node_a = [_info(s, "periodic", created=10_000.0 + s) for s in (10, 20, 30)]
+    node_b = [_info(s, "periodic", created=10_000.0 - 600 + s) for s in (40, 50, 60)]
+    node_b.append(_info(65, "insurance", created=10_000.0 - 600 + 65))
+    doomed = plan_retention(node_a + node_b, [], keep_periodic=3, keep_insurance=2)
+    assert sorted(doomed) == ["ckpt-000000000010-periodic-x", "ckpt-000000000020-periodic-x",
+                              "ckpt-000000000030-periodic-x"]
+    # what a save just committed is never deleted, whatever its step
+    assert "ckpt-000000000010-periodic-x" not in plan_retention(
+        node_a + node_b, [], keep_periodic=3, keep_insurance=2, keep=["ckpt-000000000010-periodic-x"])
 
 
 def test_store_io_error_during_restore_is_raised_not_a_fallback(tmp_path: Path) -> None:
@@ -308,3 +313,45 @@ def test_store_io_error_during_restore_is_raised_not_a_fallback(tmp_path: Path) 
 
     with pytest.raises(StoreError, match="may be intact"):
         restore_state(Flaky(tmp_path / "ckpt"))
+
+
+def _bump_manifest_version(root: Path, info: CheckpointInfo, version: int = 2) -> None:
+    from checkpointing.manifest import encode_manifest
+
+    path = root / info.name / MANIFEST_NAME
+    doc = json.loads(path.read_text())
+    doc.pop("manifest_sha256")
+    doc["version"] = version
+    path.write_bytes(encode_manifest(doc))
+
+
+def test_checkpoint_of_a_newer_library_is_kept_and_restore_refuses_to_skip_it(tmp_path: Path) -> None:
+    from checkpointing.manifest import CheckpointTooNew, collect_garbage
+
+    saver, infos, _ = _two_checkpoints(tmp_path)
+    _bump_manifest_version(tmp_path / "ckpt", infos[1])  # step 2, written by "spotfleet v2"
+    with pytest.raises(CheckpointTooNew) as err:
+        restore_state(saver.store)
+    msg = str(err.value)
+    assert infos[1].name in msg and "step 2" in msg
+    assert "version is 2" in msg and "reads version 1" in msg and "upgrade spotfleet" in msg
+    # neither garbage collection, retention nor the next save delete it
+    assert infos[1].name not in collect_garbage(saver.store).deleted
+    assert infos[1].name not in apply_retention(saver.store, keep_periodic=1)
+    state = TrainingState(*_objects(), step=3)
+    saver.save(state.capture, 3, "periodic", block=True)
+    saver.close()
+    assert (tmp_path / "ckpt" / infos[1].name / MANIFEST_NAME).exists()
+    assert (tmp_path / "ckpt" / infos[1].name / "state.pkl").exists()
+
+
+def test_newer_format_checkpoint_below_the_newest_does_not_block_restore(tmp_path: Path) -> None:
+    from checkpointing.manifest import CheckpointTooNew
+
+    saver, infos, _ = _two_checkpoints(tmp_path)
+    _bump_manifest_version(tmp_path / "ckpt", infos[0])  # step 1; step 2 is loadable
+    outcome = restore_state(saver.store)
+    assert outcome is not None and outcome.info.step == 2 and not outcome.fell_back
+    _corrupt(tmp_path / "ckpt", infos[1], "flip_byte")  # falling back would skip step 1
+    with pytest.raises(CheckpointTooNew, match=infos[0].name):
+        restore_state(saver.store)

@@ -254,3 +254,31 @@ def test_restart_cost_defaults_to_the_contracts_prior_not_zero(tmp_path: Path, m
     assert session.policy.tau_seconds == pytest.approx(math.sqrt(2 * 2.0 * (3600 + 360)))
     assert session.policy.ckpt_prior_weight == 3.0  # SPOTFLEET_CHECKPOINT_PRIOR_WEIGHT
     session.finish()
+
+
+def test_relaunch_on_a_node_whose_clock_lags_keeps_its_own_checkpoints(tmp_path: Path, monkeypatch) -> None:
+    import types
+
+    import checkpointing.manifest as manifest
+
+    objs = _objects()
+    first = _session(tmp_path, *objs, periodic_every=10, keep_periodic=3, job_id="j")
+    first.restore()
+    _loop(first, objs, 0, 30)
+    assert first.finish() == 0
+    # the relaunch runs on a node whose wall clock is 10 minutes behind
+    lagging = types.SimpleNamespace(time=lambda: time.time() - 600, sleep=time.sleep)
+    monkeypatch.setattr(manifest, "time", lagging)
+    objs = _objects(seed=1)
+    second = _session(tmp_path, *objs, periodic_every=10, keep_periodic=3, job_id="j", total_steps=60)
+    assert second.restore() == 30
+    _loop(second, objs, 30, 60)
+    assert second.finish() == 0
+    assert [(c.step, c.kind) for c in second.checkpoints()] == [(40, "periodic"), (50, "periodic"),
+                                                                (60, "periodic")]
+    exit_event = read_events(tmp_path / "events.jsonl")[-1].data
+    assert exit_event["reason"] == "completed" and exit_event["saved_step"] == 60
+    assert Path(exit_event["saved_location"], "MANIFEST.json").exists()
+    third = _session(tmp_path, *_objects(seed=2), job_id="j")
+    assert third.restore() == 60
+    third.finish()
