@@ -110,7 +110,7 @@ def report_runs(context: AssetCheckExecutionContext, data) -> list[str]:
 
     op_ctx = context.op_execution_context
     recorded = set(data.run_ids)
-    mine = [r for r in run_group(op_ctx) if r in recorded]
+    mine = [r for r in run_group(op_ctx, data) if r in recorded]
     if mine:
         return mine
     latest = ct.latest_run(data)

@@ -334,23 +334,27 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         spec = plan.apply(spec)
     zones, use_spot = list(spec.zones), spec.use_spot
     eng = stats_db.engine()
+    from assets import cost_tables as ct
     from assets.cost_assets import check_budget_before_launch, run_group, stage_metadata
 
-    runs = run_group(context)
+    runs = run_group(context, ct.load(eng, cfg.name))  # root first, then its re-executions / retries
     budget_left = check_budget_before_launch(context, cfg, stage.name, eng,
                                              plan.expected_cost if plan is not None else None, runs)
     if budget_left is not None:  # enforce_budget: the provider does not relaunch past it
         spec = replace(spec, budget_left_usd=budget_left)
-    before = latest_checkpoint_step(eng, cfg.name, stage.name, run_id=context.run.run_id)
+    # the run GROUP's latest checkpoint: what the node resumes from (checkpoints live under the root)
+    before = max((s for s in (latest_checkpoint_step(eng, cfg.name, stage.name, run_id=r) for r in runs)
+                  if s is not None), default=None)
     context.log.info(f"{stage.name}: attempt {attempt} (run {context.run.run_id[:8]}, root {root_run[:8]}), "
                      f"zones {zones}, {'spot' if use_spot else 'on-demand'}, checkpoints {redact(ckpt_uri)}; "
-                     f"latest recorded checkpoint step {before}")
+                     f"latest recorded checkpoint step {before}"
+                     + (f" (run group of {len(runs)} runs)" if len(runs) > 1 else ""))
     extras = {
         "spec": spec_to_dict(spec), "attempt": attempt, "provider": cfg.provider,
         "provider_options": {"market": cfg.market.model_dump(), "workdir": str(workdir),
                              "market_cache_dir": str(fleet.market_cache_dir()),
                              "on_demand_fallback": cfg.on_demand_fallback,
-                             "market_clock_start_unix": _run_start(context, root_run)},
+                             "market_clock_start_unix": market_clock_start(context)},
         "inject_preemptions_at_steps": cfg.market.inject_preemptions_at_steps.get(stage.name, []),
         "lose_attempt_at_step": cfg.market.lose_attempt_at_step.get(stage.name),
     }
@@ -425,9 +429,14 @@ def _stage_env(cfg: PipelineConfig, stage: StageConfig, fleet: FleetResource) ->
     return env
 
 
-def _run_start(context: AssetExecutionContext, root_run: str) -> float:
-    """Unix time the (root) run started: the market clock of the local fleet starts there."""
-    rec = context.instance.get_run_record_by_id(root_run)
+def market_clock_start(context: AssetExecutionContext) -> float:
+    """Unix time THIS run started: the local fleet's market clock is anchored there.
+
+    Each run of a group (a re-execution, a run-level retry) has its own anchor: anchored at
+    the root's start, a re-execution X wall minutes later ran X x (3600 /
+    wall_seconds_per_market_hour) market minutes later (a day ahead after 12 wall minutes at
+    30 s per market hour), so its charges were dated on a later UTC day than it ran."""
+    rec = context.instance.get_run_record_by_id(context.run.run_id)
     start = getattr(rec, "start_time", None) if rec is not None else None
     return float(start) if start else time.time()
 
