@@ -545,9 +545,16 @@ class BudgetStatus:
 
 def budget_status(data: CostData, budget_usd: float, period: str, run_ids: Iterable[str] | None = None,
                   day: dt.date | None = None) -> BudgetStatus:
-    """Spend in the budget period: ``period="run"`` (the given runs) or ``"day"`` (one UTC day)."""
+    """Spend in the budget period: ``period="run"`` (the given runs) or ``"day"`` (one UTC day).
+
+    The day, unless given: the last UTC day the given runs billed on (the day the cost report of
+    those runs judges by default), else today (nothing billed yet: the day a launch bills on).
+    Before 2026-11-28 it was always today's wall-clock day, so the ``within_budget`` check and
+    the report could judge different days for the same run."""
     if period == "day":
-        d = day or dt.datetime.now(dt.UTC).date()
+        billed = for_runs(data, list(run_ids or [])).lines
+        d = day or (dt.date.fromisoformat(max(billed["day"])) if not billed.empty
+                    else dt.datetime.now(dt.UTC).date())
         part = for_days(data, d, d)
         return BudgetStatus(f"day {d.isoformat()}", float(part.lines["dollars"].sum()) if not part.lines.empty
                             else 0.0, budget_usd)

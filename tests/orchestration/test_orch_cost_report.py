@@ -259,6 +259,21 @@ def test_budget_status_per_run_and_per_day(two_runs):
     assert ct.budget_status(data, a.spend_usd / 2, "run", ["run-a"]).within is False
 
 
+def test_the_day_budget_judges_the_day_the_run_billed_on_as_the_report_does(two_runs, tmp_path):
+    """``budget_period: day`` without a day: the last UTC day the run billed on, the day the
+    report of that run judges; before, the check judged today's wall-clock day ($0 here)."""
+    data = ct.load(two_runs, "demo")
+    both = ct.budget_status(data, 1.0, "run", ["run-a"]).spend_usd + ct.budget_status(
+        data, 1.0, "run", ["run-b"]).spend_usd
+    check = ct.budget_status(data, 1.0, "day", ["run-a"])
+    assert check.period == "day 2023-11-14" and check.spend_usd == pytest.approx(both)
+    rep = build_report(two_runs, "demo", tmp_path / "out", ReportSelection(run_ids=("run-a",)),
+                       stage_order=["pretrain"], budget_usd=1.0, budget_period="day", write_focus=False)
+    assert (rep.budget.period, rep.budget.spend_usd) == (check.period, pytest.approx(check.spend_usd))
+    # nothing billed yet (a launch): today
+    assert ct.budget_status(data, 1.0, "day", []).period == f"day {dt.datetime.now(dt.UTC).date().isoformat()}"
+
+
 def test_rendered_report_files(two_runs, tmp_path):
     out = tmp_path / "reports" / "demo"
     rep = build_report(two_runs, "demo", out, ReportSelection(run_ids=("run-a",)), stage_order=["pretrain"],
@@ -456,12 +471,13 @@ def test_budget_enforced_before_launch_and_warned_otherwise(two_runs):
         assert "stage finetune would exceed the budget of pipeline demo" in msg and "NOT launched" in msg
         assert "budget_usd $1.00" in msg and "run run-a" in msg
         assert exc.value.allow_retries is False
-        # per day: TODAY's spend of every run counts (the recorded runs are from 2023: none today)
-        day = SimpleNamespace(name="demo", budget_usd=1.5, budget_period="day", enforce_budget=True)
-        check_budget_before_launch(ctx, day, "finetune", two_runs, 1.0, ["run-a"])
+        # per day: the spend of every run on the day this run billed on (run-a and run-b, 2023-11-14)
+        spent = ct.budget_status(ct.load(two_runs, "demo"), 1.5, "day", ["run-a"]).spend_usd
+        day = SimpleNamespace(name="demo", budget_usd=spent + 1.0, budget_period="day", enforce_budget=True)
+        check_budget_before_launch(ctx, day, "finetune", two_runs, 0.9, ["run-a"])
         with pytest.raises(Failure) as exc:
-            check_budget_before_launch(ctx, day, "finetune", two_runs, 2.0, ["run-a"])
-        assert "spend so far $0.00 in day " in exc.value.description
+            check_budget_before_launch(ctx, day, "finetune", two_runs, 1.1, ["run-a"])
+        assert f"spend so far ${spent:.2f} in day 2023-11-14 " in exc.value.description
         warn = SimpleNamespace(name="demo", budget_usd=1.0, budget_period="run", enforce_budget=False)
         check_budget_before_launch(ctx, warn, "finetune", two_runs, 0.50, ["run-a"])  # warns only
 
