@@ -564,6 +564,27 @@ def budget_status(data: CostData, budget_usd: float, period: str, run_ids: Itera
     return BudgetStatus(label, float(part.lines["dollars"].sum()) if not part.lines.empty else 0.0, budget_usd)
 
 
+def work_after_checkpoint(sessions: pd.DataFrame, checkpoints: pd.DataFrame) -> tuple[int, float]:
+    """(latest checkpoint step K, market hours of training done after K) for one stage's
+    sessions and checkpoints (one run group).
+
+    Only sessions that trained past K count, each on its own clock: from K's commit when that
+    session committed K, else from its start (it resumed from K or earlier). A session that
+    stopped at K (a re-execution that resumed at the final step and did nothing) adds no
+    hours, however much later it ran: the clock gap between runs is not work."""
+    ck = checkpoints.sort_values(["step", "committed_at"]).iloc[-1]
+    k = int(ck["step"])
+    behind = 0.0
+    for s in sessions.itertuples(index=False):
+        if pd.isna(s.last_step) or int(s.last_step) <= k or pd.isna(s.ended_at):
+            continue
+        same = (str(s.run_id), int(s.attempt), str(s.node_id)) == (str(ck["run_id"]), int(ck["attempt"]),
+                                                                  str(ck["node_id"]))
+        start = float(ck["committed_at"]) if same else float(s.launched_at if pd.isna(s.ready_at) else s.ready_at)
+        behind = max(behind, float(s.ended_at) - start)
+    return k, behind / 3600.0
+
+
 # -- elastic multi-node stages: node-hours per node, the tax of each shrink / grow ---------
 
 MEMBERSHIP_COLS = ["stage", "attempt", "step", "kind", "world_sizes", "state_from", "nodes",

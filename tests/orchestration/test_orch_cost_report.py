@@ -236,6 +236,48 @@ def test_the_checks_of_a_re_execution_evaluate_its_run_group(tmp_path):
         float(ct.for_runs(data, ["reexec-run"]).sessions["cost_usd"].sum()), 6)  # not the re-execution alone
 
 
+def test_latest_checkpoint_recent_measures_training_after_the_checkpoint_not_the_clock(tmp_path):
+    """A re-execution that resumed at the final step and trained nothing, two market days after
+    its root: no work is behind the checkpoint (before: session end minus the checkpoint's
+    commit, 48 h across the gap, failed). Training past the checkpoint still counts."""
+    from dagster import DagsterInstance
+
+    from pipelines.commands.main_report import check_outcomes
+    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
+    from pipelines.definitions import build_definitions, checks_job_name
+    from pipelines.resources import FleetResource, StatsDB
+
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    r1 = _node("r-n0", "pretrain", 1, T0, 0, 100, 100, "completed")
+    _record(eng, "root-run", "pretrain", 1, [r1], "completed")
+    later = T0 + 2 * 86400 / SCALE  # wall seconds: two market days later
+    x1 = _node("x-n0", "pretrain", 1, later, 100, 100, 100, "completed")
+    _record(eng, "reexec-run", "pretrain", 1, [x1], "completed", root="root-run")
+    stats = StatsDB(url=str(eng.url), var_dir=str(tmp_path))
+    defs = build_definitions(load_pipelines(EXAMPLE_PIPELINES), include_gfs=False,
+                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(tmp_path))})
+    with DagsterInstance.ephemeral() as instance:
+        res = defs.resolve_job_def(checks_job_name("demo")).execute_in_process(instance=instance)
+        outcomes = {(c.asset_key.path[-1], c.check_name): c for c in check_outcomes(instance, res)}
+    rec = outcomes[("train_pretrain", "latest_checkpoint_recent")]
+    assert rec.metadata["run"].value == "root-run, reexec-r"
+    assert rec.passed is True and rec.metadata["hours_behind"].value == 0.0
+    assert rec.metadata["latest_checkpoint_step"].value == 100
+
+    # a node that trained 19 steps of 2 wall s (x 120: ~1.3 market h) after its step-20 save fails
+    data = ct.load(eng, "demo")
+    slow = _node("s-n0", "pretrain", 1, later + 60, 0, 39, 20, "preempted", step_s=2.0)
+    _record(eng, "slow-run", "pretrain", 1, [slow], "failed")
+    run = ct.for_runs(ct.load(eng, "demo"), ["slow-run"])
+    step, behind = ct.work_after_checkpoint(run.sessions, run.checkpoints)
+    # from the commit (0.01 s after step 20) to the session end (1 s after step 39)
+    assert step == 20 and behind == pytest.approx((19 * 2.0 + 1.0 - 0.01) * SCALE / 3600, rel=1e-6)
+    assert behind > 1.0
+    group = ct.for_runs(data, ["root-run", "reexec-run"])
+    assert ct.work_after_checkpoint(group.sessions, group.checkpoints) == (100, 0.0)
+
+
 def test_fallback_premium_and_observed_vs_modelled_cost(two_runs):
     data = ct.load(two_runs, "demo")
     run_b = ct.for_runs(data, ["run-b"])
