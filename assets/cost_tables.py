@@ -564,6 +564,19 @@ def budget_status(data: CostData, budget_usd: float, period: str, run_ids: Itera
     return BudgetStatus(label, float(part.lines["dollars"].sum()) if not part.lines.empty else 0.0, budget_usd)
 
 
+def completed_attempt(data: CostData, stage: str, run_ids: Iterable[str]) -> dict[str, object] | None:
+    """The latest recorded attempt of ``stage`` in these runs (a run group) when it completed,
+    else None (never ran, or its latest attempt failed)."""
+    a = data.attempts
+    if a.empty:
+        return None
+    a = a[(a["stage"] == stage) & a["run_id"].isin(list(run_ids))]
+    if a.empty:
+        return None
+    last = a.sort_values("started_at", kind="stable").iloc[-1]
+    return last.to_dict() if last["status"] == "completed" else None
+
+
 def work_after_checkpoint(sessions: pd.DataFrame, checkpoints: pd.DataFrame) -> tuple[int, float]:
     """(latest checkpoint step K, market hours of training done after K) for one stage's
     sessions and checkpoints (one run group).

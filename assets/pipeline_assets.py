@@ -337,7 +337,11 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     from assets import cost_tables as ct
     from assets.cost_assets import check_budget_before_launch, run_group, stage_metadata
 
-    runs = run_group(context, ct.load(eng, cfg.name))  # root first, then its re-executions / retries
+    data = ct.load(eng, cfg.name)
+    runs = run_group(context, data)  # root first, then its re-executions / retries
+    done = ct.completed_attempt(data, stage.name, runs)
+    if done is not None:  # a re-execution of a group that already finished this stage: no node, no bill
+        return _already_complete(context, cfg, stage, eng, runs, done, attempt, ckpt_uri)
     budget_left = check_budget_before_launch(context, cfg, stage.name, eng,
                                              plan.expected_cost if plan is not None else None, runs)
     if budget_left is not None:  # enforce_budget: the provider does not relaunch past it
@@ -414,6 +418,29 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         "checkpoint_uri": MetadataValue.text(redact(ckpt_uri)),
         "plan": MetadataValue.text(plan.summary() if plan is not None else "no plan"),
         "fleet_policy": MetadataValue.text(f"{spec.policy} ({type(get_policy(spec.policy)).__qualname__})"),
+    })
+    return MaterializeResult(metadata=meta)
+
+
+def _already_complete(context: AssetExecutionContext, cfg: PipelineConfig, stage: StageConfig, eng,
+                      runs: list[str], done: dict, attempt: int, ckpt_uri: str) -> MaterializeResult:
+    """The stage's materialization when its run group already completed it: nothing launched."""
+    from assets.cost_assets import stage_metadata
+
+    step = int(done["final_step"]) if pd.notna(done.get("final_step")) else None
+    where = f"run {str(done['run_id'])[:8]} attempt {int(done['attempt'])}, final step {step}"
+    context.log.info(f"{stage.name}: already complete in this run group ({where}); no node was launched "
+                     "and nothing was billed. To train it again, launch a new run (a re-execution "
+                     "continues its root's training)")
+    meta = stage_metadata(eng, cfg.name, stage.name, runs)
+    meta.update({
+        "already_complete": MetadataValue.bool(True),
+        "completed_in": MetadataValue.text(where),
+        "attempt": MetadataValue.int(attempt),
+        "final_step": MetadataValue.int(step or 0),
+        "this_attempt_sessions": MetadataValue.int(0),
+        "this_attempt_cost_usd": MetadataValue.float(0.0),
+        "checkpoint_uri": MetadataValue.text(redact(ckpt_uri)),
     })
     return MaterializeResult(metadata=meta)
 
