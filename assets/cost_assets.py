@@ -150,7 +150,7 @@ def materialize_cost_report(context: AssetExecutionContext, cfg, stats_db, fleet
     }
     if "focus_parquet" in rep.files:
         meta["focus_parquet"] = MetadataValue.path(str(rep.files["focus_parquet"]))
-    meta.update({k: _f(v, 1 if k.endswith("_pct") else 4) for k, v in tot.items()})
+    meta.update({k: _f(v, 1 if k.endswith("_pct") else 4) for k, v in tot.items() if v == v})  # NaN: no %
     if not rep.by_day.empty:
         meta["period_spend_usd"] = _f(rep.by_day["spend_usd"].sum(), 4)
     be = rep.break_even

@@ -160,6 +160,31 @@ def test_a_retried_or_re_executed_stage_has_one_first_launch(tmp_path):
     assert rep.totals["restart_usd"] > 0
 
 
+def test_a_re_execution_dated_on_its_own_clock_keeps_the_root_s_first_launch(tmp_path):
+    """Each run's market clock starts at its own start, so a re-execution's node may be dated
+    before the root's last one (the root ran ahead in compressed time). The first launch is
+    still the root's: runs are ordered by their attempts' start (wall clock)."""
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    r1 = _node("r-n0", "pretrain", 1, T0 + 600, 0, 30, 20, "preempted")
+    _record(eng, "root-run", "pretrain", 1, [r1], "failed")
+    x1 = _node("x-n0", "pretrain", 1, T0 + 300, 20, 100, 100, "completed")  # dated earlier
+    sessions = [CLOCK.session(x1[0])]
+    record_attempt(eng, run_id="reexec-run", root_run_id="root-run", pipeline="demo", stage="pretrain",
+                   attempt=1, provider="local", status="completed", sessions=sessions,
+                   events=[CLOCK.event(e) for e in x1[1]], started_at=CLOCK.at(T0 + 600) + 10_000,
+                   ended_at=CLOCK.at(x1[2]) + 10_000, start_step=20, final_step=100, total_steps=100,
+                   on_demand_price=lambda s: 3.06)
+    data = ct.load(eng, "demo")
+    assert data.sessions.set_index("node_id").loc["x-n0", "launched_at"] < data.sessions.set_index(
+        "node_id").loc["r-n0", "launched_at"]
+    first = data.sessions[data.sessions["first_launch"].astype(bool)]
+    assert list(first["node_id"]) == ["r-n0"]
+    assert ct.stage_history(data, "pretrain").zones == "us-east-1f -> us-east-1f"
+    assert list(ct.for_runs(data, ["root-run", "reexec-run"]).sessions.sort_values(
+        ["launch_order", "launched_at"])["node_id"]) == ["r-n0", "x-n0"]
+
+
 def test_the_cli_report_of_a_re_execution_covers_its_root_group(tmp_path, capsys):
     """The DB stores each attempt's root run (migration 0004): `spotfleet cost-report --run
     <re-execution>` reports the whole run group, root first, with ONE first launch, the same
@@ -314,6 +339,39 @@ def test_the_day_budget_judges_the_day_the_run_billed_on_as_the_report_does(two_
     assert (rep.budget.period, rep.budget.spend_usd) == (check.period, pytest.approx(check.spend_usd))
     # nothing billed yet (a launch): today
     assert ct.budget_status(data, 1.0, "day", []).period == f"day {dt.datetime.now(dt.UTC).date().isoformat()}"
+
+
+def test_no_savings_percentage_on_a_tiny_on_demand_equivalent(two_runs, tmp_path, capsys):
+    """A run with ~$0.0001 of useful work: its all-time row, its report and the CLI give no
+    percentage (before: savings like -130751.6 % from a near-zero denominator)."""
+    from pipelines.cli import main
+
+    t = T0 + 7200 / SCALE
+    ev = [Event("start", t + 2.0, "t-n0", {"resumed_from_step": None}),
+          Event("progress", t + 2.001, "t-n0", {"step": 1, "total_steps": 1, "mean_step_seconds": 0.001}),
+          Event("save_committed", t + 2.001, "t-n0", {"step": 1, "kind": "periodic", "bytes": 10,
+                                                      "stall_seconds": 0.0, "persist_seconds": 0.0}),
+          Event("exit", t + 2.002, "t-n0", {"reason": "completed", "step": 1})]
+    sess = NodeSession(node_id="t-n0", stage="pretrain", attempt=1, provider="local", cloud="aws",
+                       region="us-east-1", zone="us-east-1f", instance_type="p3.2xlarge", spot=True,
+                       price_per_hour=0.918, launched_at=t, ready_at=t + 1, ended_at=t + 3.0,
+                       end_reason="completed", first_step=0, last_step=1, last_checkpoint_step=1)
+    _record(two_runs, "tiny-run", "pretrain", 1, [(sess, ev, t + 3.0)], "completed")
+    data = ct.load(two_runs, "demo")
+    rows = ct.run_summary(data).set_index("run_id")
+    assert 0 < rows.loc["tiny-run", "on_demand_usd"] < ct.MIN_PCT_BASE_USD
+    assert rows.loc["tiny-run", "spend_usd"] > 100 * rows.loc["tiny-run", "on_demand_usd"]
+    assert pd.isna(rows.loc["tiny-run", "savings_pct"])
+    assert not pd.isna(rows.loc["run-a", "savings_pct"])  # a real run keeps its percentage
+    rep = build_report(two_runs, "demo", tmp_path / "out", ReportSelection(run_ids=("tiny-run",)),
+                       stage_order=["pretrain"], write_focus=False)
+    assert pd.isna(rep.totals["savings_pct"]) and rep.table["savings_pct"].isna().all()
+    assert "too little useful work for a meaningful comparison" in rep.markdown
+    assert not any(len(w) > 6 and w.lstrip("-").replace(".", "").isdigit() and "." in w
+                   and abs(float(w)) > 1000 for w in rep.markdown.replace("|", " ").split())
+    assert main(["cost-report", "--db-url", str(two_runs.url), "--var-dir", str(tmp_path / "var"),
+                 "--pipeline", "demo", "--run", "tiny-run"]) == 0
+    assert "no percentage: too little useful work" in capsys.readouterr().out
 
 
 def test_rendered_report_files(two_runs, tmp_path):
