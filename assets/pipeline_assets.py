@@ -397,12 +397,11 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
                       metadata={"budget_usd": cfg.budget_usd, "budget_left_at_attempt_start_usd":
                                 round(float(spec.budget_left_usd or 0.0), 4), "sessions": len(sessions)})
     if not completed:
+        last_ckpt = max((s.last_checkpoint_step or 0 for s in sessions), default=0)
         raise Failure(
-            description=f"stage {stage.name} attempt {attempt} lost: {redact(result.get('error'))}. "
-                        "Dagster retries it (RetryPolicy with backoff); the retry resumes from the "
-                        "latest checkpoint.",
-            metadata={"sessions": len(sessions), "preemptions": preempted,
-                      "last_checkpoint_step": max((s.last_checkpoint_step or 0 for s in sessions), default=0)})
+            description=lost_attempt_message(stage.name, attempt, train_retry_policy(cfg).max_retries,
+                                             redact(result.get("error")), last_ckpt),
+            metadata={"sessions": len(sessions), "preemptions": preempted, "last_checkpoint_step": last_ckpt})
     pipes_md = invocation.get_materialize_result().metadata or {}
     resumed = [s.first_step for s in sessions if s.first_step]
     meta = {k: v for k, v in dict(pipes_md).items() if k not in ("node_sessions", "preemptions", "zones_used")}
@@ -443,6 +442,20 @@ def _already_complete(context: AssetExecutionContext, cfg: PipelineConfig, stage
         "checkpoint_uri": MetadataValue.text(redact(ckpt_uri)),
     })
     return MaterializeResult(metadata=meta)
+
+
+def lost_attempt_message(stage: str, attempt: int, max_retries: int, error: str, last_checkpoint_step: int) -> str:
+    """The failure text of a lost attempt: whether Dagster retries it, or it was the last one
+    (``attempt`` counts from 1; the step's RetryPolicy allows ``max_retries`` retries)."""
+    head = f"stage {stage} attempt {attempt} lost: {error}. "
+    if attempt <= max_retries:
+        return head + (f"Dagster retries it (attempt {attempt + 1} of {max_retries + 1}, RetryPolicy with "
+                       "backoff); the retry resumes from the latest checkpoint.")
+    return head + (f"This was the last attempt ({attempt} of {max_retries + 1}, RetryPolicy max_retries="
+                   f"{max_retries}): Dagster does not retry it and the stage failed. Re-execute the run "
+                   "from failure (UI: Re-execute > From failure) after the market or the error above "
+                   f"allows it; the re-execution resumes from the latest checkpoint (step {last_checkpoint_step} "
+                   "in this attempt's nodes).")
 
 
 def _stage_env(cfg: PipelineConfig, stage: StageConfig, fleet: FleetResource) -> dict[str, str]:

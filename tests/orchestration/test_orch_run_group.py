@@ -136,3 +136,16 @@ def test_a_re_execution_of_a_completed_stage_launches_nothing(tmp_path, monkeypa
     # nothing launched: no new attempt recorded, no node session billed
     data = ct.load(eng, "rg")
     assert list(data.attempts["run_id"]) == [root.run_id] and data.sessions.empty
+
+
+def test_the_last_lost_attempt_says_it_was_the_last_and_what_to_do():
+    """Until 2026-11-28 every lost attempt, the last included, said "Dagster retries it"."""
+    from assets.pipeline_assets import TRAIN_RETRY, lost_attempt_message
+
+    n = TRAIN_RETRY.max_retries
+    first = lost_attempt_message("pretrain", 1, n, "node group lost", 120)
+    assert "Dagster retries it (attempt 2 of 4" in first and "last attempt" not in first
+    last = lost_attempt_message("pretrain", n + 1, n, "node group lost", 350)
+    assert "Dagster retries it" not in last
+    assert f"This was the last attempt ({n + 1} of {n + 1}, RetryPolicy max_retries={n})" in last
+    assert "Re-execute the run from failure" in last and "resumes from the latest checkpoint (step 350" in last
