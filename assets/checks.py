@@ -110,7 +110,7 @@ def report_runs(context: AssetCheckExecutionContext, data) -> list[str]:
 
     op_ctx = context.op_execution_context
     recorded = set(data.run_ids)
-    mine = [r for r in run_group(op_ctx) if r in recorded]
+    mine = [r for r in run_group(op_ctx, data) if r in recorded]
     if mine:
         return mine
     latest = ct.latest_run(data)
@@ -222,9 +222,9 @@ def _checkpoint_check(pa: "PipelineAssets", stage: str):
     p = pa.prefix
 
     @check(pa.key(f"train_{stage}"), "latest_checkpoint_recent",
-           description=f"In the reported run, the latest checkpoint of {stage} is at most "
-                       f"{MAX_UNCHECKPOINTED_HOURS:g} market hour(s) of work behind the end of the "
-                       "stage's last node session.")
+           description=f"In the reported run, at most {MAX_UNCHECKPOINTED_HOURS:g} market hour(s) of "
+                       f"{stage}'s training went past its latest checkpoint (per node session, "
+                       "from the commit or the session's start to its end).")
     def latest_checkpoint_recent(context: AssetCheckExecutionContext, stats_db: StatsDB) -> AssetCheckResult | Skipped:
         from assets import cost_tables as ct
 
@@ -242,12 +242,11 @@ def _checkpoint_check(pa: "PipelineAssets", stage: str):
             return AssetCheckResult(passed=False, metadata={"run": label},
                                     description=f"no checkpoint recorded for {stage} in run {label}; is the "
                                                 "training script saving (checkpointing.session)?")
-        last_end = float(sessions["ended_at"].max()) if sessions["ended_at"].notna().any() else None
-        last_ckpt = float(ck["committed_at"].max())
-        behind_h = max(0.0, (last_end or last_ckpt) - last_ckpt) / 3600.0  # market seconds in the DB
+        # training after the latest checkpoint, per session (not the clock between runs)
+        step, behind_h = ct.work_after_checkpoint(sessions, ck)
         ok = behind_h <= MAX_UNCHECKPOINTED_HOURS
         return AssetCheckResult(passed=ok, metadata={
-            "run": label, "latest_checkpoint_step": int(ck["step"].max()), "hours_behind": round(behind_h, 3)},
+            "run": label, "latest_checkpoint_step": step, "hours_behind": round(behind_h, 3)},
             description=None if ok else f"{behind_h:.2f} market hours of work after the latest checkpoint; "
                                         "lower the interval")
 

@@ -35,32 +35,61 @@ class CostReportConfig(Config):
     last_day: str = Field("", description="period end, UTC day YYYY-MM-DD, inclusive (default: the run's last day)")
 
 
-def run_group(context: AssetExecutionContext) -> list[str]:
-    """This run, its root run and every run retried from that root (run-level retries); root first."""
+def instance_run_group(instance, run_id: str) -> list[str] | None:
+    """``run_id``'s run group in the Dagster instance: its root first, then every run with that
+    root (re-executions, run-level retries), oldest first; None when the instance lacks the run.
+
+    Members are found by ``DagsterRun.root_run_id`` AND by the ``dagster/root_run_id`` tag: the
+    UI's re-execution sets both, Dagster's Python path (``execute_job(...,
+    reexecution_options=...)``) only the field, so a tag query alone missed earlier
+    re-executions (and ``DagsterInstance.get_run_group`` queries the tag too)."""
+    import datetime as _dt
+
+    from dagster import RunsFilter
+
+    rec = instance.get_run_record_by_id(run_id)
+    if rec is None:
+        return None
+    root = rec.dagster_run.root_run_id or rec.dagster_run.run_id
+    root_rec = instance.get_run_record_by_id(root) if root != run_id else rec
+    # a member is created after its root: scan only those runs
+    since = (root_rec or rec).create_timestamp - _dt.timedelta(seconds=1)
+    created = {run_id: rec.create_timestamp}
+    for r in instance.get_run_records(filters=RunsFilter(created_after=since)):
+        if r.dagster_run.root_run_id == root:
+            created[r.dagster_run.run_id] = r.create_timestamp
+    for r in instance.get_run_records(filters=RunsFilter(tags={ROOT_TAG: root})):
+        created[r.dagster_run.run_id] = r.create_timestamp
+    created.pop(root, None)
+    return [root, *sorted(created, key=lambda r: (created[r], r))]
+
+
+def _merge(group: list[str], more: list[str]) -> list[str]:
+    return [*group, *(r for r in more if r not in group)]
+
+
+def run_group(context: AssetExecutionContext, data: ct.CostData | None = None) -> list[str]:
+    """This run, its root run and every run of that root (re-executions, run-level retries);
+    root first (see :func:`instance_run_group`); with ``data``, also the runs the statistics DB
+    recorded with that root."""
     run = context.run
     root = run.root_run_id or run.run_id
-    ids = {run.run_id, root}
     try:
-        from dagster import RunsFilter
-
-        ids |= {r.run_id for r in context.instance.get_runs(filters=RunsFilter(tags={ROOT_TAG: root}))}
+        group = instance_run_group(context.instance, run.run_id)
     except Exception:  # noqa: BLE001 - an instance without run storage: this run and its root
-        pass
-    return [root, *sorted(ids - {root})]  # the root first: it names the run's report folder
+        group = None
+    group = group or [root, *([run.run_id] if run.run_id != root else [])]
+    return _merge(group, ct.run_group(data, root)) if data is not None else group
 
 
 def _group_of(context: AssetExecutionContext, run_id: str, data: ct.CostData | None = None) -> list[str]:
     try:
-        rec = context.instance.get_run_by_id(run_id)
+        group = instance_run_group(context.instance, run_id)
     except Exception:  # noqa: BLE001
-        rec = None
-    if rec is None:  # not in this Dagster instance: the group the statistics DB recorded
+        group = None
+    if group is None:  # not in this Dagster instance: the group the statistics DB recorded
         return ct.run_group(data, run_id) if data is not None else [run_id]
-    root = rec.root_run_id or rec.run_id
-    from dagster import RunsFilter
-
-    ids = {run_id, root} | {r.run_id for r in context.instance.get_runs(filters=RunsFilter(tags={ROOT_TAG: root}))}
-    return [root, *sorted(ids - {root})]
+    return _merge(group, ct.run_group(data, group[0])) if data is not None else group
 
 
 def _day(text: str, field: str) -> dt.date | None:
@@ -82,7 +111,7 @@ def select_runs(context: AssetExecutionContext, data: ct.CostData, config: CostR
             raise Failure(description=f"cost_report config run_id: no recorded run {config.run_id!r}; "
                                       f"recorded runs: {[r[:8] for r in recorded[-10:]]}", allow_retries=False)
         return _group_of(context, hits[-1], data)
-    mine = [r for r in run_group(context) if r in set(recorded)]
+    mine = [r for r in run_group(context, data) if r in set(recorded)]
     if mine:
         return mine
     latest = ct.latest_run(data)
@@ -121,7 +150,7 @@ def materialize_cost_report(context: AssetExecutionContext, cfg, stats_db, fleet
     }
     if "focus_parquet" in rep.files:
         meta["focus_parquet"] = MetadataValue.path(str(rep.files["focus_parquet"]))
-    meta.update({k: _f(v, 1 if k.endswith("_pct") else 4) for k, v in tot.items()})
+    meta.update({k: _f(v, 1 if k.endswith("_pct") else 4) for k, v in tot.items() if v == v})  # NaN: no %
     if not rep.by_day.empty:
         meta["period_spend_usd"] = _f(rep.by_day["spend_usd"].sum(), 4)
     be = rep.break_even

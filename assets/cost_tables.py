@@ -39,6 +39,9 @@ from fleet.contract import mean_restart_seconds, measured_checkpoint_seconds, se
 CATEGORIES = ("useful", "checkpoint", "membership", "redo", "launch", "restart", "idle")
 TAXES = ("checkpoint", "membership", "redo", "launch", "restart", "idle")
 GROUP = ["pipeline", "stage", "zone", "day"]
+#: below this on-demand equivalent ($) a savings percentage means nothing (a run or row with
+#: ~$0.0001 of useful work read "-130751.6 %"): the tables leave it empty ("–", n/a)
+MIN_PCT_BASE_USD = 0.01
 MONEY = ["spend_usd", "on_demand_usd", "savings_usd"] + [f"{c}_usd" for c in CATEGORIES] + ["fallback_usd"]
 #: end reason of a node lost with its node group (the attempt failed and its nodes were
 #: cancelled); a node whose own process crashed ("failed") is a failure, not a preemption
@@ -169,9 +172,10 @@ def _first_launches(s: pd.DataFrame, root_of: Mapping[str, str] | None) -> pd.Se
     """
     roots = root_of or {}
     group = s["run_id"].map(lambda r: roots.get(r, r))
-    key = pd.DataFrame({"g": group, "stage": s["stage"], "t": s["launched_at"], "run": s["run_id"],
+    order = s["launch_order"] if "launch_order" in s else s["launched_at"]
+    key = pd.DataFrame({"g": group, "stage": s["stage"], "o": order, "t": s["launched_at"], "run": s["run_id"],
                         "att": s["attempt"]}, index=s.index)
-    earliest = key.sort_values("t", kind="stable").groupby(["g", "stage"]).head(1).set_index(["g", "stage"])
+    earliest = key.sort_values(["o", "t"], kind="stable").groupby(["g", "stage"]).head(1).set_index(["g", "stage"])
     pos = pd.MultiIndex.from_frame(key[["g", "stage"]])
     t0 = pd.Series(earliest["t"].reindex(pos).to_numpy(), index=s.index)
     run0 = pd.Series(earliest["run"].reindex(pos).to_numpy(), index=s.index)
@@ -194,7 +198,8 @@ def prepare(attempts: pd.DataFrame, sessions: pd.DataFrame, lines: pd.DataFrame,
     root_of = {**stored_roots(a), **(root_of or {})}
     ln = lines.copy()
     if s.empty:
-        for col in ("run_id", "billed_hours", "cost_usd", "lost", "preempted_or_lost", "first_launch"):
+        for col in ("run_id", "billed_hours", "cost_usd", "lost", "preempted_or_lost", "launch_order",
+                    "first_launch"):
             s[col] = pd.Series(dtype=object)
     else:
         run_of_attempt = dict(zip(a["id"], a["run_id"], strict=True)) if not a.empty else {}
@@ -209,6 +214,11 @@ def prepare(attempts: pd.DataFrame, sessions: pd.DataFrame, lines: pd.DataFrame,
         failed_attempt = s["attempt_id"].map(status_of_attempt).eq("failed")
         s["lost"] = s["end_reason"].isin(LOST_REASONS) & failed_attempt
         s["preempted_or_lost"] = s["end_reason"].eq("preempted") | s["lost"]
+        # launch order across a run group: each run dates its sessions on its own market clock
+        # (anchored at its start), so a re-execution's sessions may be dated before the root's
+        # last ones; its attempts' start (recorded on the wall clock) orders the runs
+        started_of_attempt = dict(zip(a["id"], a["started_at"], strict=True)) if not a.empty else {}
+        s["launch_order"] = s["attempt_id"].map(started_of_attempt).fillna(s["launched_at"])
         s["first_launch"] = _first_launches(s, root_of)
     if not ln.empty:
         ln["day"] = pd.to_datetime(ln["day"]).dt.date.astype(str)
@@ -303,7 +313,7 @@ def cost_table(lines: pd.DataFrame, sessions: pd.DataFrame | None = None) -> pd.
     out["spend_usd"] = df.groupby(GROUP)["dollars"].sum()
     out["on_demand_usd"] = df.groupby(GROUP)["on_demand_dollars"].sum()
     out["savings_usd"] = out["on_demand_usd"] - out["spend_usd"]
-    out["savings_pct"] = (100.0 * out["savings_usd"] / out["on_demand_usd"]).where(out["on_demand_usd"] > 0)
+    out["savings_pct"] = savings_pct(out["savings_usd"], out["on_demand_usd"])
     out["fallback_usd"] = 0.0
     if sessions is not None and not sessions.empty and "billed_hours" in sessions:
         prem = _fallback_by_session(sessions)
@@ -317,6 +327,14 @@ def cost_table(lines: pd.DataFrame, sessions: pd.DataFrame | None = None) -> pd.
     return out.reset_index()[cols]
 
 
+def savings_pct(savings_usd, on_demand_usd):
+    """100 x savings / on-demand equivalent; NaN (shown "–") when the on-demand equivalent is
+    below :data:`MIN_PCT_BASE_USD` (scalars or Series)."""
+    if isinstance(on_demand_usd, pd.Series):
+        return (100.0 * savings_usd / on_demand_usd).where(on_demand_usd >= MIN_PCT_BASE_USD)
+    return 100.0 * savings_usd / on_demand_usd if on_demand_usd >= MIN_PCT_BASE_USD else math.nan
+
+
 def subtotals(table: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
     """Money columns summed per ``by`` (e.g. ``"stage"``, ``"zone"``), with savings %."""
     keys = [by] if isinstance(by, str) else list(by)
@@ -324,7 +342,7 @@ def subtotals(table: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
     if table.empty:
         return pd.DataFrame(columns=keys + cols + ["savings_pct"])
     out = table.groupby(keys, sort=False)[cols].sum().reset_index()
-    out["savings_pct"] = (100.0 * out["savings_usd"] / out["on_demand_usd"]).where(out["on_demand_usd"] > 0)
+    out["savings_pct"] = savings_pct(out["savings_usd"], out["on_demand_usd"])
     return out
 
 
@@ -332,7 +350,7 @@ def totals(table: pd.DataFrame) -> dict[str, float]:
     """Whole-table totals (the floats Dagster plots over time)."""
     out = {k: float(table[k].sum()) if (not table.empty and k in table) else 0.0 for k in MONEY}
     out["taxes_usd"] = sum(out[f"{c}_usd"] for c in TAXES)
-    out["savings_pct"] = 100.0 * out["savings_usd"] / out["on_demand_usd"] if out["on_demand_usd"] > 0 else 0.0
+    out["savings_pct"] = float(savings_pct(out["savings_usd"], out["on_demand_usd"]))
     return out
 
 
@@ -359,7 +377,7 @@ def stage_history(data: CostData, stage: str) -> StageHistory:
     """Attempts, sessions, preemptions (incl. lost node groups) and cost of one stage."""
     a = data.attempts[data.attempts["stage"] == stage] if not data.attempts.empty else data.attempts
     s = data.sessions[data.sessions["stage"] == stage] if not data.sessions.empty else data.sessions
-    s = s.sort_values("launched_at") if not s.empty else s
+    s = s.sort_values(["launch_order", "launched_at"]) if not s.empty else s
     final = a["final_step"].dropna() if not a.empty else pd.Series(dtype=float)
     return StageHistory(
         stage=stage, attempts=len(a), lost_attempts=int((a["status"] == "failed").sum()) if not a.empty else 0,
@@ -545,9 +563,16 @@ class BudgetStatus:
 
 def budget_status(data: CostData, budget_usd: float, period: str, run_ids: Iterable[str] | None = None,
                   day: dt.date | None = None) -> BudgetStatus:
-    """Spend in the budget period: ``period="run"`` (the given runs) or ``"day"`` (one UTC day)."""
+    """Spend in the budget period: ``period="run"`` (the given runs) or ``"day"`` (one UTC day).
+
+    The day, unless given: the last UTC day the given runs billed on (the day the cost report of
+    those runs judges by default), else today (nothing billed yet: the day a launch bills on).
+    Before 2026-11-28 it was always today's wall-clock day, so the ``within_budget`` check and
+    the report could judge different days for the same run."""
     if period == "day":
-        d = day or dt.datetime.now(dt.UTC).date()
+        billed = for_runs(data, list(run_ids or [])).lines
+        d = day or (dt.date.fromisoformat(max(billed["day"])) if not billed.empty
+                    else dt.datetime.now(dt.UTC).date())
         part = for_days(data, d, d)
         return BudgetStatus(f"day {d.isoformat()}", float(part.lines["dollars"].sum()) if not part.lines.empty
                             else 0.0, budget_usd)
@@ -555,6 +580,40 @@ def budget_status(data: CostData, budget_usd: float, period: str, run_ids: Itera
     part = for_runs(data, ids)
     label = f"run {ids[0][:8]}" if ids else "run (none)"
     return BudgetStatus(label, float(part.lines["dollars"].sum()) if not part.lines.empty else 0.0, budget_usd)
+
+
+def completed_attempt(data: CostData, stage: str, run_ids: Iterable[str]) -> dict[str, object] | None:
+    """The latest recorded attempt of ``stage`` in these runs (a run group) when it completed,
+    else None (never ran, or its latest attempt failed)."""
+    a = data.attempts
+    if a.empty:
+        return None
+    a = a[(a["stage"] == stage) & a["run_id"].isin(list(run_ids))]
+    if a.empty:
+        return None
+    last = a.sort_values("started_at", kind="stable").iloc[-1]
+    return last.to_dict() if last["status"] == "completed" else None
+
+
+def work_after_checkpoint(sessions: pd.DataFrame, checkpoints: pd.DataFrame) -> tuple[int, float]:
+    """(latest checkpoint step K, market hours of training done after K) for one stage's
+    sessions and checkpoints (one run group).
+
+    Only sessions that trained past K count, each on its own clock: from K's commit when that
+    session committed K, else from its start (it resumed from K or earlier). A session that
+    stopped at K (a re-execution that resumed at the final step and did nothing) adds no
+    hours, however much later it ran: the clock gap between runs is not work."""
+    ck = checkpoints.sort_values(["step", "committed_at"]).iloc[-1]
+    k = int(ck["step"])
+    behind = 0.0
+    for s in sessions.itertuples(index=False):
+        if pd.isna(s.last_step) or int(s.last_step) <= k or pd.isna(s.ended_at):
+            continue
+        same = (str(s.run_id), int(s.attempt), str(s.node_id)) == (str(ck["run_id"]), int(ck["attempt"]),
+                                                                  str(ck["node_id"]))
+        start = float(ck["committed_at"]) if same else float(s.launched_at if pd.isna(s.ready_at) else s.ready_at)
+        behind = max(behind, float(s.ended_at) - start)
+    return k, behind / 3600.0
 
 
 # -- elastic multi-node stages: node-hours per node, the tax of each shrink / grow ---------

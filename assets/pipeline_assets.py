@@ -334,23 +334,31 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         spec = plan.apply(spec)
     zones, use_spot = list(spec.zones), spec.use_spot
     eng = stats_db.engine()
+    from assets import cost_tables as ct
     from assets.cost_assets import check_budget_before_launch, run_group, stage_metadata
 
-    runs = run_group(context)
+    data = ct.load(eng, cfg.name)
+    runs = run_group(context, data)  # root first, then its re-executions / retries
+    done = ct.completed_attempt(data, stage.name, runs)
+    if done is not None:  # a re-execution of a group that already finished this stage: no node, no bill
+        return _already_complete(context, cfg, stage, eng, runs, done, attempt, ckpt_uri)
     budget_left = check_budget_before_launch(context, cfg, stage.name, eng,
                                              plan.expected_cost if plan is not None else None, runs)
     if budget_left is not None:  # enforce_budget: the provider does not relaunch past it
         spec = replace(spec, budget_left_usd=budget_left)
-    before = latest_checkpoint_step(eng, cfg.name, stage.name, run_id=context.run.run_id)
+    # the run GROUP's latest checkpoint: what the node resumes from (checkpoints live under the root)
+    before = max((s for s in (latest_checkpoint_step(eng, cfg.name, stage.name, run_id=r) for r in runs)
+                  if s is not None), default=None)
     context.log.info(f"{stage.name}: attempt {attempt} (run {context.run.run_id[:8]}, root {root_run[:8]}), "
                      f"zones {zones}, {'spot' if use_spot else 'on-demand'}, checkpoints {redact(ckpt_uri)}; "
-                     f"latest recorded checkpoint step {before}")
+                     f"latest recorded checkpoint step {before}"
+                     + (f" (run group of {len(runs)} runs)" if len(runs) > 1 else ""))
     extras = {
         "spec": spec_to_dict(spec), "attempt": attempt, "provider": cfg.provider,
         "provider_options": {"market": cfg.market.model_dump(), "workdir": str(workdir),
                              "market_cache_dir": str(fleet.market_cache_dir()),
                              "on_demand_fallback": cfg.on_demand_fallback,
-                             "market_clock_start_unix": _run_start(context, root_run)},
+                             "market_clock_start_unix": market_clock_start(context)},
         "inject_preemptions_at_steps": cfg.market.inject_preemptions_at_steps.get(stage.name, []),
         "lose_attempt_at_step": cfg.market.lose_attempt_at_step.get(stage.name),
     }
@@ -389,12 +397,11 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
                       metadata={"budget_usd": cfg.budget_usd, "budget_left_at_attempt_start_usd":
                                 round(float(spec.budget_left_usd or 0.0), 4), "sessions": len(sessions)})
     if not completed:
+        last_ckpt = max((s.last_checkpoint_step or 0 for s in sessions), default=0)
         raise Failure(
-            description=f"stage {stage.name} attempt {attempt} lost: {redact(result.get('error'))}. "
-                        "Dagster retries it (RetryPolicy with backoff); the retry resumes from the "
-                        "latest checkpoint.",
-            metadata={"sessions": len(sessions), "preemptions": preempted,
-                      "last_checkpoint_step": max((s.last_checkpoint_step or 0 for s in sessions), default=0)})
+            description=lost_attempt_message(stage.name, attempt, train_retry_policy(cfg).max_retries,
+                                             redact(result.get("error")), last_ckpt),
+            metadata={"sessions": len(sessions), "preemptions": preempted, "last_checkpoint_step": last_ckpt})
     pipes_md = invocation.get_materialize_result().metadata or {}
     resumed = [s.first_step for s in sessions if s.first_step]
     meta = {k: v for k, v in dict(pipes_md).items() if k not in ("node_sessions", "preemptions", "zones_used")}
@@ -414,6 +421,43 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     return MaterializeResult(metadata=meta)
 
 
+def _already_complete(context: AssetExecutionContext, cfg: PipelineConfig, stage: StageConfig, eng,
+                      runs: list[str], done: dict, attempt: int, ckpt_uri: str) -> MaterializeResult:
+    """The stage's materialization when its run group already completed it: nothing launched."""
+    from assets.cost_assets import stage_metadata
+
+    step = int(done["final_step"]) if pd.notna(done.get("final_step")) else None
+    where = f"run {str(done['run_id'])[:8]} attempt {int(done['attempt'])}, final step {step}"
+    context.log.info(f"{stage.name}: already complete in this run group ({where}); no node was launched "
+                     "and nothing was billed. To train it again, launch a new run (a re-execution "
+                     "continues its root's training)")
+    meta = stage_metadata(eng, cfg.name, stage.name, runs)
+    meta.update({
+        "already_complete": MetadataValue.bool(True),
+        "completed_in": MetadataValue.text(where),
+        "attempt": MetadataValue.int(attempt),
+        "final_step": MetadataValue.int(step or 0),
+        "this_attempt_sessions": MetadataValue.int(0),
+        "this_attempt_cost_usd": MetadataValue.float(0.0),
+        "checkpoint_uri": MetadataValue.text(redact(ckpt_uri)),
+    })
+    return MaterializeResult(metadata=meta)
+
+
+def lost_attempt_message(stage: str, attempt: int, max_retries: int, error: str, last_checkpoint_step: int) -> str:
+    """The failure text of a lost attempt: whether Dagster retries it, or it was the last one
+    (``attempt`` counts from 1; the step's RetryPolicy allows ``max_retries`` retries)."""
+    head = f"stage {stage} attempt {attempt} lost: {error}. "
+    if attempt <= max_retries:
+        return head + (f"Dagster retries it (attempt {attempt + 1} of {max_retries + 1}, RetryPolicy with "
+                       "backoff); the retry resumes from the latest checkpoint.")
+    return head + (f"This was the last attempt ({attempt} of {max_retries + 1}, RetryPolicy max_retries="
+                   f"{max_retries}): Dagster does not retry it and the stage failed. Re-execute the run "
+                   "from failure (UI: Re-execute > From failure) after the market or the error above "
+                   f"allows it; the re-execution resumes from the latest checkpoint (step {last_checkpoint_step} "
+                   "in this attempt's nodes).")
+
+
 def _stage_env(cfg: PipelineConfig, stage: StageConfig, fleet: FleetResource) -> dict[str, str]:
     """Environment of the training process: the stage's own plus where its data is."""
     env = dict(stage.env)
@@ -425,9 +469,14 @@ def _stage_env(cfg: PipelineConfig, stage: StageConfig, fleet: FleetResource) ->
     return env
 
 
-def _run_start(context: AssetExecutionContext, root_run: str) -> float:
-    """Unix time the (root) run started: the market clock of the local fleet starts there."""
-    rec = context.instance.get_run_record_by_id(root_run)
+def market_clock_start(context: AssetExecutionContext) -> float:
+    """Unix time THIS run started: the local fleet's market clock is anchored there.
+
+    Each run of a group (a re-execution, a run-level retry) has its own anchor: anchored at
+    the root's start, a re-execution X wall minutes later ran X x (3600 /
+    wall_seconds_per_market_hour) market minutes later (a day ahead after 12 wall minutes at
+    30 s per market hour), so its charges were dated on a later UTC day than it ran."""
+    rec = context.instance.get_run_record_by_id(context.run.run_id)
     start = getattr(rec, "start_time", None) if rec is not None else None
     return float(start) if start else time.time()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from assets.cost_tables import CATEGORIES, BreakEven, BudgetStatus
+from assets.cost_tables import CATEGORIES, MIN_PCT_BASE_USD, BreakEven, BudgetStatus
 
 HEADERS = {
     "run_id": "Run", "started_utc": "Started (UTC)", "stage": "Stage", "zone": "Zone", "day": "Day (UTC)",
@@ -84,7 +84,7 @@ def md_table(df: pd.DataFrame, cols: list[str] | None = None, total: bool = Fals
                 cells.append(f"**{_fmt(float(df[c].sum()), c)}**")
             elif c in ("sessions", "preemptions", "attempts", "lost_attempts", "runs"):
                 cells.append(f"**{_fmt(int(df[c].sum()), c)}**")
-            elif c == "savings_pct" and "on_demand_usd" in df and df["on_demand_usd"].sum() > 0:
+            elif c == "savings_pct" and "on_demand_usd" in df and df["on_demand_usd"].sum() >= MIN_PCT_BASE_USD:
                 cells.append(f"**{100.0 * df['savings_usd'].sum() / df['on_demand_usd'].sum():.1f}**")
             else:
                 cells.append("")
@@ -198,6 +198,9 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
     saved = tot["savings_usd"]
     if tot["on_demand_usd"] <= 0:
         verdict = "no useful work was done, so nothing to compare with"
+    elif tot["on_demand_usd"] < MIN_PCT_BASE_USD:
+        verdict = (f"too little useful work for a meaningful comparison (difference ${-saved:,.4f}; "
+                   "no percentage)")
     elif saved >= 0:
         verdict = f"savings **${saved:,.2f} ({tot['savings_pct']:.1f} %)**"
     else:
@@ -294,7 +297,8 @@ def plot_figure(by_stage_cat: pd.DataFrame, tot: dict[str, float], title: str,
     ax.set_xticks(x, list(by_stage.index))
     ax.set_ylabel("$")
     pct = tot["savings_pct"]
-    verdict = f"{pct:.0f}% saved" if pct >= 0 else f"{-pct:.0f}% MORE than on-demand"
+    verdict = ("no percentage: too little useful work" if math.isnan(pct) else f"{pct:.0f}% saved" if pct >= 0
+               else f"{-pct:.0f}% MORE than on-demand")
     ax.set_title(f"{title}\nspot \\${tot['spend_usd']:.2f} vs on-demand \\${tot['on_demand_usd']:.2f} "
                  f"for the same useful work ({verdict})", fontsize=9)
     top = max([*bottom, *od], default=1.0)

@@ -133,8 +133,8 @@ class PipelineConfig(_Strict):
     name: str
     description: str = ""
     provider: Literal["local", "skypilot"] = "local"
-    deadline_hours: float = Field(24.0, gt=0)
-    budget_usd: float = Field(1000.0, gt=0)
+    deadline_hours: float = Field(24.0, gt=0, allow_inf_nan=False)
+    budget_usd: float = Field(1000.0, gt=0, allow_inf_nan=False)
     budget_period: Literal["run", "day"] = Field(
         "run", description="what budget_usd caps: one run (with its retries) or one UTC day (all runs)")
     enforce_budget: bool = Field(
@@ -153,6 +153,18 @@ class PipelineConfig(_Strict):
     def _name(cls, v: str) -> str:
         return _check_name(v, "pipeline name")
 
+    @field_validator("schedule_cron")
+    @classmethod
+    def _cron(cls, v: str | None) -> str | None:
+        # the test ScheduleDefinition applies (it raised DagsterInvalidDefinitionError at load)
+        from dagster._utils.schedules import is_valid_cron_schedule
+
+        if v is not None and not is_valid_cron_schedule(v):
+            raise ValueError("not a cron expression; give five fields 'minute hour day-of-month month "
+                             "day-of-week' (e.g. \"0 * * * *\" for every hour) or @hourly / @daily, "
+                             "or null for no schedule")
+        return v
+
     @model_validator(mode="after")
     def _graph(self) -> PipelineConfig:
         if not self.stages:
@@ -164,14 +176,41 @@ class PipelineConfig(_Strict):
         seen: set[str] = set()
         for s in self.stages:
             for dep in self.stage_deps(s):
+                if dep == s.name:
+                    raise ValueError(f"stage {s.name!r} is after itself; a stage cannot wait for itself: "
+                                     f"remove {dep!r} from its 'after' list")
                 if dep not in names:
                     raise ValueError(f"stage {s.name!r} is after unknown stage {dep!r}; known: {names}")
                 if dep not in seen:
+                    cycle = self._path(dep, s.name)
+                    if cycle:
+                        ring = " -> ".join(repr(n) for n in [s.name, *cycle])
+                        raise ValueError(
+                            f"stages form a cycle: {ring} (each is after the next); no order can run "
+                            "them; remove one of these 'after' entries")
                     raise ValueError(
                         f"stage {s.name!r} is after {dep!r}, which is listed later; list "
-                        "stages in dependency order")
+                        f"stages in dependency order (move {dep!r} before {s.name!r})")
             seen.add(s.name)
         return self
+
+    def _path(self, start: str, goal: str) -> list[str] | None:
+        """Stage names from ``start`` to ``goal`` following explicit 'after' lists, or None (the
+        default edge, "after the previous stage", follows the order: reordering breaks it)."""
+        by_name = {s.name: s for s in self.stages}
+        todo, came = [start], {start: None}
+        while todo:
+            cur = todo.pop()
+            if cur == goal:
+                path = [cur]
+                while came[path[-1]] is not None:
+                    path.append(came[path[-1]])
+                return path[::-1]
+            for nxt in (by_name[cur].after or []) if cur in by_name else []:  # explicit edges only
+                if nxt not in came:
+                    came[nxt] = cur
+                    todo.append(nxt)
+        return None
 
     def stage_deps(self, stage: StageConfig) -> list[str]:
         """Names of the stages ``stage`` waits for."""
@@ -200,6 +239,15 @@ class PipelinesFile(_Strict):
         return self
 
 
+def _got(err) -> str:
+    """`` (got <value>)`` for a field's value; nothing for a missing field or a whole pipeline /
+    stage mapping (a model-level error: the path names it), long values cut."""
+    if err["type"] == "missing" or isinstance(err.get("input"), dict):
+        return ""
+    text = repr(err.get("input"))
+    return f" (got {text if len(text) <= 120 else text[:117] + '...'})"
+
+
 def _format_errors(source: str, exc: ValidationError) -> str:
     lines = [f"{source}: invalid pipeline configuration ({exc.error_count()} problem(s)):"]
     for err in exc.errors():
@@ -210,8 +258,7 @@ def _format_errors(source: str, exc: ValidationError) -> str:
             msg = "unknown field; remove it or check the spelling against docs/dagster.md"
         elif err["type"] == "missing":
             msg = "required field is missing; add it"
-        lines.append(f"  - {loc}: {msg} (got {err.get('input')!r})" if err["type"] != "missing"
-                     else f"  - {loc}: {msg}")
+        lines.append(f"  - {loc}: {msg}{_got(err)}")
     return "\n".join(lines)
 
 

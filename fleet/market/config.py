@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
 from fleet.market.prices import PriceBook
 from fleet.market.traces import Trace
@@ -51,11 +51,11 @@ class MarketConfig(BaseModel):
     cloud: Literal["aws", "gcp", "azure", "signal"] = Field(
         "signal", description="notice protocol the local fleet emulates")
     grace_seconds: float | None = Field(None, gt=0, description="notice window, wall seconds")
-    inject_preemptions_at_steps: dict[str, list[int]] = Field(
+    inject_preemptions_at_steps: dict[str, list[NonNegativeInt]] = Field(
         default_factory=dict,
         description="fault injection: stage -> training steps at which the node running it "
                     "gets a preemption notice (on top of the market's own preemptions)")
-    lose_attempt_at_step: dict[str, int] = Field(
+    lose_attempt_at_step: dict[str, NonNegativeInt] = Field(
         default_factory=dict,
         description="fault injection: stage -> step at which the FIRST attempt loses its "
                     "whole node group (Dagster then retries it)")

@@ -86,7 +86,8 @@ def run_cost_report(args) -> int:
     saved = t["savings_usd"]
     print(f"{cfg.name}, {rep.run_label}: spend ${t['spend_usd']:.2f} vs ${t['on_demand_usd']:.2f} on-demand for "
           f"the same useful work ({'savings' if saved >= 0 else 'extra cost'} ${abs(saved):.2f}, "
-          f"{abs(t['savings_pct']):.1f} %); taxes ${t['taxes_usd']:.2f}")
+          + ("no percentage: too little useful work" if t["savings_pct"] != t["savings_pct"]
+             else f"{abs(t['savings_pct']):.1f} %") + f"); taxes ${t['taxes_usd']:.2f}")
     if rep.period is not None and not rep.by_day.empty:
         print(f"period {rep.period[0]} .. {rep.period[1]}: {int(rep.by_day['runs'].max())} run(s) on the busiest "
               f"day, spend ${rep.by_day['spend_usd'].sum():.2f}")

@@ -120,7 +120,7 @@ def run_main(args) -> int:
           f"{t_run:.0f} s ({total:.0f} s with setup)")
     print_report_paths(cfg, var, result.run_id)
     print(f"  statistics DB: {stats_db.resolved_url()}")
-    print(f"  UI:          {ui_command(home, var, args.pipelines)}")
+    print(f"  UI:          {ui_command(home, var, args.pipelines, stats_db.resolved_url())}")
     if not result.success:
         config_errors = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"
                          and "configuration error" in str(getattr(e.event_specific_data.error, "message", ""))]
@@ -185,11 +185,15 @@ def exit_fast(code: int) -> None:
     os._exit(code)
 
 
-def ui_command(home: Path, var: Path, pipelines: str | None = None) -> str:
+def ui_command(home: Path, var: Path, pipelines: str | None = None, db_url: str | None = None) -> str:
     """The shell line that opens this state in the Dagster UI (works in a fresh shell).
 
     ``dagster`` is not on PATH unless the venv is activated, so the command names the
     ``dagster`` next to this interpreter (``.venv/bin/dagster`` from the checkout).
+    ``db_url``: the statistics DB this run wrote; named as ``SPOTFLEET_DB_URL`` unless it is
+    the default ``<var>/spotfleet.db`` (without it the UI opened an empty SQLite there, and a
+    report run from the UI overwrote the reports with empty ones). A password in it is
+    shown redacted: the line then says to put it back.
     """
     import shlex
 
@@ -203,4 +207,12 @@ def ui_command(home: Path, var: Path, pipelines: str | None = None) -> str:
         env.append(f"SPOTFLEET_VAR_DIR={shlex.quote(str(var))}")
     if pipelines:
         env.append(f"SPOTFLEET_PIPELINES={shlex.quote(str(Path(pipelines).resolve()))}")
-    return f"{' '.join(env)} {shlex.quote(shown)} dev -m pipelines.definitions"
+    note = ""
+    if db_url and db_url != f"sqlite:///{var / 'spotfleet.db'}":
+        from sqlalchemy.engine import make_url
+
+        shown_url = make_url(db_url).render_as_string(hide_password=True)  # the user stays
+        env.append(f"SPOTFLEET_DB_URL={shlex.quote(shown_url)}")
+        if shown_url != db_url:
+            note = "   (put the DB password back into SPOTFLEET_DB_URL)"
+    return f"{' '.join(env)} {shlex.quote(shown)} dev -m pipelines.definitions{note}"

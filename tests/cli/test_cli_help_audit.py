@@ -107,6 +107,13 @@ def test_the_ui_hint_names_a_dagster_that_exists(tmp_path, monkeypatch):
     env = dict(w.split("=", 1) for w in words if "=" in w)
     assert env == {"DAGSTER_HOME": str(home), "SPOTFLEET_VAR_DIR": str(var),
                    "SPOTFLEET_PIPELINES": str(tmp_path / "p.yaml")}
+    # the statistics DB the run wrote: named unless it is the default under the state folder
+    assert "SPOTFLEET_DB_URL" not in ui_command(home, var, None, f"sqlite:///{var / 'spotfleet.db'}")
+    pg = "postgresql+psycopg://postgres@127.0.0.1:5432/team"
+    words = shlex.split(ui_command(home, var, None, pg))
+    assert dict(w.split("=", 1) for w in words if "=" in w)["SPOTFLEET_DB_URL"] == pg
+    secret = ui_command(home, var, None, "postgresql+psycopg://u:hunter2@db:5432/team")
+    assert "hunter2" not in secret and "put the DB password back into SPOTFLEET_DB_URL" in secret
 
 
 def _trace_folder_parsers():

@@ -56,6 +56,20 @@ def test_several_pipelines_in_one_file_and_across_files(tmp_path, monkeypatch):
     ({"stages": [{"name": "a", "script": "x.py", "after": ["b"]}, {"name": "b", "script": "x.py"}]},
      "pipelines[0]", "dependency order"),
     ({"market": {"kind": "traces"}}, "pipelines[0].market", "trace_dir"),
+    # until 2026-11-28: "'finetune' is after 'finetune', which is listed later"
+    ({"stages": [{"name": "pretrain", "script": "x.py"}, {"name": "finetune", "script": "x.py",
+                                                          "after": ["finetune"]}]},
+     "pipelines[0]", "stage 'finetune' is after itself; a stage cannot wait for itself"),
+    ({"stages": [{"name": "a", "script": "x.py", "after": ["b"]}, {"name": "b", "script": "x.py", "after": ["a"]}]},
+     "pipelines[0]", "stages form a cycle: 'a' -> 'b' -> 'a' (each is after the next)"),
+    # until 2026-11-28 accepted by the loader; build_definitions raised DagsterInvalidDefinitionError
+    ({"schedule_cron": "every hour"}, "pipelines[0].schedule_cron", "not a cron expression"),
+    ({"deadline_hours": float("inf")}, "pipelines[0].deadline_hours", "finite number"),
+    ({"budget_usd": float("inf")}, "pipelines[0].budget_usd", "finite number"),
+    ({"market": {"lose_attempt_at_step": {"pretrain": -5}}},
+     "pipelines[0].market.lose_attempt_at_step.pretrain", "greater than or equal to 0"),
+    ({"market": {"inject_preemptions_at_steps": {"pretrain": [10, -1]}}},
+     "pipelines[0].market.inject_preemptions_at_steps.pretrain[1]", "greater than or equal to 0"),
 ])
 def test_bad_input_names_the_field_and_the_fix(patch, field, hint):
     with pytest.raises(PipelineConfigError) as err:
@@ -64,6 +78,32 @@ def test_bad_input_names_the_field_and_the_fix(patch, field, hint):
     assert msg.startswith("team.yaml: invalid pipeline configuration")
     assert f"  - {field}" in msg
     assert hint in msg
+
+
+def test_a_pipeline_level_error_does_not_repeat_the_whole_pipeline():
+    """A model-level problem's path names the pipeline; the message used to end with
+    "(got {...the entire pipeline dict...})" (~1.6 KB for the example)."""
+    with pytest.raises(PipelineConfigError) as err:
+        parse_pipelines({"pipelines": [_base(stages=[{"name": "a", "script": "x.py", "after": ["zzz"]}])]}, "t.yaml")
+    [line] = [x for x in str(err.value).splitlines() if x.startswith("  - ")]
+    assert line.startswith("  - pipelines[0]: stage 'a' is after unknown stage 'zzz'") and "(got {" not in line
+    with pytest.raises(PipelineConfigError) as err:
+        parse_pipelines({"pipelines": [_base(description=["x" * 500])]}, "t.yaml")
+    assert len(str(err.value).splitlines()[1]) < 250 and "...)" in str(err.value)
+
+
+def test_a_bad_cron_is_a_config_error_not_a_definition_traceback(tmp_path):
+    from pipelines.definitions import build_definitions
+
+    bad = tmp_path / "p.yaml"
+    bad.write_text(yaml.safe_dump({"pipelines": [_base(schedule_cron="every hour")]}))
+    with pytest.raises(PipelineConfigError) as err:
+        build_definitions(load_pipelines(bad), include_gfs=False)
+    assert "pipelines[0].schedule_cron: not a cron expression" in str(err.value)
+    assert "(got 'every hour')" in str(err.value)
+    for ok in ("0 * * * *", "@daily", None):
+        [cfg] = parse_pipelines({"pipelines": [_base(schedule_cron=ok)]}, "t.yaml", semantic=False)
+        assert cfg.schedule_cron == ok
 
 
 def test_missing_file_and_broken_yaml_say_what_to_do(tmp_path):

@@ -160,6 +160,31 @@ def test_a_retried_or_re_executed_stage_has_one_first_launch(tmp_path):
     assert rep.totals["restart_usd"] > 0
 
 
+def test_a_re_execution_dated_on_its_own_clock_keeps_the_root_s_first_launch(tmp_path):
+    """Each run's market clock starts at its own start, so a re-execution's node may be dated
+    before the root's last one (the root ran ahead in compressed time). The first launch is
+    still the root's: runs are ordered by their attempts' start (wall clock)."""
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    r1 = _node("r-n0", "pretrain", 1, T0 + 600, 0, 30, 20, "preempted")
+    _record(eng, "root-run", "pretrain", 1, [r1], "failed")
+    x1 = _node("x-n0", "pretrain", 1, T0 + 300, 20, 100, 100, "completed")  # dated earlier
+    sessions = [CLOCK.session(x1[0])]
+    record_attempt(eng, run_id="reexec-run", root_run_id="root-run", pipeline="demo", stage="pretrain",
+                   attempt=1, provider="local", status="completed", sessions=sessions,
+                   events=[CLOCK.event(e) for e in x1[1]], started_at=CLOCK.at(T0 + 600) + 10_000,
+                   ended_at=CLOCK.at(x1[2]) + 10_000, start_step=20, final_step=100, total_steps=100,
+                   on_demand_price=lambda s: 3.06)
+    data = ct.load(eng, "demo")
+    assert data.sessions.set_index("node_id").loc["x-n0", "launched_at"] < data.sessions.set_index(
+        "node_id").loc["r-n0", "launched_at"]
+    first = data.sessions[data.sessions["first_launch"].astype(bool)]
+    assert list(first["node_id"]) == ["r-n0"]
+    assert ct.stage_history(data, "pretrain").zones == "us-east-1f -> us-east-1f"
+    assert list(ct.for_runs(data, ["root-run", "reexec-run"]).sessions.sort_values(
+        ["launch_order", "launched_at"])["node_id"]) == ["r-n0", "x-n0"]
+
+
 def test_the_cli_report_of_a_re_execution_covers_its_root_group(tmp_path, capsys):
     """The DB stores each attempt's root run (migration 0004): `spotfleet cost-report --run
     <re-execution>` reports the whole run group, root first, with ONE first launch, the same
@@ -236,6 +261,48 @@ def test_the_checks_of_a_re_execution_evaluate_its_run_group(tmp_path):
         float(ct.for_runs(data, ["reexec-run"]).sessions["cost_usd"].sum()), 6)  # not the re-execution alone
 
 
+def test_latest_checkpoint_recent_measures_training_after_the_checkpoint_not_the_clock(tmp_path):
+    """A re-execution that resumed at the final step and trained nothing, two market days after
+    its root: no work is behind the checkpoint (before: session end minus the checkpoint's
+    commit, 48 h across the gap, failed). Training past the checkpoint still counts."""
+    from dagster import DagsterInstance
+
+    from pipelines.commands.main_report import check_outcomes
+    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
+    from pipelines.definitions import build_definitions, checks_job_name
+    from pipelines.resources import FleetResource, StatsDB
+
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    r1 = _node("r-n0", "pretrain", 1, T0, 0, 100, 100, "completed")
+    _record(eng, "root-run", "pretrain", 1, [r1], "completed")
+    later = T0 + 2 * 86400 / SCALE  # wall seconds: two market days later
+    x1 = _node("x-n0", "pretrain", 1, later, 100, 100, 100, "completed")
+    _record(eng, "reexec-run", "pretrain", 1, [x1], "completed", root="root-run")
+    stats = StatsDB(url=str(eng.url), var_dir=str(tmp_path))
+    defs = build_definitions(load_pipelines(EXAMPLE_PIPELINES), include_gfs=False,
+                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(tmp_path))})
+    with DagsterInstance.ephemeral() as instance:
+        res = defs.resolve_job_def(checks_job_name("demo")).execute_in_process(instance=instance)
+        outcomes = {(c.asset_key.path[-1], c.check_name): c for c in check_outcomes(instance, res)}
+    rec = outcomes[("train_pretrain", "latest_checkpoint_recent")]
+    assert rec.metadata["run"].value == "root-run, reexec-r"
+    assert rec.passed is True and rec.metadata["hours_behind"].value == 0.0
+    assert rec.metadata["latest_checkpoint_step"].value == 100
+
+    # a node that trained 19 steps of 2 wall s (x 120: ~1.3 market h) after its step-20 save fails
+    data = ct.load(eng, "demo")
+    slow = _node("s-n0", "pretrain", 1, later + 60, 0, 39, 20, "preempted", step_s=2.0)
+    _record(eng, "slow-run", "pretrain", 1, [slow], "failed")
+    run = ct.for_runs(ct.load(eng, "demo"), ["slow-run"])
+    step, behind = ct.work_after_checkpoint(run.sessions, run.checkpoints)
+    # from the commit (0.01 s after step 20) to the session end (1 s after step 39)
+    assert step == 20 and behind == pytest.approx((19 * 2.0 + 1.0 - 0.01) * SCALE / 3600, rel=1e-6)
+    assert behind > 1.0
+    group = ct.for_runs(data, ["root-run", "reexec-run"])
+    assert ct.work_after_checkpoint(group.sessions, group.checkpoints) == (100, 0.0)
+
+
 def test_fallback_premium_and_observed_vs_modelled_cost(two_runs):
     data = ct.load(two_runs, "demo")
     run_b = ct.for_runs(data, ["run-b"])
@@ -257,6 +324,54 @@ def test_budget_status_per_run_and_per_day(two_runs):
     assert day.spend_usd == pytest.approx(a.spend_usd + b.spend_usd)
     assert a.period == "run run-a" and day.period.startswith("day 2023-11-14")
     assert ct.budget_status(data, a.spend_usd / 2, "run", ["run-a"]).within is False
+
+
+def test_the_day_budget_judges_the_day_the_run_billed_on_as_the_report_does(two_runs, tmp_path):
+    """``budget_period: day`` without a day: the last UTC day the run billed on, the day the
+    report of that run judges; before, the check judged today's wall-clock day ($0 here)."""
+    data = ct.load(two_runs, "demo")
+    both = ct.budget_status(data, 1.0, "run", ["run-a"]).spend_usd + ct.budget_status(
+        data, 1.0, "run", ["run-b"]).spend_usd
+    check = ct.budget_status(data, 1.0, "day", ["run-a"])
+    assert check.period == "day 2023-11-14" and check.spend_usd == pytest.approx(both)
+    rep = build_report(two_runs, "demo", tmp_path / "out", ReportSelection(run_ids=("run-a",)),
+                       stage_order=["pretrain"], budget_usd=1.0, budget_period="day", write_focus=False)
+    assert (rep.budget.period, rep.budget.spend_usd) == (check.period, pytest.approx(check.spend_usd))
+    # nothing billed yet (a launch): today
+    assert ct.budget_status(data, 1.0, "day", []).period == f"day {dt.datetime.now(dt.UTC).date().isoformat()}"
+
+
+def test_no_savings_percentage_on_a_tiny_on_demand_equivalent(two_runs, tmp_path, capsys):
+    """A run with ~$0.0001 of useful work: its all-time row, its report and the CLI give no
+    percentage (before: savings like -130751.6 % from a near-zero denominator)."""
+    from pipelines.cli import main
+
+    t = T0 + 7200 / SCALE
+    ev = [Event("start", t + 2.0, "t-n0", {"resumed_from_step": None}),
+          Event("progress", t + 2.001, "t-n0", {"step": 1, "total_steps": 1, "mean_step_seconds": 0.001}),
+          Event("save_committed", t + 2.001, "t-n0", {"step": 1, "kind": "periodic", "bytes": 10,
+                                                      "stall_seconds": 0.0, "persist_seconds": 0.0}),
+          Event("exit", t + 2.002, "t-n0", {"reason": "completed", "step": 1})]
+    sess = NodeSession(node_id="t-n0", stage="pretrain", attempt=1, provider="local", cloud="aws",
+                       region="us-east-1", zone="us-east-1f", instance_type="p3.2xlarge", spot=True,
+                       price_per_hour=0.918, launched_at=t, ready_at=t + 1, ended_at=t + 3.0,
+                       end_reason="completed", first_step=0, last_step=1, last_checkpoint_step=1)
+    _record(two_runs, "tiny-run", "pretrain", 1, [(sess, ev, t + 3.0)], "completed")
+    data = ct.load(two_runs, "demo")
+    rows = ct.run_summary(data).set_index("run_id")
+    assert 0 < rows.loc["tiny-run", "on_demand_usd"] < ct.MIN_PCT_BASE_USD
+    assert rows.loc["tiny-run", "spend_usd"] > 100 * rows.loc["tiny-run", "on_demand_usd"]
+    assert pd.isna(rows.loc["tiny-run", "savings_pct"])
+    assert not pd.isna(rows.loc["run-a", "savings_pct"])  # a real run keeps its percentage
+    rep = build_report(two_runs, "demo", tmp_path / "out", ReportSelection(run_ids=("tiny-run",)),
+                       stage_order=["pretrain"], write_focus=False)
+    assert pd.isna(rep.totals["savings_pct"]) and rep.table["savings_pct"].isna().all()
+    assert "too little useful work for a meaningful comparison" in rep.markdown
+    assert not any(len(w) > 6 and w.lstrip("-").replace(".", "").isdigit() and "." in w
+                   and abs(float(w)) > 1000 for w in rep.markdown.replace("|", " ").split())
+    assert main(["cost-report", "--db-url", str(two_runs.url), "--var-dir", str(tmp_path / "var"),
+                 "--pipeline", "demo", "--run", "tiny-run"]) == 0
+    assert "no percentage: too little useful work" in capsys.readouterr().out
 
 
 def test_rendered_report_files(two_runs, tmp_path):
@@ -456,12 +571,13 @@ def test_budget_enforced_before_launch_and_warned_otherwise(two_runs):
         assert "stage finetune would exceed the budget of pipeline demo" in msg and "NOT launched" in msg
         assert "budget_usd $1.00" in msg and "run run-a" in msg
         assert exc.value.allow_retries is False
-        # per day: TODAY's spend of every run counts (the recorded runs are from 2023: none today)
-        day = SimpleNamespace(name="demo", budget_usd=1.5, budget_period="day", enforce_budget=True)
-        check_budget_before_launch(ctx, day, "finetune", two_runs, 1.0, ["run-a"])
+        # per day: the spend of every run on the day this run billed on (run-a and run-b, 2023-11-14)
+        spent = ct.budget_status(ct.load(two_runs, "demo"), 1.5, "day", ["run-a"]).spend_usd
+        day = SimpleNamespace(name="demo", budget_usd=spent + 1.0, budget_period="day", enforce_budget=True)
+        check_budget_before_launch(ctx, day, "finetune", two_runs, 0.9, ["run-a"])
         with pytest.raises(Failure) as exc:
-            check_budget_before_launch(ctx, day, "finetune", two_runs, 2.0, ["run-a"])
-        assert "spend so far $0.00 in day " in exc.value.description
+            check_budget_before_launch(ctx, day, "finetune", two_runs, 1.1, ["run-a"])
+        assert f"spend so far ${spent:.2f} in day 2023-11-14 " in exc.value.description
         warn = SimpleNamespace(name="demo", budget_usd=1.0, budget_period="run", enforce_budget=False)
         check_budget_before_launch(ctx, warn, "finetune", two_runs, 0.50, ["run-a"])  # warns only
 

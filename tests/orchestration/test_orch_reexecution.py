@@ -112,7 +112,9 @@ def test_a_re_execution_from_failure_stores_its_root_and_reports_the_group(tmp_p
     assert list(zip(a["run_id"], a["root_run_id"], a["status"], strict=True)) == [
         (root.run_id, root.run_id, "failed"), (rerun.run_id, root.run_id, "completed")]
     assert ct.run_group(data, rerun.run_id) == [root.run_id, rerun.run_id]
-    s = data.sessions.sort_values("launched_at")
+    # in launch order: each run dates its sessions on its own market clock (anchored at its own
+    # start), so the runs are ordered by their attempts' (wall-clock) start
+    s = data.sessions.sort_values(["launch_order", "launched_at"])
     assert list(s["run_id"])[:1] == [root.run_id] and list(s["end_reason"])[:1] == ["preempted"]
     mine = s[s["run_id"] == rerun.run_id]
     # its first node that trained resumed from the root's last checkpoint (a node the market
