@@ -379,6 +379,14 @@ def check_blob_sizes(store: CheckpointStore, info: CheckpointInfo) -> None:
             raise CorruptCheckpoint(f"{info.location}: blob {blob} has {size} bytes, manifest says {meta.bytes}")
 
 
+def _open_blob(store: CheckpointStore, info: CheckpointInfo, blob: str):
+    """A readable stream of one blob of ``info``; ``CorruptCheckpoint`` when it is missing."""
+    try:
+        return store.open_read(f"{info.name}/{blob}")
+    except KeyError:
+        raise CorruptCheckpoint(f"{info.location}: blob {blob} is missing") from None
+
+
 def verify_blobs(store: CheckpointStore, info: CheckpointInfo) -> None:
     """Check that ``store`` holds every blob of ``info`` with the manifest's size and
     sha256, as restore checks them (each blob is streamed once, 16 MiB at a time).
@@ -387,11 +395,7 @@ def verify_blobs(store: CheckpointStore, info: CheckpointInfo) -> None:
     for blob, meta in info.blobs.items():
         h = hashlib.sha256()
         size = 0
-        try:
-            fh = store.open_read(f"{info.name}/{blob}")
-        except KeyError:
-            raise CorruptCheckpoint(f"{info.location}: blob {blob} is missing") from None
-        with fh:
+        with _open_blob(store, info, blob) as fh:
             while chunk := fh.read(16 << 20):
                 h.update(chunk)
                 size += len(chunk)
@@ -420,11 +424,7 @@ def read_blob_into(store: CheckpointStore, info: CheckpointInfo, blob: str, out:
         raise CorruptCheckpoint(f"{info.location}: blob {blob}: expected {len(out)} bytes, manifest says {meta.bytes}")
     h = hashlib.sha256()
     got = 0
-    try:
-        fh = store.open_read(f"{info.name}/{blob}")
-    except KeyError:
-        raise CorruptCheckpoint(f"{info.location}: blob {blob} is missing") from None
-    with fh:
+    with _open_blob(store, info, blob) as fh:
         while got < len(out):
             n = fh.readinto(out[got:got + (16 << 20)]) if hasattr(fh, "readinto") else 0
             if not n:
