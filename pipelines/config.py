@@ -156,13 +156,18 @@ class PipelineConfig(_Strict):
     @field_validator("schedule_cron")
     @classmethod
     def _cron(cls, v: str | None) -> str | None:
-        # the test ScheduleDefinition applies (it raised DagsterInvalidDefinitionError at load)
-        from dagster._utils.schedules import is_valid_cron_schedule
+        # the test ScheduleDefinition applies (it raised DagsterInvalidDefinitionError at load),
+        # through Dagster's public API: building a throwaway schedule with this cron string
+        from dagster import DagsterInvalidDefinitionError, ScheduleDefinition
 
-        if v is not None and not is_valid_cron_schedule(v):
+        if v is None:
+            return v
+        try:
+            ScheduleDefinition(name="cron_check", cron_schedule=v, job_name="cron_check")
+        except DagsterInvalidDefinitionError:
             raise ValueError("not a cron expression; give five fields 'minute hour day-of-month month "
                              "day-of-week' (e.g. \"0 * * * *\" for every hour) or @hourly / @daily, "
-                             "or null for no schedule")
+                             "or null for no schedule") from None
         return v
 
     @model_validator(mode="after")
