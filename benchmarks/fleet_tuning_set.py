@@ -1,9 +1,9 @@
 """Fleet policies on the tuning set only: the default spotfleet against a candidate, and per-start diagnosis.
 
-The default is spotfleet v9 since session 15 (``launch_guard="restart"``); v8 is
-``launch_guard="off"``, v7 that and ``model_check="holds_law"``, v6 that and ``model_check="off"``,
-v5 ``zone_model="history"`` (baseline names ``v8`` ... ``v5`` in ``--diagnose``, ``default`` for the
-default).
+The default is spotfleet v10 since session 16 (``od_exit="bridge"``); v9 is
+``od_exit="reserve"``, v8 that and ``launch_guard="off"``, v7 that and ``model_check="holds_law"``,
+v6 that and ``model_check="off"``, v5 ``zone_model="history"`` (baseline names ``v9`` ... ``v5`` in
+``--diagnose``, ``default`` for the default).
 
 The tuning set of docs/fleet-policies.md (*Tuning discipline*; every candidate's figures in
 docs/fleet-policies-tuning-log.md): the first half of each
@@ -168,17 +168,19 @@ def diagnose(cell: str, worst: int = 5, params: SpotfleetParams | None = None,
     """Paired per-start comparison of one cell ``family:D/W:notice:baseline``: spotfleet
     (the candidate ``params`` when given, else the default) against the baseline, or
     against v5 (``zone_model="history"``), v6 (``model_check="off"``), v7
-    (``model_check="holds_law"``) or v8 (each with ``launch_guard="off"``) when the baseline is
-    named ``v5`` ... ``v8``, or the
+    (``model_check="holds_law"``), v8 (each with ``launch_guard="off"``) or v9 (all with
+    ``od_exit="reserve"``) when the baseline is named ``v5`` ... ``v9``, or the
     default when it is named ``default``; on the tuning set, or, with ``report_starts``, on
     the sweep's starts (``seed`` then prints the market index within the family)."""
     fname, ratio, notice, bname = cell.split(":")
     ratio, notice = float(ratio), float(notice)
     pols = dict(builtin_policy_factories())
-    pols["v5"] = lambda: SpotfleetPolicy(SpotfleetParams(zone_model="history", launch_guard="off"))
-    pols["v6"] = lambda: SpotfleetPolicy(SpotfleetParams(model_check="off", launch_guard="off"))
-    pols["v7"] = lambda: SpotfleetPolicy(SpotfleetParams(model_check="holds_law", launch_guard="off"))
-    pols["v8"] = lambda: SpotfleetPolicy(SpotfleetParams(launch_guard="off"))
+    old = {"od_exit": "reserve"}
+    pols["v5"] = lambda: SpotfleetPolicy(SpotfleetParams(zone_model="history", launch_guard="off", **old))
+    pols["v6"] = lambda: SpotfleetPolicy(SpotfleetParams(model_check="off", launch_guard="off", **old))
+    pols["v7"] = lambda: SpotfleetPolicy(SpotfleetParams(model_check="holds_law", launch_guard="off", **old))
+    pols["v8"] = lambda: SpotfleetPolicy(SpotfleetParams(launch_guard="off", **old))
+    pols["v9"] = lambda: SpotfleetPolicy(SpotfleetParams(**old))
     pols["default"] = SpotfleetPolicy
     if params is not None:
         pols["spotfleet"] = lambda: SpotfleetPolicy(params)

@@ -1,4 +1,4 @@
-"""spotfleet's own deadline policy (v7): Uniform Progress's robust core, priced and probed.
+"""spotfleet's own deadline policy (v10): Uniform Progress's robust core, priced and probed.
 
 Why this shape: the previous spotfleet (run-length forecast + a slack reserve from the
 observed market + a 5 h on-demand exit rule) was tuned on the 9-zone V100 set and lost
@@ -81,6 +81,11 @@ what the baselines ignore and a live controller knows:
   end on on-demand anyway; such zones are neither tried nor waited for
   (``launch_guard="restart"``), as moves and leaving on-demand already were. Found on a
   heavy job (20-minute restart) at D/W 1.05; on the report set v9 is v8 in 23 of 40 cells.
+* **The rule that sends a job to on-demand is the one that keeps it there (v10).** v9 kept a
+  job on on-demand while its spare slack was below the reserve, whatever the odds of being
+  forced there later; v10 stays only while :meth:`SpotfleetPolicy.bridge` would send it there
+  now (``od_exit="bridge"``). Found on a 48 h job: after a 71 h drought v9 stayed on on-demand
+  14-33 h after spot returned. Volatile markets 1-3 % cheaper; elsewhere v10 is v9.
 
 Parameters (``SpotfleetParams``) are structural, not fitted: the lookback of the
 statistics, the move margin, how often to reconsider, the least launch belief worth a
@@ -92,8 +97,8 @@ zone model (``"history"`` = v5; the rejected thirteenth and fourteenth rounds'
 opt-in too, as are the later rounds' ``hold_start``, ``zone_cost``, ``change_pool``,
 ``h1_prior_seconds``, ``outage_end``, ``model_check="holds"`` and, for jobs without a deadline
 only, ``no_deadline_wait="set"`` (2026-11-27, docs/fleet-policies.md, *Jobs without a
-deadline*); ``launch_guard="restart"`` is v9 (the default) and
-``"off"`` v8; ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
+deadline*); ``od_exit="bridge"`` is v10 (the default) and ``"reserve"`` v9;
+``launch_guard="restart"`` is v9's and v10's and ``"off"`` v8; ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
 
@@ -229,9 +234,10 @@ class SpotfleetParams:
     # (the rule moves and leaving on-demand already follow, _affordable_moves and
     # _leaving_on_demand_pays); found on the heavy job shape (docs/fleet-policies-held-out.md)
 
-    od_exit: str = "reserve"  # "reserve": v9 (a job on on-demand stays there while the spare
-    # slack is below reserve_hours, whatever the odds of being forced later). "bridge"
-    # (twenty-fifth round, session 16): it stays only while the bridge rule would put it there
+    od_exit: str = "bridge"  # "bridge": v10, the default since session 16 (twenty-fifth round,
+    # adopted); "reserve": v9 (a job on on-demand stays there while the spare
+    # slack is below reserve_hours, whatever the odds of being forced later). "bridge":
+    # it stays only while the bridge rule would put it there
     # now (spare below the reserve AND forced_probability above 1 - the best zone's
     # availability): the rule that sends a job to on-demand is the one that keeps it there.
     # Found on the long job shape: after a 71 h drought v9 stayed on on-demand 14-33 h after

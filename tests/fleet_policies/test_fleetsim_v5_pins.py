@@ -2,9 +2,11 @@
 ``model_check="off"``, session 9) and v7 (``model_check="holds_law"``, session 12), each with
 ``launch_guard="off"``, are
 reproducible bit for bit, as is v8 (``model_check="holds_residual"``, session 13,
-``launch_guard="off"``), and the default is v9 (``launch_guard="restart"``, session 15) as pinned at
-its adoption (v8's decisions on these markets: its guard binds only where the spare slack is
-below a restart, ``test_fleetsim_launch_guard.py``).
+``launch_guard="off"``), and v9 (``launch_guard="restart"``, session 15; v8's decisions on these
+markets: its guard binds only where the spare slack is below a restart,
+``test_fleetsim_launch_guard.py``), each with ``od_exit="reserve"``; the default is v10
+(``od_exit="bridge"``, session 16) as pinned at its adoption (v9 but for one start, where it
+leaves on-demand sooner: ``test_fleetsim_od_exit.py``).
 
 The other rejected v6 candidates were removed from ``SpotfleetParams`` (their figures
 reproduce at commit e1c45df, docs/fleet-policies-tuning-log.md); ``own_runs`` and the
@@ -14,28 +16,33 @@ other zone models stay opt-in and must never move the default policy.
 from __future__ import annotations
 
 import pytest
-from v5_pins import V5, V6, V7, V8, V9, assert_reproduces
+from v5_pins import V5, V6, V7, V8, V9, V10, assert_reproduces
 
 from fleet.policies.spotfleet import SpotfleetParams
 
 V5_SETTINGS = {
-    "zone model history": SpotfleetParams(zone_model="history", launch_guard="off"),
-    "v5, own runs off": SpotfleetParams(own_runs="off", zone_model="history", launch_guard="off"),
+    "zone model history": SpotfleetParams(zone_model="history", launch_guard="off", od_exit="reserve"),
+    "v5, own runs off": SpotfleetParams(own_runs="off", zone_model="history", launch_guard="off", od_exit="reserve"),
 }
 V6_SETTINGS = {
     "v6": SpotfleetParams(own_runs="off", zone_model="changepoint_updown", model_check="off",
-                          launch_guard="off"),
+                          launch_guard="off", od_exit="reserve"),
 }
 V7_SETTINGS = {
-    "v7": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_law", launch_guard="off"),
+    "v7": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_law", launch_guard="off", od_exit="reserve"),
 }
 V8_SETTINGS = {
-    "v8": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_residual", launch_guard="off"),
+    "v8": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_residual", launch_guard="off", od_exit="reserve"),
 }
 V9_SETTINGS = {
+    "v9": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_residual", launch_guard="restart",
+                          od_exit="reserve"),
+}
+V10_SETTINGS = {
     "default": None,
     "explicit default": SpotfleetParams(),
-    "v9": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_residual", launch_guard="restart"),
+    "v10": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_residual", launch_guard="restart",
+                           od_exit="bridge"),
 }
 
 
@@ -65,6 +72,12 @@ def test_v8_reproduces_as_pinned(regime, notice, setting):
 
 @pytest.mark.parametrize("setting", sorted(V9_SETTINGS))
 @pytest.mark.parametrize("regime,notice", sorted(V9))
-def test_the_default_is_v9_as_pinned(regime, notice, setting):
+def test_v9_reproduces_as_pinned(regime, notice, setting):
     assert_reproduces(V9, regime, notice, V9_SETTINGS[setting])
+
+
+@pytest.mark.parametrize("setting", sorted(V10_SETTINGS))
+@pytest.mark.parametrize("regime,notice", sorted(V10))
+def test_the_default_is_v10_as_pinned(regime, notice, setting):
+    assert_reproduces(V10, regime, notice, V10_SETTINGS[setting])
 

@@ -1,9 +1,10 @@
-"""spotfleet v5's to v9's decisions and costs on small synthetic markets, pinned.
+"""spotfleet v5's to v10's decisions and costs on small synthetic markets, pinned.
 
 v5 (``zone_model="history"``), v6 (``zone_model="changepoint_updown"``, ``model_check="off"``,
 session 9), v7 (``model_check="holds_law"``, session 12) and v8 (``model_check="holds_residual"``,
-session 13, ``launch_guard="off"``) must stay reproducible bit for bit, and the default (v9,
-``launch_guard="restart"``, session 15) must not move unnoticed; ``test_fleetsim_v5_pins.py``
+session 13, ``launch_guard="off"``) and v9 (``launch_guard="restart"``, session 15), each with
+``od_exit="reserve"``, must stay reproducible bit for bit, and the default (v10,
+``od_exit="bridge"``, session 16) must not move unnoticed; ``test_fleetsim_v5_pins.py``
 checks both here, in one place.
 """
 
@@ -85,6 +86,11 @@ V8 = {**V7,
 # net is below a restart; tests/fleet_policies/test_fleetsim_launch_guard.py pins where it does)
 V9 = dict(V8)
 
+# session 16: v10 (the default, od_exit="bridge") recorded at its adoption: v9's decisions but
+# at the volatile market's start 1655 without a notice, where the job on on-demand tries spot
+# sooner (the same locations per decision; the failed launch tries shift its progress)
+V10 = {**V9, ("volatile", 0.0): [*V9[("volatile", 0.0)][:2], (1655, 20.52284158413, "f3af66682d04ca4e")]}
+
 
 def pinned_market(regime: str):
     """The 8-day synthetic market (seed 2) the pins were recorded on; ``"shift"``: the
@@ -108,7 +114,7 @@ def pinned_spec(notice: float) -> JobSpec:
 def assert_reproduces(pins: dict, regime: str, notice: float,
                       params: SpotfleetParams | None) -> None:
     """``SpotfleetPolicy(params)`` makes the pinned decisions and pays the pinned cost at
-    every pinned start (``pins``: ``V5``, ``V6``, ``V7``, ``V8`` or ``V9``)."""
+    every pinned start (``pins``: ``V5`` ... ``V10``)."""
     m, spec = pinned_market(regime), pinned_spec(notice)
     starts = spread_starts(m, spec, 3, PIN_WARMUP_HOURS[regime])
     assert [int(s) for s in starts] == [s for s, _, _ in pins[(regime, notice)]]
