@@ -332,7 +332,11 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
     reasons: list[str] = []
     rejected: list[dict] = []
     matching = [st for st in stats if not types or st.instance_type in types]
-    proxy = bool(types) and not matching and req.proxy_stats
+    proxy = bool(types) and not matching and req.proxy_stats and bool(stats)
+    if not stats:
+        reasons.append("no preemption statistics for any zone (the statistics asset or table is "
+                       "empty): the plan can only run on-demand; rebuild preemption_stats from the "
+                       "market's traces, or check that the market config names trace files")
     if proxy:
         seen = sorted({st.instance_type for st in stats})
         reasons.append(f"no statistics for {req.accelerator}:{req.accelerator_count} "
@@ -388,7 +392,7 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
                            "prices) for this accelerator")
         else:
             reasons.append("no zone where spot beats on-demand: run on-demand")
-        if not math.isfinite(od_price):
+        if not math.isfinite(od_price) and stats:
             reasons.append(f"no on-demand price for {itype} in any region of the traces: the "
                            "cost of this plan is unknown")
         reasons += [f"rejected {r['zone']}: {r['reason']}" for r in rejected]

@@ -188,3 +188,15 @@ def test_planner_without_any_price_says_so_instead_of_inf():
     assert "no zone has a spot price for H100" in text
     assert "no zone where spot beats on-demand" not in text
     assert "rejected us-central1-a: no price" in text and "rejected us-east4-a: no price" in text
+
+
+def test_a_plan_from_empty_statistics_says_so_and_what_to_do():
+    """An empty statistics table (a stale or failed preemption_stats) plans on-demand only and
+    says why, instead of "each zone's  statistics stand in" and "no on-demand price in any
+    region" (outside audit, session 16)."""
+    req = StageRequest(work_hours=20, deadline_hours=30, ckpt_hours=1 / 60, restart_hours=0.1)
+    plan = plan_stage(req, [], None, PriceBook.default())
+    assert plan.spot_nodes == 0 and plan.on_demand_nodes == req.num_nodes
+    text = " ".join(plan.reasons)
+    assert "no preemption statistics for any zone" in text and "rebuild preemption_stats" in text
+    assert "statistics stand in" not in text and "no on-demand price" not in text
