@@ -42,6 +42,7 @@ import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -226,6 +227,7 @@ class Trace:
     spot_prices: np.ndarray | None = None
     on_demand_price: float | None = None
     accelerators_per_instance: int | None = None
+    start_time: str | None = None  # metadata.start_time (ISO 8601) where the file has one
 
     @property
     def region(self) -> str:
@@ -407,7 +409,8 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
     tr = Trace(zone=zone, accelerator=accelerator, count=int(need), gap_seconds=float(gap),
                available=counts, cloud=cl, source=str(p), instance_type=instance_type,
                spot_prices=spot_prices, on_demand_price=od_price,
-               accelerators_per_instance=per_instance)
+               accelerators_per_instance=per_instance,
+               start_time=str(meta["start_time"]) if meta.get("start_time") is not None else None)
     if (nodes is None and "nodes" not in meta and _folder_nodes(p) is None and not inv
             and int(counts.max()) > 1):
         warnings.warn(f"{p}: counts reach {int(counts.max())} but no node count was given (no "
@@ -583,12 +586,41 @@ def load_trace_dir(directory: str | Path, cloud: str | None = None, nodes: int |
     check_trace_set(traces, d)
     for w in caught:  # the per-file warnings, now that the folder is not refused
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    _warn_start_times(traces, d)
     other = sorted(f.name for f in d.iterdir() if f.is_file() and f.suffix != ".json"
                    and not f.name.startswith(".") and not f.name.lower().startswith("readme"))
     if other:
         warnings.warn(f"{d}: ignored {len(other)} file(s) that are not *.json: {other[:5]}; "
                       "only <zone>_<instance>.json files are read", stacklevel=2)
     return traces
+
+
+def _warn_start_times(traces: Sequence[Trace], where: str | Path) -> None:
+    """Warn when the files' ``metadata.start_time`` differ by a tick or more: every file of a
+    folder is read from tick 0 as the same moment, so such files would be aligned tick for
+    tick although they cover different times. Files without a start time are not compared;
+    an unreadable one is named."""
+    starts: dict[str, datetime] = {}
+    for t in traces:
+        if t.start_time is None:
+            continue
+        try:
+            at = datetime.fromisoformat(t.start_time.replace("Z", "+00:00"))
+        except ValueError:
+            warnings.warn(f"{_file_label(t)}: metadata.start_time {t.start_time!r} is not an ISO "
+                          "8601 time; the files are aligned from their first tick", stacklevel=3)
+            continue
+        starts[_file_label(t)] = at if at.tzinfo else at.replace(tzinfo=UTC)
+    if len(starts) < 2:
+        return
+    first, last = min(starts, key=starts.get), max(starts, key=starts.get)
+    spread = (starts[last] - starts[first]).total_seconds()
+    if spread >= traces[0].gap_seconds:
+        warnings.warn(
+            f"{where}: the files start at different times ({first} {starts[first].isoformat()}, "
+            f"{last} {starts[last].isoformat()}: {spread / 3600.0:.2f} h apart, metadata.start_time); "
+            "every file is read from its first tick as the same moment, so they are misaligned "
+            "by that much: load files of one window together", stacklevel=3)
 
 
 def attach_spot_prices(traces: Sequence[Trace], path: str | Path) -> list[Trace]:

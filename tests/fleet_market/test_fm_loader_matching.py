@@ -185,3 +185,25 @@ def test_the_real_folders_give_none_of_these_warnings(shared_data):
     for folder in (V100, "spot-traces/preemption/1-node/aws-04-22-2023", "gcp-h100-2025"):
         _, msgs = _caught(lambda f=folder: load_trace_dir(shared_data / f))
         assert not [m for m in msgs if "node" in m], folder
+
+
+def test_files_that_start_at_different_times_warn(tmp_path):
+    """Every file of a folder is read from its first tick as the same moment: files whose
+    metadata.start_time differ by a tick or more are misaligned, and the loader says so
+    (outside audit, session 16: a GCP file shifted by two days was aligned silently)."""
+    d = tmp_path / "gcp-x"
+    d.mkdir()
+    info = {"price": 18.98, "on_demand_price": 88.49, "machine_type": "a3-highgpu-8g"}
+    for zone, start in (("us-central1-a", "2025-10-04T00:10:00+00:00"),
+                        ("us-east4-a", "2025-10-06T00:10:00+00:00")):
+        (d / f"{zone}_h100_16.json").write_text(json.dumps({
+            "metadata": {"gap_seconds": 600, "start_time": start, "zone": zone, "price_info": info},
+            "data": [0, 1] * 20, "prices": [18.98] * 40}))
+    _, msgs = _caught(lambda: load_trace_dir(d))
+    late = [m for m in msgs if "start at different times" in m]
+    assert len(late) == 1 and "48.00 h apart" in late[0] and "us-east4-a_h100_16.json" in late[0]
+
+
+def test_the_real_gcp_folder_starts_together(shared_data):
+    _, msgs = _caught(lambda: load_trace_dir(shared_data / "gcp-h100-2025"))
+    assert not [m for m in msgs if "start at different times" in m]
