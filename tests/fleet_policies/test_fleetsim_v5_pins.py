@@ -46,38 +46,16 @@ V10_SETTINGS = {
 }
 
 
-@pytest.mark.parametrize("setting", sorted(V5_SETTINGS))
-@pytest.mark.parametrize("regime,notice", sorted(V5))
-def test_zone_model_history_reproduces_v5_bit_for_bit(regime, notice, setting):
-    assert_reproduces(V5, regime, notice, V5_SETTINGS[setting])
+PINNED = {"v5": (V5, V5_SETTINGS), "v6": (V6, V6_SETTINGS), "v7": (V7, V7_SETTINGS),
+          "v8": (V8, V8_SETTINGS), "v9": (V9, V9_SETTINGS), "v10, the default": (V10, V10_SETTINGS)}
+"""Each version's pins and the settings that must reproduce them."""
+
+CASES = [(version, setting, regime, notice)
+         for version, (pins, settings) in PINNED.items()
+         for setting in sorted(settings) for regime, notice in sorted(pins)]
 
 
-@pytest.mark.parametrize("setting", sorted(V6_SETTINGS))
-@pytest.mark.parametrize("regime,notice", sorted(V6))
-def test_v6_reproduces_as_pinned(regime, notice, setting):
-    assert_reproduces(V6, regime, notice, V6_SETTINGS[setting])
-
-
-@pytest.mark.parametrize("setting", sorted(V7_SETTINGS))
-@pytest.mark.parametrize("regime,notice", sorted(V7))
-def test_v7_reproduces_as_pinned(regime, notice, setting):
-    assert_reproduces(V7, regime, notice, V7_SETTINGS[setting])
-
-
-@pytest.mark.parametrize("setting", sorted(V8_SETTINGS))
-@pytest.mark.parametrize("regime,notice", sorted(V8))
-def test_v8_reproduces_as_pinned(regime, notice, setting):
-    assert_reproduces(V8, regime, notice, V8_SETTINGS[setting])
-
-
-@pytest.mark.parametrize("setting", sorted(V9_SETTINGS))
-@pytest.mark.parametrize("regime,notice", sorted(V9))
-def test_v9_reproduces_as_pinned(regime, notice, setting):
-    assert_reproduces(V9, regime, notice, V9_SETTINGS[setting])
-
-
-@pytest.mark.parametrize("setting", sorted(V10_SETTINGS))
-@pytest.mark.parametrize("regime,notice", sorted(V10))
-def test_the_default_is_v10_as_pinned(regime, notice, setting):
-    assert_reproduces(V10, regime, notice, V10_SETTINGS[setting])
-
+@pytest.mark.parametrize("version,setting,regime,notice", CASES)
+def test_each_version_reproduces_as_pinned(version, setting, regime, notice):
+    pins, settings = PINNED[version]
+    assert_reproduces(pins, regime, notice, settings[setting])

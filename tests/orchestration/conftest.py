@@ -70,3 +70,26 @@ def _empty_schema(url: str) -> str:
         conn.execute(text("DROP SCHEMA public CASCADE"))
         conn.execute(text("CREATE SCHEMA public"))
     return url
+
+
+@pytest.fixture
+def demo_checks(tmp_path):
+    """Run the example pipeline's checks job on the statistics DB at a URL; returns the
+    execution result and the check outcomes keyed by (asset name, check name)."""
+    def run(db_url: str):
+        from dagster import DagsterInstance
+
+        from pipelines.commands.main_report import check_outcomes
+        from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
+        from pipelines.definitions import build_definitions, checks_job_name
+        from pipelines.resources import FleetResource, StatsDB
+
+        stats = StatsDB(url=db_url, var_dir=str(tmp_path))
+        defs = build_definitions(load_pipelines(EXAMPLE_PIPELINES), include_gfs=False,
+                                 resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(tmp_path))})
+        with DagsterInstance.ephemeral() as instance:
+            res = defs.resolve_job_def(checks_job_name("demo")).execute_in_process(instance=instance)
+            outcomes = {(c.asset_key.path[-1], c.check_name): c for c in check_outcomes(instance, res)}
+        return res, outcomes
+
+    return run

@@ -223,18 +223,11 @@ def test_the_cli_report_of_a_re_execution_covers_its_root_group(tmp_path, capsys
     assert table["launch_usd"].sum() == pytest.approx(launch["dollars"].sum(), rel=1e-9)
 
 
-def test_the_checks_of_a_re_execution_evaluate_its_run_group(tmp_path):
+def test_the_checks_of_a_re_execution_evaluate_its_run_group(tmp_path, demo_checks):
     """The checks job (no training in it) evaluates the latest recorded run WITH its run group:
     here the latest run is a re-execution that is not in the Dagster instance, so the group
     comes from the roots the DB stored (migration 0004). Before, the checks evaluated the
     re-execution alone (its sessions without the root's)."""
-    from dagster import DagsterInstance
-
-    from pipelines.commands.main_report import check_outcomes
-    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
-    from pipelines.definitions import build_definitions, checks_job_name
-    from pipelines.resources import FleetResource, StatsDB
-
     eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
     upgrade(eng)
     o1 = _node("o-n0", "pretrain", 1, T0, 0, 100, 100, "completed")
@@ -247,12 +240,7 @@ def test_the_checks_of_a_re_execution_evaluate_its_run_group(tmp_path):
     assert ct.latest_run(data) == "reexec-run"
     group = ct.for_runs(data, ["root-run", "reexec-run"])
 
-    stats = StatsDB(url=str(eng.url), var_dir=str(tmp_path))
-    defs = build_definitions(load_pipelines(EXAMPLE_PIPELINES), include_gfs=False,
-                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(tmp_path))})
-    with DagsterInstance.ephemeral() as instance:
-        res = defs.resolve_job_def(checks_job_name("demo")).execute_in_process(instance=instance)
-        outcomes = {(c.asset_key.path[-1], c.check_name): c for c in check_outcomes(instance, res)}
+    res, outcomes = demo_checks(str(eng.url))
     assert res.success
     rec = outcomes[("cost_report", "cost_reconciles_with_node_sessions")]
     assert rec.passed is True and rec.metadata["run"].value == "root-run, reexec-r"
@@ -261,17 +249,10 @@ def test_the_checks_of_a_re_execution_evaluate_its_run_group(tmp_path):
         float(ct.for_runs(data, ["reexec-run"]).sessions["cost_usd"].sum()), 6)  # not the re-execution alone
 
 
-def test_latest_checkpoint_recent_measures_training_after_the_checkpoint_not_the_clock(tmp_path):
+def test_latest_checkpoint_recent_measures_training_after_the_checkpoint_not_the_clock(tmp_path, demo_checks):
     """A re-execution that resumed at the final step and trained nothing, two market days after
     its root: no work is behind the checkpoint (before: session end minus the checkpoint's
     commit, 48 h across the gap, failed). Training past the checkpoint still counts."""
-    from dagster import DagsterInstance
-
-    from pipelines.commands.main_report import check_outcomes
-    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
-    from pipelines.definitions import build_definitions, checks_job_name
-    from pipelines.resources import FleetResource, StatsDB
-
     eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
     upgrade(eng)
     r1 = _node("r-n0", "pretrain", 1, T0, 0, 100, 100, "completed")
@@ -279,12 +260,7 @@ def test_latest_checkpoint_recent_measures_training_after_the_checkpoint_not_the
     later = T0 + 2 * 86400 / SCALE  # wall seconds: two market days later
     x1 = _node("x-n0", "pretrain", 1, later, 100, 100, 100, "completed")
     _record(eng, "reexec-run", "pretrain", 1, [x1], "completed", root="root-run")
-    stats = StatsDB(url=str(eng.url), var_dir=str(tmp_path))
-    defs = build_definitions(load_pipelines(EXAMPLE_PIPELINES), include_gfs=False,
-                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(tmp_path))})
-    with DagsterInstance.ephemeral() as instance:
-        res = defs.resolve_job_def(checks_job_name("demo")).execute_in_process(instance=instance)
-        outcomes = {(c.asset_key.path[-1], c.check_name): c for c in check_outcomes(instance, res)}
+    res, outcomes = demo_checks(str(eng.url))
     rec = outcomes[("train_pretrain", "latest_checkpoint_recent")]
     assert rec.metadata["run"].value == "root-run, reexec-r"
     assert rec.passed is True and rec.metadata["hours_behind"].value == 0.0

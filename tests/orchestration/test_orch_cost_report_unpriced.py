@@ -40,20 +40,8 @@ def test_unpriced_sessions_lists_only_the_sessions_without_a_price(unpriced_db):
     assert ct.unpriced_sessions(data.sessions.iloc[:0]).empty
 
 
-def test_the_budget_check_warns_with_the_unpriced_session_ids(unpriced_db, tmp_path):
-    from dagster import DagsterInstance
-
-    from pipelines.commands.main_report import check_outcomes
-    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
-    from pipelines.definitions import build_definitions, checks_job_name
-    from pipelines.resources import FleetResource, StatsDB
-
-    stats = StatsDB(url=str(unpriced_db.url), var_dir=str(tmp_path))
-    defs = build_definitions(load_pipelines(EXAMPLE_PIPELINES), include_gfs=False,
-                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(tmp_path))})
-    with DagsterInstance.ephemeral() as instance:
-        res = defs.resolve_job_def(checks_job_name("demo")).execute_in_process(instance=instance)
-        outcomes = {(c.asset_key.path[-1], c.check_name): c for c in check_outcomes(instance, res)}
+def test_the_budget_check_warns_with_the_unpriced_session_ids(unpriced_db, tmp_path, demo_checks):
+    res, outcomes = demo_checks(str(unpriced_db.url))
     budget = outcomes[("cost_report", "within_budget")]
     assert res.success and budget.passed is False and budget.severity.value == "WARN"
     assert budget.metadata["unpriced_sessions"].value == 1
