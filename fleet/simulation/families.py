@@ -82,6 +82,10 @@ session 14, run once to measure v8 on data nobody had looked at; no candidate wa
 ``volatile_holdout240`` / ``available_holdout240`` / ``shift_holdout240`` — seeds 240-244, and
 ``volatile_long240`` (the long job shape on 20-day volatile markets of the same seeds): session 16;
 fresh data for the twenty-fifth round, run once for it.
+``volatile_holdout250`` / ``available_holdout250`` / ``shift_holdout250`` /
+``reliable_break_holdout250`` / ``all_break_holdout250`` — seeds 250-254, and ``volatile_short250``
+(the 2 h job on the volatile markets of the same seeds): session 17, run once to measure v10 on
+every regime on data nobody had looked at; no candidate was chosen on them.
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -328,6 +332,13 @@ FAMILIES: dict[str, Family] = {
     # session 16: fresh seeds for the twenty-fifth round (od_exit="bridge"), run once
     **_held_out_pair("240", range(240, 245)),
     **_shift_family("shift_holdout240", "held-out regime shift", range(240, 245)),
+    # session 17: v10 out of sample, every regime on fresh seeds, run once (no candidate)
+    **_held_out_pair("250", range(250, 255)),
+    **_shift_family("shift_holdout250", "held-out regime shift", range(250, 255)),
+    **_shift_family("reliable_break_holdout250", "held-out shift that breaks each region's most "
+                    "reliable zone", range(250, 255), "reliable_break_config"),
+    **_shift_family("all_break_holdout250", "held-out shift that breaks every zone", range(250, 255),
+                    "all_break_config"),
 }
 
 
@@ -375,6 +386,9 @@ def _shape_families() -> dict[str, Family]:
 
 
 FAMILIES.update(_shape_families())
+FAMILIES["volatile_short250"] = _shaped(
+    _synthetic("volatile", "held-out synthetic volatile (seeds 250-254)", _holdout("volatile_config", range(250, 255))),
+    "short", "volatile_short250")
 FAMILIES["volatile_long240"] = _shaped(
     _synthetic("volatile", "held-out synthetic volatile (seeds 240-244)", _holdout("volatile_config", range(240, 245))),
     "long", "volatile_long240", _holdout("volatile_config", range(240, 245), 20.0))
