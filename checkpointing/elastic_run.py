@@ -469,14 +469,18 @@ def run_node(cfg: ElasticRunConfig, script: str, argv: list[str]) -> int:
             _leave_rendezvous(handler)
             continue
         break
-    del store_server
+    # the rendezvous is closed through the store: a node hosting it (--host-store) drops
+    # the store only after that, or its own shutdown fails on the closed socket (a C++
+    # "recvVector failed" trace and "failed to shutdown the rendezvous" at every exit)
     if result.is_failed():
         for rank, failure in result.failures.items():
             log.error("worker rank %d failed: exit code %s (%s)", rank, failure.exitcode,
                       failure.message)
         handler.shutdown()
+        del store_server
         return 1
     handler.shutdown()
+    del store_server
     return EXIT_COMPLETED
 
 

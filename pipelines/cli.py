@@ -43,13 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_OWN = ("builtins", "fleet", "checkpointing", "pipelines", "assets", "infra")  # not libraries
+
+
 def _one_line_warnings(command: str, fallback):
-    """A ``warnings.showwarning`` printing the project's own warnings (``UserWarning``:
-    the loader's "zone never available", "only some files carry prices", ...) as one
+    """A ``warnings.showwarning`` printing the project's own warnings (``UserWarning`` and
+    the project's subclasses of it: the loader's "zone never available", "only some files
+    carry prices", ...) as one
     ``spotfleet <command>: warning: ...`` line, without the source line; other
     categories (library deprecations) keep Python's format."""
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, UserWarning) and category.__module__ == "builtins":
+        if issubclass(category, UserWarning) and category.__module__.split(".")[0] in _OWN:
             print(f"spotfleet {command}: warning: {message}", file=sys.stderr, flush=True)
         else:
             fallback(message, category, filename, lineno, file, line)

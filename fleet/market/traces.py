@@ -53,6 +53,18 @@ _GCP_ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 _NODES_DIR = re.compile(r"^(\d+)-node$")
 
 
+class InvertedOverrideWarning(UserWarning):
+    """A file read with the caller's ``inverted`` (``--inverted yes/no``) against its own
+    convention (``metadata.inverted``, or ``price_info``: a SkyNomad file, 1 = unavailable)."""
+
+    def __init__(self, path: str | Path, inverted: bool, says: str):
+        self.path, self.inverted, self.says = Path(path), inverted, says
+        super().__init__(
+            f"{path}: read with inverted={inverted} (--inverted {'yes' if inverted else 'no'}) "
+            f"against its own {says}: every tick's availability is flipped if the file is "
+            "right; leave --inverted at auto to read each file by its own convention")
+
+
 class TraceFormatError(ValueError):
     """A trace file is malformed; the message names the file, the field and the fix."""
 
@@ -360,6 +372,11 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
             "counts (spot-traces: 1 = available); add \"inverted\": true or false to metadata "
             "(or restore metadata.price_info)")
     inv = inverted if inverted is not None else declared if declared is not None else nomad
+    own = declared if declared is not None else (True if nomad else None)
+    if inverted is not None and own is not None and inverted != own:
+        says = (f"metadata.inverted = {str(declared).lower()}" if declared is not None
+                else "metadata.price_info (a SkyNomad file: 1 = unavailable)")
+        warnings.warn(InvertedOverrideWarning(p, inverted, says), stacklevel=2)
     counts = np.asarray(data, dtype=np.int32)
     if inv:
         if counts.max() > 1:
@@ -432,10 +449,19 @@ def load_trace(path: str | Path, cloud: str | None = None, nodes: int | None = N
                           "or the folder's N is wrong: check the file, or pass --nodes N for "
                           "the nodes the job needs", stacklevel=2)
     if not tr.up().any():
+        if int(counts.max()) > 0:
+            fix = "Lower nodes (--nodes) if the job needs fewer."
+        elif inv:
+            fix = ("Every tick is 1, read as unavailable (inverted 0/1); if the file's 1 means "
+                   "available (spot-traces counts), pass --inverted no or set metadata.inverted "
+                   "to false.")
+        else:
+            fix = ("Every count is 0; if the file's 0 means available and 1 unavailable "
+                   "(SkyNomad's convention), pass --inverted yes or set metadata.inverted to "
+                   "true.")
         warnings.warn(f"{p}: zone {zone} never has {need} instance(s) available in "
                       f"{tr.n_ticks} ticks (max count {int(counts.max())}); it will be "
-                      "treated as never available. Lower nodes (--nodes) if the job needs fewer.",
-                      stacklevel=2)
+                      f"treated as never available. {fix}", stacklevel=2)
     return tr
 
 
@@ -584,8 +610,15 @@ def load_trace_dir(directory: str | Path, cloud: str | None = None, nodes: int |
             raise ValueError(f"no trace in {d} has instance type {list(instance_types)}; "
                              f"it has {have}")
     check_trace_set(traces, d)
+    overridden = [w.message for w in caught if isinstance(w.message, InvertedOverrideWarning)]
     for w in caught:  # the per-file warnings, now that the folder is not refused
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if not isinstance(w.message, InvertedOverrideWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if overridden:  # one line for the folder, not one per file
+        first = overridden[0]
+        warnings.warn(InvertedOverrideWarning(
+            d, first.inverted, f"{first.says} in {len(overridden)} of {len(traces)} file(s), "
+            f"e.g. {first.path.name}"), stacklevel=2)
     _warn_start_times(traces, d)
     other = sorted(f.name for f in d.iterdir() if f.is_file() and f.suffix != ".json"
                    and not f.name.startswith(".") and not f.name.lower().startswith("readme"))

@@ -131,6 +131,16 @@ def mixed_instance_types_warning(market, spot_price: float, on_demand_price: flo
             f"one with --instance-types (e.g. --instance-types {kinds[0]})")
 
 
+def _flag_or_default(flag: str, value: float, default: float, what: str) -> str:
+    """Where a flat price came from, for the price warning: the flag, or its default when
+    the flag was not given (the files carry no such price: a user who never typed the
+    flag must not be told it set the price)."""
+    if value != default:
+        return flag
+    return (f"{flag}'s default ({default:g} $/h, a p3.2xlarge's; the files carry no {what} "
+            f"price: pass {flag} for this machine)")
+
+
 def price_units_warning(market, spot_price: float, on_demand_price: float,
                         spot_from: str, on_demand_from: str) -> str:
     """The warning for zones whose spot price is at or above their on-demand price in at
@@ -225,10 +235,14 @@ def _run(args: argparse.Namespace) -> int:
                      market, spec.spot_price, spec.on_demand_price,
                      spot_from=(f"--prices {args.prices}" if args.prices
                                 else "the trace files' prices" if market.spot_price is not None
-                                else "--spot-price"),
+                                else _flag_or_default("--spot-price", spec.spot_price,
+                                                      DEFAULT_SPOT_PRICE, "spot")),
                      on_demand_from=("the trace files' price_info"
                                      if market.on_demand_price is not None
-                                     else "--on-demand-price"))):
+                                     else _flag_or_default("--on-demand-price",
+                                                           spec.on_demand_price,
+                                                           DEFAULT_ON_DEMAND_PRICE,
+                                                           "on-demand")))):
         if note:
             warnings.warn(f"{args.traces}: {note}", stacklevel=1)
     names = [n.strip() for n in args.policies.split(",") if n.strip()] or None

@@ -88,6 +88,10 @@ def _schedule(args):
     if types and args.market != "traces":
         raise ValueError(f"--instance-types filters trace files: it needs --market traces "
                          f"(got --market {args.market})")
+    if getattr(args, "traces_dir", None) is not None and args.market != "traces":
+        raise ValueError(f"--traces-dir {args.traces_dir} is read only with --market traces; "
+                         f"--market {args.market} would run without it: add --market traces "
+                         "to replay the folder, or drop --traces-dir")
     if args.market == "rotating":
         names = ["us-east-1a", "us-east-1b", "us-west-2a", "us-west-2b", "us-east-2a",
                  "us-east-2b", "us-east-1c", "us-west-2c", "us-east-2c"]

@@ -49,8 +49,15 @@ def test_several_instance_types_warn_naming_them_and_the_option(tmp_path, capsys
 
 
 @pytest.mark.parametrize(("extra", "needle"), [
-    (["--spot-price", "5"], "spot from --spot-price, on-demand from --on-demand-price"),
+    # --on-demand-price not given: its default is named as such (until 2026-11-28 the warning
+    # said "on-demand from --on-demand-price" to a user who never passed it; s17 audit, on GCP
+    # H100 files stripped of price_info)
+    (["--spot-price", "5"], "spot from --spot-price, on-demand from --on-demand-price's default "
+                            "(3.06 $/h, a p3.2xlarge's; the files carry no on-demand price"),
     (["--on-demand-price", "0.5"], "median spot 0.918 $/h vs on-demand 0.5 $/h"),
+    (["--on-demand-price", "0.5"], "spot from --spot-price's default (0.918 $/h, a p3.2xlarge's; "
+                                   "the files carry no spot price: pass --spot-price for this "
+                                   "machine), on-demand from --on-demand-price:"),
 ])
 def test_flat_spot_at_or_above_on_demand_warns(tmp_path, capsys, extra, needle):
     d = _folder(tmp_path / "t")

@@ -210,3 +210,36 @@ def test_plot_path_that_cannot_be_written_is_refused_before_the_run(tmp_path, ca
     cap = capsys.readouterr()
     assert rc == 2 and "cannot create its folder" in cap.err and "out" in cap.err
     assert "fleet-sim:" not in cap.out  # refused before the header and the run
+
+
+def _nomad_folder(d, zones=("us-central1-a", "us-east4-a"), n=400):
+    """SkyNomad-format files (``price_info``: 1 = unavailable); the first zone always up."""
+    d.mkdir(parents=True, exist_ok=True)
+    info = {"price": 18.98, "on_demand_price": 88.49, "machine_type": "a3-highgpu-8g"}
+    for i, z in enumerate(zones):
+        data = [0] * n if i == 0 else [0, 0, 1, 0] * (n // 4)
+        (d / f"{z}_h100_16.json").write_text(json.dumps(
+            {"metadata": {"gap_seconds": 600, "zone": z, "price_info": info}, "data": data}))
+    return d
+
+
+def test_inverted_no_against_skynomad_files_warns_once_and_names_the_convention(tmp_path, capsys):
+    # Found running `fleet-sim --inverted no` on ../shared/data/gcp-h100-2025 (2026-11-28): the
+    # always-available zone read as never available, and the only warning advised "Lower nodes
+    # (--nodes)" for a 1-node job; nothing said the files' own convention was overridden.
+    d = _nomad_folder(tmp_path / "gcp")
+    args = ["--warmup-hours", "12", "--work-hours", "4", "--deadline-hours", "8", "--starts", "2",
+            "--policies", "failover", "--no-omniscient"]
+    assert main(["fleet-sim", "--traces-dir", str(d), "--inverted", "no", *args]) == 0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "against its own metadata.price_info" in ln]
+    assert len(lines) == 1, err  # one line for the folder, not one per file
+    assert lines[0].startswith("spotfleet fleet-sim: warning: ") and "2 of 2 file(s)" in lines[0]
+    never = [ln for ln in err.splitlines() if "never has 1 instance(s)" in ln]
+    assert len(never) == 1 and "--inverted yes" in never[0] and "Lower nodes" not in never[0], err
+    assert "Traceback" not in err
+    # the files' own convention (auto) or the same one given explicitly: no such warning
+    for flag in ([], ["--inverted", "yes"]):
+        assert main(["fleet-sim", "--traces-dir", str(d), *flag, *args]) == 0
+        err = capsys.readouterr().err
+        assert "against its own" not in err and "never has" not in err, err
