@@ -74,10 +74,16 @@ def build_trace(name: str, level: str, data_dir: str | Path, scale: EvalScale | 
 
 
 def hp_series(trace: JobTrace, count: str = "gang") -> tuple[DemandSeries, np.ndarray]:
-    """Per-(pool, org) hourly HP demand with any demand, and the pool of each series.
-    ``count``: GPUs per HP job, "gang" (g x w) or "pod" (g; the authors' code)."""
+    """Per-(pool, org) hourly HP demand of every pool and organization the trace declares
+    (``pool_names`` x ``org_names``, the cluster's configuration), and the pool of each series.
+    ``count``: GPUs per HP job, "gang" (g x w) or "pod" (g; the authors' code).
+
+    Every declared pair, not only the pairs with HP demand somewhere in the trace: choosing
+    the series by their demand over the WHOLE trace let an organization's first HP job on
+    day 8 change the network, its training batches and the bound of days 0-7 (a series of
+    zeros that existed only because of its future)."""
     d = trace.hp_demand(count=count)
-    pools, orgs = np.nonzero(d.sum(axis=2) > 0)
+    pools, orgs = np.nonzero(np.ones(d.shape[:2], dtype=bool))
     values = d[pools, orgs]
     attrs = np.stack([orgs, pools], axis=1)
     return DemandSeries(values, attrs), pools
