@@ -155,6 +155,21 @@ def test_daily_refit_bound_ignores_an_organization_that_appears_only_later():
     np.testing.assert_allclose(ba[0.9][:, :72], bb[0.9][:, :72])
 
 
+def test_daily_refit_bound_does_not_depend_on_how_long_the_trace_goes_on():
+    # the same first 100 hours; b has one more 10-s HP job at hour 400. The window OrgLinear
+    # looks back over was min(72, T // 4) of the whole trace's T hours (25 h vs 72 h here),
+    # so that one future job moved the bound of every earlier hour (by up to 28 GPUs)
+    rng = np.random.default_rng(0)
+    jobs = [(1, int(rng.integers(1, 5)), 1, h * 3600.0 + float(rng.uniform(0, 3600)), float(rng.uniform(600, 5400)), 0.0)
+            for h in range(100) for _ in range(2)]
+    a, b = trace([8] * 8, jobs), trace([8] * 8, [*jobs, (1, 1, 1, 400 * 3600.0, 10.0, 0.0)])
+    for method in ("orglinear", "lastweek_peak"):
+        ba, ia = forecast_hp_bounds(a, method, refit="daily")
+        bb, ib = forecast_hp_bounds(b, method, refit="daily")
+        assert ia["lookback_h"] == ib["lookback_h"]
+        np.testing.assert_allclose(ba[0.9][:, :100], bb[0.9][:, :100])
+
+
 def test_starvation_guard_lets_a_large_spot_job_that_waited_past_theta_go_first():
     # one 8-GPU node held by HP until 5,000 s; spot B (8 GPUs) arrives at 100 s, spot C
     # (1 GPU, 10,000 s) at 200 s. When the node frees both have waited > theta (3,600 s).
