@@ -194,12 +194,16 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         from infra.db.models import CheckpointRecord
         from infra.db.recorder import read_table
 
-        # R and the checkpoint time measured in the DB (market seconds, whatever the provider)
+        # R and the checkpoint time measured in the DB (market seconds, whatever the provider);
+        # C per stage: its own saves (stages checkpoint different models; a stage with no
+        # measured save gets no C prior, as in the first run)
         stats = fleet_adapter.planning_zone_stats(preemption_stats)
-        ckpt_h = fleet_adapter.measured_checkpoint_hours(read_table(stats_db.engine(), CheckpointRecord, p))
+        ckpts = read_table(stats_db.engine(), CheckpointRecord, p)
         total_work = sum(s.work_hours for s in cfg.stages)
         plans: dict[str, FleetPlan] = {}
         for s in cfg.stages:
+            ckpt_h = fleet_adapter.measured_checkpoint_hours(
+                ckpts[ckpts["stage"] == s.name] if len(ckpts) and "stage" in ckpts else None)
             share = cfg.deadline_hours * s.work_hours / total_work
             try:
                 plans[s.name] = fleet_adapter.plan_for_stage(

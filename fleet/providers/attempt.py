@@ -40,11 +40,18 @@ class AttemptRecord:
         sessions held and lost so far (``fleet.contract.posterior_mttp_seconds``; never the
         market's future). None on on-demand: nothing preempts it, so the training process
         takes no insurance saves there (periodic ones remain). A failed session (the
-        training process crashed) says nothing about the market and is left out."""
+        training process crashed) says nothing about the market and is left out.
+
+        Only ``zone``'s own sessions refine ``zone``'s prior (all sessions when ``zone`` is
+        None): MTTP is per zone. Before 2026-11-28 every zone's sessions did, so a node that
+        held 10 h in a calm zone and was moved to a zone with a 1.6 h MTTP told its
+        training process an MTTP of 11.6 h there (insurance saves 2.7x too far apart),
+        and one preemption in a calm zone halved the next zone's MTTP."""
         if not spot:
             return None
         ended = [s for s in self.sessions if s.spot and s.ended_at is not None
-                 and s.end_reason in ("preempted", "completed", "cancelled")]
+                 and s.end_reason in ("preempted", "completed", "cancelled")
+                 and (zone is None or s.zone == zone)]
         held = sum(max(0.0, s.ended_at - (s.ready_at or s.launched_at)) for s in ended)
         lost = sum(1 for s in ended if s.end_reason == "preempted")
         return posterior_mttp_seconds(self.spec.priors.mttp_for(zone), held, lost)

@@ -74,16 +74,27 @@ def build_trace(name: str, level: str, data_dir: str | Path, scale: EvalScale | 
 
 
 def hp_series(trace: JobTrace, count: str = "gang") -> tuple[DemandSeries, np.ndarray]:
-    """Per-(pool, org) hourly HP demand with any demand, and the pool of each series.
-    ``count``: GPUs per HP job, "gang" (g x w) or "pod" (g; the authors' code)."""
+    """Per-(pool, org) hourly HP demand of every pool and organization the trace declares
+    (``pool_names`` x ``org_names``, the cluster's configuration), and the pool of each series.
+    ``count``: GPUs per HP job, "gang" (g x w) or "pod" (g; the authors' code).
+
+    Every declared pair, not only the pairs with HP demand somewhere in the trace: choosing
+    the series by their demand over the WHOLE trace let an organization's first HP job on
+    day 8 change the network, its training batches and the bound of days 0-7 (a series of
+    zeros that existed only because of its future)."""
     d = trace.hp_demand(count=count)
-    pools, orgs = np.nonzero(d.sum(axis=2) > 0)
+    pools, orgs = np.nonzero(np.ones(d.shape[:2], dtype=bool))
     values = d[pools, orgs]
     attrs = np.stack([orgs, pools], axis=1)
     return DemandSeries(values, attrs), pools
 
 
 REFIT_MODES = ("daily", "once")
+#: hours of history OrgLinear sees in the daily (rolling-origin) refit; history before hour 0
+#: is zeros, so any trace length works. (Until 2026-11-28 it was ``min(72, T // 4)`` of the
+#: WHOLE trace's T hours: one late job changed the lookback, and so the bound, of every
+#: earlier hour; the v2023 replay, 155 h, ran with 38.)
+DAILY_LOOKBACK_H = 72
 
 
 def _forecast_all_origins(series: DemandSeries, method: str, H: int, refit: str, train_frac: float,
@@ -98,7 +109,9 @@ def _forecast_all_origins(series: DemandSeries, method: str, H: int, refit: str,
     that day. ``refit="once"``: the earlier protocol, one fit on the first ``train_frac`` of
     hours, reflection padding (in-sample for those hours)."""
     S, T = series.values.shape
-    lookback = int(max(4, min(72, T // 4)))
+    # "once" fits on the first train_frac of the whole series anyway (partly in-sample);
+    # "daily" must not size its window by the series' future length
+    lookback = DAILY_LOOKBACK_H if refit == "daily" else int(max(4, min(72, T // 4)))
     info: dict = {"method": method, "lookback_h": lookback, "hours": T, "series": S, "refit": refit}
     if refit not in REFIT_MODES:
         raise ValueError(f"unknown refit {refit!r}; use one of {REFIT_MODES}")
@@ -108,7 +121,7 @@ def _forecast_all_origins(series: DemandSeries, method: str, H: int, refit: str,
         return fc.mu[:, :H].reshape(n, S, H), fc.sigma[:, :H].reshape(n, S, H)
 
     if method == "lastweek_peak":
-        f = LastWeekPeak(min(168, T), H)
+        f = LastWeekPeak(168 if refit == "daily" else min(168, T), H)
         f.pad = "zeros" if refit == "daily" else "reflect"
         mu, sg = shaped(f.predict(series, origins), T)
         return mu, sg, info
@@ -139,7 +152,7 @@ def _rolling(series: DemandSeries, f: OrgLinear, T: int, S: int, H: int, epochs:
     mu = np.zeros((T, S, H))
     sg = np.zeros((T, S, H))
     day0 = np.arange(min(24, T))
-    peak = LastWeekPeak(min(168, T), H)
+    peak = LastWeekPeak(168, H)  # zero-padded: a week of history whatever the trace's length
     peak.pad = "zeros"
     mu[day0], sg[day0] = shaped(peak.predict(series, day0), len(day0))
     refits = 0

@@ -200,3 +200,30 @@ def test_a_plan_from_empty_statistics_says_so_and_what_to_do():
     text = " ".join(plan.reasons)
     assert "no preemption statistics for any zone" in text and "rebuild preemption_stats" in text
     assert "statistics stand in" not in text and "no on-demand price" not in text
+
+
+def test_forecast_evaluation_fits_every_zone_before_one_common_time():
+    """A sparse zone borrows every zone's training runs (pooling). With traces of different
+    lengths each was split at 70 % of its OWN length, so the short zone's pooled model held
+    runs of the long zone observed after the short zone's forecast origins: changing the
+    long trace after that time changed the short zone's scores (outside audit probe)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+
+    def alternating(n_runs):
+        return np.concatenate([np.r_[np.ones(int(rng.integers(5, 40))), np.zeros(int(rng.integers(1, 6)))]
+                               for _ in range(n_runs)]).astype(np.int32)
+
+    short = np.r_[np.ones(300), np.zeros(20), np.ones(400), np.zeros(10), np.ones(300)].astype(np.int32)
+    long_up = alternating(200)
+    n = short.size
+    assert long_up.size > 2 * n
+    changed = long_up.copy()
+    changed[int(0.7 * n) + 1:] = 1 - changed[int(0.7 * n) + 1:]  # another world after the short split
+    scores = []
+    for other in (long_up, changed):
+        traces = [Trace("us-east-1a", "V100", 1, 600.0, short), Trace("us-east-1b", "V100", 1, 600.0, other)]
+        df = evaluate_forecasts(traces, horizon_hours=2.0, step_hours=4.0, n_samples=100, seed=0)
+        scores.append(df[df.zone == "us-east-1a"].set_index("model")[["crps", "brier", "pinball"]])
+    pd.testing.assert_frame_equal(scores[0], scores[1])

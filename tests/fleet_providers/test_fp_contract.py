@@ -97,3 +97,29 @@ def test_posterior_checkpoint_time_weights_the_plan_as_the_process_does():
     assert posterior_checkpoint_seconds(10.0, []) == 10.0
     assert posterior_checkpoint_seconds(10.0, [0.0, 4.0]) == pytest.approx(  # 0: unmeasured
         (CKPT_PRIOR_WEIGHT * 10.0 + 4.0) / (CKPT_PRIOR_WEIGHT + 1))
+
+
+def test_the_attempt_refines_a_zones_mttp_with_that_zones_sessions_only():
+    """A move from a calm zone to a risky one must not carry the calm zone's held hours
+    into the risky zone's MTTP (found tracing the demo's MTTP through `spotfleet main`:
+    after a preemption in us-west-2b the next node in us-east-1f got (M0_f + held_w) / 2)."""
+    from fleet.providers.attempt import AttemptRecord
+    from fleet.providers.base import NodeSession
+
+    calm, risky = 10 * 3600.0, 1.6 * 3600.0
+    spec = StageSpec(name="s", command=["python", "t.py"], checkpoint_uri="/c", zones=("calm-a", "risky-b"),
+                     priors=RunPriors(mttp_seconds={"calm-a": calm, "risky-b": risky}))
+    rec = AttemptRecord(spec, 1, None)
+
+    def session(zone, held, reason):
+        return NodeSession(node_id=f"n-{zone}-{reason}", stage="s", attempt=1, provider="local", cloud="aws",
+                           region=zone[:-2], zone=zone, instance_type="p3.2xlarge", spot=True,
+                           price_per_hour=0.9, launched_at=0.0, ready_at=60.0, ended_at=60.0 + held,
+                           end_reason=reason)
+
+    rec.sessions.append(session("calm-a", 10 * 3600.0, "cancelled"))  # held 10 h, then moved
+    assert rec.mttp_estimate("risky-b") == pytest.approx(risky)  # no evidence about risky-b yet
+    assert rec.mttp_estimate("calm-a") == pytest.approx(calm + 10 * 3600.0)  # its own: held, not lost
+    rec.sessions.append(session("risky-b", 1800.0, "preempted"))
+    assert rec.mttp_estimate("risky-b") == pytest.approx((risky + 1800.0) / 2)
+    assert rec.mttp_estimate("calm-a") == pytest.approx(calm + 10 * 3600.0)  # risky-b's loss is not its

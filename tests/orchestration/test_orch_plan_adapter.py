@@ -217,3 +217,38 @@ def test_measured_r_and_checkpoint_time_reach_the_deadline_rule_the_policy_and_t
     assert session.restart_seconds == pytest.approx(r_s)
     assert session.mttp_seconds == pytest.approx(3600.0 / plan.zones[0].rate_per_hour, rel=1e-5)  # 6 digits
     assert float(env["SPOTFLEET_CHECKPOINT_SECONDS"]) == pytest.approx(30.0)
+
+
+def test_each_stage_is_planned_with_its_own_measured_checkpoint_time(tmp_path):
+    """docs/checkpointing.md: the delta prior C 'is a mean over the same stage's earlier
+    saves'. The fleet_plan asset averaged the saves of EVERY stage of the pipeline, so a
+    stage that saves a big model in 30 s and one that saves a small one in 1 s were both
+    planned (and their training processes primed, weighted as 10 saves) with ~15.5 s."""
+    from dagster import AssetKey, DagsterInstance, materialize
+    from sqlalchemy.orm import Session
+
+    from assets.pipeline_assets import build_pipeline_assets
+    from infra.db.models import CheckpointRecord
+    from pipelines.resources import FleetResource, StatsDB
+
+    [cfg] = load_pipelines(EXAMPLE_PIPELINES)
+    first, second = (s.name for s in cfg.stages[:2])
+    stats_db = StatsDB(var_dir=str(tmp_path / "var"))
+    eng = stats_db.engine()
+    with Session(eng) as db:
+        for i, (stage, stall) in enumerate([(first, 30.0), (first, 30.0), (second, 1.0), (second, 1.0)]):
+            db.add(CheckpointRecord(pipeline=cfg.name, stage=stage, attempt=1, run_id="r1", node_id="n",
+                                    step=100 * (i + 1), kind="periodic", stall_seconds=stall,
+                                    persist_seconds=1.0, committed_at=1.0e9 + i))
+        db.commit()
+    pa = build_pipeline_assets(cfg)
+    keys = [AssetKey([cfg.name, n]) for n in ("spot_market", "preemption_stats", "preemption_forecast",
+                                              "fleet_plan")]
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(pa.assets, selection=keys, instance=instance,
+                             resources={"stats_db": stats_db, "fleet": FleetResource(var_dir=str(tmp_path / "var"))})
+        assert result.success
+        plans = result.asset_value(keys[3])
+    assert plans[first].checkpoint_measured and plans[second].checkpoint_measured
+    assert plans[first].priors().checkpoint_seconds == pytest.approx(30.0)
+    assert plans[second].priors().checkpoint_seconds == pytest.approx(1.0)

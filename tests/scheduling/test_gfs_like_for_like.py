@@ -126,6 +126,50 @@ def test_daily_refit_uses_no_future_data():
     assert not np.allclose(ba[:, 80:], bb[:, 80:])  # it does see the past once it is past
 
 
+def test_daily_refit_bound_ignores_an_organization_that_appears_only_later():
+    # the same as above, but the future differs by WHO submits: in b an organization that
+    # was silent for 3 days starts submitting HP jobs on day 4. Its series must not exist
+    # earlier only because of that future (it did: the series were the (pool, org) pairs
+    # with demand anywhere in the trace, so the network, its batches and the bound of days
+    # 1-3 changed; found by perturbing a v2026 trace after day 8)
+    rng = np.random.default_rng(1)
+    rows, orgs_b = [], []
+    for h in range(6 * 24):
+        for _ in range(2):
+            rows.append((1, int(rng.integers(1, 5)), 1, h * 3600.0 + float(rng.uniform(0, 3600)),
+                         float(rng.uniform(600, 5400)), 0.0))
+            orgs_b.append(1 if h >= 80 and rng.random() < 0.5 else 0)
+    rows.append((1, 1, 1, 6 * 24 * 3600.0 + 7200.0, 10.0, 0.0))
+    orgs_b.append(0)
+    a_ = np.array(rows, dtype=float)
+
+    def two_org_trace(org):
+        return JobTrace("t", ["pool"], np.zeros(8, dtype=int), np.array([8] * 8), ["o0", "o1"],
+                        np.zeros(len(a_), dtype=int), np.asarray(org), a_[:, 0] > 0, a_[:, 1].astype(int),
+                        a_[:, 2].astype(int), a_[:, 3], a_[:, 4], a_[:, 5])
+
+    a, b = two_org_trace([0] * len(a_)), two_org_trace(orgs_b)
+    np.testing.assert_array_equal(a.hp_demand().sum(axis=1)[:, :72], b.hp_demand().sum(axis=1)[:, :72])
+    ba, _ = forecast_hp_bounds(a, "orglinear", refit="daily")
+    bb, _ = forecast_hp_bounds(b, "orglinear", refit="daily")
+    np.testing.assert_allclose(ba[0.9][:, :72], bb[0.9][:, :72])
+
+
+def test_daily_refit_bound_does_not_depend_on_how_long_the_trace_goes_on():
+    # the same first 100 hours; b has one more 10-s HP job at hour 400. The window OrgLinear
+    # looks back over was min(72, T // 4) of the whole trace's T hours (25 h vs 72 h here),
+    # so that one future job moved the bound of every earlier hour (by up to 28 GPUs)
+    rng = np.random.default_rng(0)
+    jobs = [(1, int(rng.integers(1, 5)), 1, h * 3600.0 + float(rng.uniform(0, 3600)), float(rng.uniform(600, 5400)), 0.0)
+            for h in range(100) for _ in range(2)]
+    a, b = trace([8] * 8, jobs), trace([8] * 8, [*jobs, (1, 1, 1, 400 * 3600.0, 10.0, 0.0)])
+    for method in ("orglinear", "lastweek_peak"):
+        ba, ia = forecast_hp_bounds(a, method, refit="daily")
+        bb, ib = forecast_hp_bounds(b, method, refit="daily")
+        assert ia["lookback_h"] == ib["lookback_h"]
+        np.testing.assert_allclose(ba[0.9][:, :100], bb[0.9][:, :100])
+
+
 def test_starvation_guard_lets_a_large_spot_job_that_waited_past_theta_go_first():
     # one 8-GPU node held by HP until 5,000 s; spot B (8 GPUs) arrives at 100 s, spot C
     # (1 GPU, 10,000 s) at 200 s. When the node frees both have waited > theta (3,600 s).
