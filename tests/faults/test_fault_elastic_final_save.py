@@ -12,6 +12,10 @@ stage would have started from it -- and rank 0's agent restarted its worker over
 (each restart failed to restore from the unreachable store) until the other node's exit
 barrier timed out. Now the attempt fails with rank 0's error (the store, what is saved
 where, the fix) and no worker is restarted.
+
+Rank 0 kept the final state in the local spill area, and its error says a re-run on this
+machine resumes there. Before, the elastic restore read only the store: the retried
+attempt resumed at step 150. Now it restores step 300 from the spill area and uploads it.
 """
 
 from __future__ import annotations
@@ -81,3 +85,24 @@ def test_store_down_before_the_final_save_fails_the_elastic_stage(
     store = S3Store(bucket, "stage", client=s3_gateway.client())
     assert saved is not None and list_checkpoints(store)[-1].step == saved < STEPS
     assert failed[0]["spilled_step"] == STEPS
+
+    # the store back: the retried attempt on this machine resumes from the spilled final
+    # state (what rank 0's error promises), uploads it and ends with the same state.
+    # Before: the elastic restore read only the store and trained steps 150-300 again.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_gateway.endpoint_url)
+    w2 = EventWatch()
+    run2 = drill_run(tmp_path / "work2", uri, nodes=2, on_event=w2,  # type: ignore[arg-type]
+                     args=train_args(STEPS, step_sleep=0.03))
+    t2, box2 = run_in_thread(run2)
+    t2.join(400)
+    if t2.is_alive():
+        run2.cancel()
+        t2.join(60)
+        pytest.fail("the retried elastic stage did not end")
+    assert "result" in box2, box2.get("error")
+    assert box2["result"].completed and box2["result"].final_step == STEPS
+    restores = [e.data for e in w2.of("restore")]
+    assert [r["step"] for r in restores] == [STEPS], restores
+    assert restores[0]["location"].startswith(str(tmp_path / "spill")), restores
+    assert box2["result"].info["state_sha256"] == failed[0]["state_sha256"]
+    assert list_checkpoints(store)[-1].step == STEPS
