@@ -568,7 +568,15 @@ class ElasticSession:
     def _emergency_save(self) -> None:
         if self.session is None:
             return
-        result = self.session.save(SaveKind.EMERGENCY, block=True)
+        # with this node's notice deadline, as a single process: the saver awaits the store
+        # until just before it, else writes the checkpoint to the local spill area (store
+        # down or too slow). Rank 0's session has no guard of its own (leaving is agreed
+        # by the group), so it borrows this one for the save.
+        self.session.guard = self.guard
+        try:
+            result = self.session.save(SaveKind.EMERGENCY, block=True)
+        finally:
+            self.session.guard = None
         if result is not None and not result.ok:
             log.error("emergency save of step %d failed: %s", self.step, result.error)
 
