@@ -611,6 +611,11 @@ class ElasticSession:
         else:
             digest = self.final_sha256 = state_sha256(self.model, self.optimizer)
             if self.session is not None:
+                # the final state stays in /dev/shm until the final checkpoint is committed:
+                # a rank 0 killed during that save is restarted by its agent and resumes from
+                # it (then saves again), instead of the previous checkpoint (steps retrained,
+                # at a smaller world size: the other ranks have completed and left)
+                self.handoff.write(self.state.capture(), self.step)
                 self.exit_code = self.session.finish(state_sha256=digest, world_size=self.world_size,
                                                      **exit_data)
             else:
