@@ -86,6 +86,7 @@ from checkpointing.runtime_env import (
     env_float,
 )
 from checkpointing.saver import restore_state
+from checkpointing.spill import newer_spill, open_spill
 from checkpointing.stores.base import CheckpointStore, StoreError, open_store
 from checkpointing.torch_state import TrainingState, state_sha256
 
@@ -248,6 +249,8 @@ class ElasticSession:
         self._formed_at: float | None = None
         self._lost_at: float | None = None
         self._pending_membership: dict[str, Any] | None = None
+        #: (the store's newest checkpoint,) when rank 0 restored from the spill area
+        self._spilled_over: tuple[Any] | None = None
         self._finished = False
         self.exit_code: int | None = None
         #: sha256 of the final model + optimizer state (set when the stage completes)
@@ -382,24 +385,38 @@ class ElasticSession:
         self.session.policy.on_restore(self.step)
         if restored is not None:
             self.session.saver.last_committed = restored.info
+            if self._spilled_over is not None and self.session.saver.spill_store is not None:
+                # restored from the spill area: the store does not hold it yet; upload it
+                self.session.saver.last_committed = self._spilled_over[0]
+                self.session.saver.start_promotion(restored.info)
             self.events.emit("restore", step=self.step, location=restored.info.location,
                              fell_back=restored.fell_back, reason=restored.reason)
 
     def _newest_checkpoint_step(self) -> int | None:
-        """Step of the newest committed checkpoint (one listing), None if none or the
-        store cannot be listed now (then the members' hand-offs are used as they are)."""
+        """Step of the newest committed checkpoint (one listing of the store and one of
+        this node's spill area), None if none or the store cannot be listed now (then the
+        members' hand-offs are used as they are)."""
         try:
-            return newest_committed_step(self.store)
+            newest = newest_committed_step(self.store)
         except (StoreError, OSError) as exc:
             log.warning("could not list the checkpoints (%s); using the members' hand-offs", exc)
             return None
+        spill = open_spill(self.store)
+        if spill is not None:
+            try:
+                spilled = newest_committed_step(spill)
+            except (StoreError, OSError):
+                spilled = None
+            if spilled is not None and (newest is None or spilled > newest):
+                return spilled
+        return newest
 
     def _restore_newer_than(self, handoff_step: int) -> Any:
         """Rank 0: the latest complete checkpoint if it is newer than ``handoff_step``
         (-1: no member has a hand-off), else None. Without a hand-off a store failure
         propagates (there is nothing else to resume from); with one, the hand-off is used."""
         try:
-            restored = restore_state(self.store)
+            restored = self._restore_with_spill()
         except (StoreError, OSError) as exc:
             if handoff_step < 0:
                 raise
@@ -409,6 +426,26 @@ class ElasticSession:
         if restored is not None and restored.info.step <= handoff_step:
             return None  # it fell back past the hand-off: the hand-off is the newest state
         return restored
+
+    def _restore_with_spill(self) -> Any:
+        """The latest complete checkpoint: this node's spill area's when it is newer than
+        the store's (an emergency or final checkpoint the store could not take; the
+        session uploads it, as ``TrainingSession.restore`` does), else the store's."""
+        self._spilled_over = None
+        spill = open_spill(self.store)
+        if spill is not None:
+            candidate, primary_newest = newer_spill(self.store, spill)
+            if candidate is not None:
+                outcome = restore_state(spill)
+                newest = primary_newest.step if primary_newest is not None else -1
+                if outcome is not None and outcome.info.step > newest:
+                    log.warning("restoring step %d from the local spill area %s (the store %s "
+                                "has step %s); uploading it to the store", outcome.info.step,
+                                outcome.info.location, self.store.location,
+                                newest if newest >= 0 else "none")
+                    self._spilled_over = (primary_newest,)
+                    return outcome
+        return restore_state(self.store)
 
     def _digest(self) -> dict[str, str]:
         if os.environ.get(ENV_DIGESTS) != "1":
@@ -531,7 +568,15 @@ class ElasticSession:
     def _emergency_save(self) -> None:
         if self.session is None:
             return
-        result = self.session.save(SaveKind.EMERGENCY, block=True)
+        # with this node's notice deadline, as a single process: the saver awaits the store
+        # until just before it, else writes the checkpoint to the local spill area (store
+        # down or too slow). Rank 0's session has no guard of its own (leaving is agreed
+        # by the group), so it borrows this one for the save.
+        self.session.guard = self.guard
+        try:
+            result = self.session.save(SaveKind.EMERGENCY, block=True)
+        finally:
+            self.session.guard = None
         if result is not None and not result.ok:
             log.error("emergency save of step %d failed: %s", self.step, result.error)
 
@@ -566,6 +611,11 @@ class ElasticSession:
         else:
             digest = self.final_sha256 = state_sha256(self.model, self.optimizer)
             if self.session is not None:
+                # the final state stays in /dev/shm until the final checkpoint is committed:
+                # a rank 0 killed during that save is restarted by its agent and resumes from
+                # it (then saves again), instead of the previous checkpoint (steps retrained,
+                # at a smaller world size: the other ranks have completed and left)
+                self.handoff.write(self.state.capture(), self.step)
                 self.exit_code = self.session.finish(state_sha256=digest, world_size=self.world_size,
                                                      **exit_data)
             else:

@@ -21,8 +21,9 @@ that make preemptions cheap (everything else is ``torch.distributed.elastic``:
    call may be a fraction of a second (``--last-call-timeout``, 0.5 s): a re-formation
    cost about two 1 s polls plus a 1 s last call.
 
-Exit codes: 0 the stage completed; 75 this node left after a preemption notice; 1 the
-worker group failed (more than ``--max-restarts`` failures).
+Exit codes: 0 the stage completed; 75 this node left after a preemption notice; 74 the
+stage completed but the final checkpoint was not committed (the worker's exit code; never
+restarted); 1 the worker group failed (more than ``--max-restarts`` failures).
 
     python -m checkpointing.elastic_run --nnodes 1:4 --rdzv-endpoint 10.0.0.1:29400 \\
         --rdzv-id stage-a1 -- examples/train_elastic.py --steps 300
@@ -45,6 +46,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from checkpointing.outcome import EXIT_FINAL_SAVE_FAILED
 from checkpointing.runtime_env import EXIT_COMPLETED, EXIT_PREEMPTED
 
 log = logging.getLogger("checkpointing.elastic_run")
@@ -154,6 +156,16 @@ def _agent_class():
 
         def _stop_workers(self, worker_group, *args, **kwargs) -> None:  # noqa: ANN001
             self._shutdown(REFORM_SIGNAL, timeout=self.reform_timeout)
+
+        def _monitor_workers(self, worker_group):  # noqa: ANN001, ANN202
+            # a worker that exits 74 completed every step, but the store did not take the
+            # final checkpoint: a restart cannot train anything and, with the store still
+            # down, fails at its restore, again and again (up to max_restarts). Terminal.
+            result = super()._monitor_workers(worker_group)
+            if result.is_failed() and any(f.exitcode == EXIT_FINAL_SAVE_FAILED
+                                          for f in result.failures.values()):
+                self._remaining_restarts = 0
+            return result
 
         def _shutdown(self, death_sig=signal.SIGTERM, timeout: int = 30) -> None:  # noqa: ANN001
             # torch's run() calls this from its ``except SignalException`` block: this node
@@ -472,6 +484,19 @@ def run_node(cfg: ElasticRunConfig, script: str, argv: list[str]) -> int:
     # the rendezvous is closed through the store: a node hosting it (--host-store) drops
     # the store only after that, or its own shutdown fails on the closed socket (a C++
     # "recvVector failed" trace and "failed to shutdown the rendezvous" at every exit)
+    if result.is_failed() and {f.exitcode for f in result.failures.values()} == {EXIT_FINAL_SAVE_FAILED}:
+        # the worker logged what is saved where and the fix; meet the other nodes at the
+        # exit barrier (they completed: without us they wait exit_barrier_timeout) and
+        # end with the worker's code, not a restart loop nor a plain failure
+        log.error("the stage completed but its final checkpoint was not committed (exit %d; "
+                  "the worker's error above names the store and the fix)", EXIT_FINAL_SAVE_FAILED)
+        try:
+            agent._exit_barrier()
+        except Exception as exc:  # noqa: BLE001 - best effort: the others time out instead
+            log.warning("exit barrier: %s: %s", type(exc).__name__, exc)
+        handler.shutdown()
+        del store_server
+        return EXIT_FINAL_SAVE_FAILED
     if result.is_failed():
         for rank, failure in result.failures.items():
             log.error("worker rank %d failed: exit code %s (%s)", rank, failure.exitcode,

@@ -195,3 +195,27 @@ def test_plan_apply_hands_the_k_over_z_spread_to_the_elastic_controller():
     assert spec.env["SPOTFLEET_ON_DEMAND_NODES"] == "1"
     single = plan.apply(StageSpec(name="one", command=["python", "t.py"], checkpoint_uri="/c"))
     assert "SPOTFLEET_PLACEMENT" not in single.env
+
+
+@pytest.mark.slow
+def test_agent_does_not_restart_a_worker_whose_final_save_failed(tmp_path):
+    """Exit 74 (all steps trained, final checkpoint not committed) is terminal: before, the
+    agent restarted the worker up to --max-restarts times (each restart failing to restore
+    from the store that was down) and then exited 1."""
+    import socket
+    import subprocess
+
+    runs = tmp_path / "runs.txt"
+    script = tmp_path / "final_save_fails.py"
+    script.write_text(f"import sys\nopen({str(runs)!r}, 'a').write('run\\n')\nsys.exit(74)\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "checkpointing.elastic_run", "--nnodes", "1:1", "--host-store",
+         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "final-save", "--local-addr",
+         "127.0.0.1", "--max-restarts", "2", "--", str(script)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 74, proc.stderr[-3000:]
+    assert runs.read_text().count("run") == 1, proc.stderr[-3000:]
+    assert "final checkpoint was not committed" in proc.stderr

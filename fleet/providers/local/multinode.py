@@ -53,6 +53,7 @@ from checkpointing.elastic_run import (
 )
 from checkpointing.elastic_state import DEFAULT_HANDOFF_ROOT
 from checkpointing.events import Event
+from checkpointing.outcome import EXIT_FINAL_SAVE_FAILED
 from fleet.contract import session_cost_usd
 from fleet.emulation.injector import PreemptionInjector
 from fleet.providers.attempt import AttemptRecord
@@ -248,6 +249,9 @@ class ElasticStageRun(AttemptRecord):
                 self._reap()
                 alive = [n for n in self._nodes if n.ended_at is None]
                 done = [n for n in self._nodes if n.end_reason == "completed"]
+                unsaved = self._final_save_failure()
+                if unsaved is not None:
+                    raise AttemptFailed(unsaved)
                 if done:
                     completing_since = completing_since or now
                     if not alive or now - completing_since > self.elastic.completion_wait_seconds:
@@ -504,6 +508,8 @@ class ElasticStageRun(AttemptRecord):
                 node.notice_at = inj.notice_at
             if rc == 0:
                 node.end_reason = "completed"
+            elif rc == EXIT_FINAL_SAVE_FAILED:
+                node.end_reason = "failed"  # rank 0: every step trained, final checkpoint lost
             elif node.notice_at is not None or rc == rt.EXIT_PREEMPTED:
                 node.end_reason = "preempted"
                 self.preemptions += 1
@@ -549,6 +555,19 @@ class ElasticStageRun(AttemptRecord):
                 if self.injector is not None:
                     self.injector.close_node(node.node_id)
                 self._record(node)
+
+    def _final_save_failure(self) -> str | None:
+        """The error of a rank 0 that trained every step but could not commit the final
+        checkpoint (its ``exit`` reason ``final_save_failed``), else None. The other ranks
+        exit 0: their part is done, but the stage is not complete without that checkpoint
+        (a next stage would start from an older one)."""
+        for n in self._nodes:
+            ev = n.exit_event
+            if ev is not None and ev.data.get("reason") == "final_save_failed":
+                return (f"stage {self.spec.name!r}: trained all {ev.data.get('step')} steps, but "
+                        f"the final checkpoint was not committed (node {n.node_id}, exit "
+                        f"{EXIT_FINAL_SAVE_FAILED}): {ev.data.get('error') or 'see ' + str(n.log_path)}")
+        return None
 
     def _failure_message(self) -> str:
         node = next((n for n in reversed(self._nodes) if n.end_reason == "failed"), None)
