@@ -85,8 +85,8 @@ from checkpointing.runtime_env import (
     checkpoint_uri_from_env,
     env_float,
 )
-from checkpointing.saver import restore_state
-from checkpointing.spill import newer_spill, open_spill
+from checkpointing.saver import restore_preferring_spill
+from checkpointing.spill import open_spill
 from checkpointing.stores.base import CheckpointStore, StoreError, open_store
 from checkpointing.torch_state import TrainingState, state_sha256
 
@@ -431,21 +431,9 @@ class ElasticSession:
         """The latest complete checkpoint: this node's spill area's when it is newer than
         the store's (an emergency or final checkpoint the store could not take; the
         session uploads it, as ``TrainingSession.restore`` does), else the store's."""
-        self._spilled_over = None
-        spill = open_spill(self.store)
-        if spill is not None:
-            candidate, primary_newest = newer_spill(self.store, spill)
-            if candidate is not None:
-                outcome = restore_state(spill)
-                newest = primary_newest.step if primary_newest is not None else -1
-                if outcome is not None and outcome.info.step > newest:
-                    log.warning("restoring step %d from the local spill area %s (the store %s "
-                                "has step %s); uploading it to the store", outcome.info.step,
-                                outcome.info.location, self.store.location,
-                                newest if newest >= 0 else "none")
-                    self._spilled_over = (primary_newest,)
-                    return outcome
-        return restore_state(self.store)
+        outcome, primary_newest, spilled = restore_preferring_spill(self.store, open_spill(self.store))
+        self._spilled_over = (primary_newest,) if spilled else None
+        return outcome
 
     def _digest(self) -> dict[str, str]:
         if os.environ.get(ENV_DIGESTS) != "1":

@@ -69,7 +69,7 @@ from checkpointing.manifest import (
 from checkpointing.outcome import ENV_SAVE_WAIT_SECONDS
 from checkpointing.runtime_env import MAX_ENV_SECONDS
 from checkpointing.snapshot import Snapshot, SnapshotBuffers, load_state, loads_header
-from checkpointing.spill import Promotion
+from checkpointing.spill import Promotion, newer_spill
 from checkpointing.stores.base import CheckpointStore
 
 log = logging.getLogger("checkpointing.saver")
@@ -701,3 +701,24 @@ def load_checkpoint(store: CheckpointStore, info: CheckpointInfo) -> Any:
 def restore_state(store: CheckpointStore) -> RestoreOutcome | None:
     """Load the latest complete checkpoint's state, falling back on corruption."""
     return restore_latest(store, lambda info: load_checkpoint(store, info))
+
+
+def restore_preferring_spill(store: CheckpointStore, spill: CheckpointStore | None
+                             ) -> tuple[RestoreOutcome | None, CheckpointInfo | None, bool]:
+    """(outcome, the store's newest checkpoint, loaded from the spill area?).
+
+    A checkpoint in this node's local spill area (``checkpointing.spill``: an emergency or
+    final save the store could not take) that is newer than the store's newest is loaded
+    from there, and the caller uploads it; otherwise the store's latest complete one."""
+    if spill is not None:
+        candidate, primary_newest = newer_spill(store, spill)
+        if candidate is not None:
+            outcome = restore_state(spill)
+            newest = primary_newest.step if primary_newest is not None else -1
+            if outcome is not None and outcome.info.step > newest:
+                log.warning("restoring step %d from the local spill area %s (the store %s "
+                            "has step %s); uploading it to the store", outcome.info.step,
+                            outcome.info.location, store.location,
+                            newest if newest >= 0 else "none")
+                return outcome, primary_newest, True
+    return restore_state(store), None, False

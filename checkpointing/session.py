@@ -81,9 +81,10 @@ from checkpointing.saver import (
     SPILL_FIXED_SECONDS,
     AsyncSaver,
     SaveResult,
+    restore_preferring_spill,
     restore_state,
 )
-from checkpointing.spill import newer_spill, open_spill
+from checkpointing.spill import open_spill
 from checkpointing.stores.base import CheckpointStore, open_store
 from checkpointing.torch_state import Stateful, TrainingState
 
@@ -368,23 +369,9 @@ class TrainingSession:
         return self.state.step
 
     def _restore_outcome(self) -> tuple[Any, CheckpointInfo | None, bool]:
-        """(outcome, the store's newest checkpoint, loaded from the local spill area?).
-
-        An emergency checkpoint spilled to local disk (``checkpointing.spill``) that is
-        newer than the store's newest is loaded from there; otherwise the store's."""
-        spill = self.saver.spill_store
-        if spill is not None:
-            candidate, primary_newest = newer_spill(self.store, spill)
-            if candidate is not None:
-                outcome = restore_state(spill)
-                newest = primary_newest.step if primary_newest is not None else -1
-                if outcome is not None and outcome.info.step > newest:
-                    log.warning("restoring step %d from the local spill area %s (the store %s "
-                                "has step %s); uploading it to the store", outcome.info.step,
-                                outcome.info.location, self.store.location,
-                                newest if newest >= 0 else "none")
-                    return outcome, primary_newest, True
-        return restore_state(self.store), None, False
+        """(outcome, the store's newest checkpoint, loaded from the local spill area?):
+        :func:`checkpointing.saver.restore_preferring_spill`."""
+        return restore_preferring_spill(self.store, self.saver.spill_store)
 
     def _noticed(self) -> bool:
         return self.guard is not None and self.guard.notice is not None
