@@ -21,7 +21,13 @@ import pytest
 
 from checkpointing.manifest import list_checkpoints
 from checkpointing.stores.local import LocalStore
-from fleet.providers.local.elastic_drill import EventWatch, drill_run, run_in_thread, train_args
+from fleet.providers.local.elastic_drill import (
+    EventWatch,
+    drill_run,
+    join_or_cancel,
+    run_in_thread,
+    train_args,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -56,10 +62,8 @@ def test_rank0_killed_during_the_final_save_resumes_from_its_final_state(
         os.kill(worker, signal.SIGKILL)  # the final save sleeps 2 s before it writes
         t.join(400)
     finally:
-        if t.is_alive():
-            run.cancel()
-            t.join(60)
-    assert not t.is_alive(), "the elastic stage did not end"
+        ended = join_or_cancel(run, t, 0.0)
+    assert ended, "the elastic stage did not end"
     assert "result" in box, box.get("error")
     assert box["result"].completed and box["result"].final_step == STEPS
     assert w.of("restore") == [], [e.data for e in w.of("restore")]  # before: step 150

@@ -181,3 +181,17 @@ class FreezableProxy:
             for s in (client, upstream):
                 with contextlib.suppress(OSError):
                     s.close()
+
+
+def use_s3_through(monkeypatch, endpoint_url: str, access_key: str, secret_key: str,  # noqa: ANN001
+                   spill_dir: os.PathLike[str] | str) -> None:
+    """Point every S3 store of the test (and the processes it starts) at ``endpoint_url``
+    (e.g. a :class:`FreezableProxy` in front of the radosgw) with 2 s timeouts, 2 attempts
+    and ``spill_dir`` as the local spill area."""
+    for k, v in {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key,
+                 "AWS_ENDPOINT_URL": endpoint_url, "AWS_REGION": "us-east-1",
+                 "SPOTFLEET_S3_CONNECT_TIMEOUT_SECONDS": "2",
+                 "SPOTFLEET_S3_READ_TIMEOUT_SECONDS": "2", "SPOTFLEET_S3_MAX_ATTEMPTS": "2",
+                 "SPOTFLEET_SPILL_DIR": str(spill_dir)}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)

@@ -24,12 +24,18 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[0] / "s3"))
-from fault_kit import FreezableProxy  # noqa: E402
+from fault_kit import FreezableProxy, use_s3_through  # noqa: E402
 from s3_radosgw_server import ACCESS_KEY, SECRET_KEY, RadosGateway  # noqa: E402
 
 from checkpointing.manifest import list_checkpoints  # noqa: E402
 from checkpointing.stores.s3 import S3Store  # noqa: E402
-from fleet.providers.local.elastic_drill import EventWatch, drill_run, run_in_thread, train_args  # noqa: E402
+from fleet.providers.local.elastic_drill import (  # noqa: E402
+    EventWatch,
+    drill_run,
+    join_or_cancel,
+    run_in_thread,
+    train_args,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3]
 
@@ -43,13 +49,7 @@ def test_all_nodes_noticed_with_the_store_down_spill_and_resume_exactly(
     s3_gateway.client().create_bucket(Bucket=bucket)
     uri = f"s3://{bucket}/stage"
     proxy = FreezableProxy.for_url(s3_gateway.endpoint_url)
-    for k, v in {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-                 "AWS_ENDPOINT_URL": proxy.endpoint_url, "AWS_REGION": "us-east-1",
-                 "SPOTFLEET_S3_CONNECT_TIMEOUT_SECONDS": "2",
-                 "SPOTFLEET_S3_READ_TIMEOUT_SECONDS": "2", "SPOTFLEET_S3_MAX_ATTEMPTS": "2",
-                 "SPOTFLEET_SPILL_DIR": str(tmp_path / "spill")}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    use_s3_through(monkeypatch, proxy.endpoint_url, ACCESS_KEY, SECRET_KEY, tmp_path / "spill")
     w = EventWatch()
     run = drill_run(tmp_path / "work", uri, nodes=2, zones=ZONES, on_event=w,  # type: ignore[arg-type]
                     args=train_args(STEPS, step_sleep=0.03))
@@ -68,10 +68,8 @@ def test_all_nodes_noticed_with_the_store_down_spill_and_resume_exactly(
         run.regain_zone(*ZONES)
         t.join(400)
     finally:
-        if t.is_alive():
-            run.cancel()
-            t.join(60)
-    assert not t.is_alive(), "the elastic stage did not end"
+        ended = join_or_cancel(run, t, 0.0)
+    assert ended, "the elastic stage did not end"
     assert "result" in box, box.get("error")
     assert box["result"].completed and box["result"].final_step == STEPS
 

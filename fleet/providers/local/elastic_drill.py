@@ -112,3 +112,14 @@ def run_in_thread(run: ElasticStageRun) -> tuple[threading.Thread, dict]:
     t = threading.Thread(target=target, daemon=True, name="elastic-stage")
     t.start()
     return t, box
+
+
+def join_or_cancel(run: ElasticStageRun, t: threading.Thread, timeout_s: float = 400.0) -> bool:
+    """Wait up to ``timeout_s`` for the stage's thread; if it is still running, cancel the
+    stage and give it 60 s more. True when the thread ended (a hung stage is then a test
+    failure, never a hung test)."""
+    t.join(timeout_s)
+    if t.is_alive():
+        run.cancel()
+        t.join(60)
+    return not t.is_alive()
