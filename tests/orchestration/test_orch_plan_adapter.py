@@ -24,6 +24,25 @@ def _sessions() -> list[NodeSession]:
             for i in range(4)]
 
 
+PLANNING_ASSETS = ("spot_market", "preemption_stats", "preemption_forecast", "fleet_plan")
+
+
+def _materialize_planning(cfg, stats_db, tmp_path, instance):  # noqa: ANN001, ANN202
+    """Materialize the pipeline's planning assets (:data:`PLANNING_ASSETS`) on ``stats_db``;
+    returns (result, their asset keys in that order)."""
+    from dagster import AssetKey, materialize
+
+    from assets.pipeline_assets import build_pipeline_assets
+    from pipelines.resources import FleetResource
+
+    pa = build_pipeline_assets(cfg)
+    keys = [AssetKey([cfg.name, n]) for n in PLANNING_ASSETS]
+    result = materialize(pa.assets, selection=keys, instance=instance,
+                         resources={"stats_db": stats_db, "fleet": FleetResource(var_dir=str(tmp_path / "var"))})
+    assert result.success
+    return result, keys
+
+
 def test_plan_is_the_same_with_recorded_sessions_in_the_statistics():
     """Session records (with their missing fields) must not change the trace statistics the planner sees."""
     [cfg] = load_pipelines(EXAMPLE_PIPELINES)
@@ -132,13 +151,12 @@ def test_a_stored_table_instead_of_records_names_the_fix():
 def test_assets_pass_typed_values_and_the_table_is_derived_from_them(tmp_path):
     """preemption_stats materializes list[ZoneStats] (trace and recorded-session records),
     fleet_plan dict[str, FleetPlan]; the analyst's markdown table comes from the records."""
-    from dagster import AssetKey, DagsterInstance, materialize
+    from dagster import DagsterInstance
 
-    from assets.pipeline_assets import build_pipeline_assets
     from fleet.planning.planner import FleetPlan
     from fleet.stats.preemption import ZoneStats
     from infra.db.recorder import record_attempt
-    from pipelines.resources import FleetResource, StatsDB
+    from pipelines.resources import StatsDB
 
     [cfg] = load_pipelines(EXAMPLE_PIPELINES)
     stats_db = StatsDB(var_dir=str(tmp_path / "var"))
@@ -146,13 +164,8 @@ def test_assets_pass_typed_values_and_the_table_is_derived_from_them(tmp_path):
     record_attempt(stats_db.engine(), run_id="r1", pipeline=cfg.name, stage="pretrain", attempt=1,
                    provider="local", status="completed", sessions=sessions, events=[],
                    started_at=sessions[0].launched_at, ended_at=sessions[-1].ended_at)
-    pa = build_pipeline_assets(cfg)
-    keys = [AssetKey([cfg.name, n]) for n in ("spot_market", "preemption_stats", "preemption_forecast",
-                                              "fleet_plan")]
     with DagsterInstance.ephemeral() as instance:
-        result = materialize(pa.assets, selection=keys, instance=instance,
-                             resources={"stats_db": stats_db, "fleet": FleetResource(var_dir=str(tmp_path / "var"))})
-        assert result.success
+        result, keys = _materialize_planning(cfg, stats_db, tmp_path, instance)
         stats = result.asset_value(keys[1])
         plans = result.asset_value(keys[3])
         meta = instance.get_latest_materialization_event(keys[1]).asset_materialization.metadata
@@ -224,12 +237,11 @@ def test_each_stage_is_planned_with_its_own_measured_checkpoint_time(tmp_path):
     saves'. The fleet_plan asset averaged the saves of EVERY stage of the pipeline, so a
     stage that saves a big model in 30 s and one that saves a small one in 1 s were both
     planned (and their training processes primed, weighted as 10 saves) with ~15.5 s."""
-    from dagster import AssetKey, DagsterInstance, materialize
+    from dagster import DagsterInstance
     from sqlalchemy.orm import Session
 
-    from assets.pipeline_assets import build_pipeline_assets
     from infra.db.models import CheckpointRecord
-    from pipelines.resources import FleetResource, StatsDB
+    from pipelines.resources import StatsDB
 
     [cfg] = load_pipelines(EXAMPLE_PIPELINES)
     first, second = (s.name for s in cfg.stages[:2])
@@ -241,13 +253,8 @@ def test_each_stage_is_planned_with_its_own_measured_checkpoint_time(tmp_path):
                                     step=100 * (i + 1), kind="periodic", stall_seconds=stall,
                                     persist_seconds=1.0, committed_at=1.0e9 + i))
         db.commit()
-    pa = build_pipeline_assets(cfg)
-    keys = [AssetKey([cfg.name, n]) for n in ("spot_market", "preemption_stats", "preemption_forecast",
-                                              "fleet_plan")]
     with DagsterInstance.ephemeral() as instance:
-        result = materialize(pa.assets, selection=keys, instance=instance,
-                             resources={"stats_db": stats_db, "fleet": FleetResource(var_dir=str(tmp_path / "var"))})
-        assert result.success
+        result, keys = _materialize_planning(cfg, stats_db, tmp_path, instance)
         plans = result.asset_value(keys[3])
     assert plans[first].checkpoint_measured and plans[second].checkpoint_measured
     assert plans[first].priors().checkpoint_seconds == pytest.approx(30.0)
