@@ -15,6 +15,7 @@ from fleet.market.traces import Trace
 
 if TYPE_CHECKING:
     from fleet.planning.planner import FleetPlan
+    from fleet.stats.forecast import SessionEvidence
     from fleet.stats.preemption import ZoneStats
     from pipelines.config import StageConfig
 
@@ -34,37 +35,73 @@ def _market(market: MarketConfig | dict[str, Any]) -> MarketConfig:
     return market if isinstance(market, MarketConfig) else MarketConfig.model_validate(market)
 
 
-def planning_zone_stats(stats: Sequence[ZoneStats]) -> list[ZoneStats]:
-    """The ``ZoneStats`` the planner scores: one per market zone (the ``preemption_stats``
-    asset's trace records), with the restart latency measured in that zone's node sessions
-    (its session records, ``fleet.stats.preemption.merge_session_latency``) as R.
-
-    Session records of the local fleet (cloud ``local``) ran in the market's emulated
-    zones: they are matched by (region, zone, instance type); their latency is already in
-    market seconds (the local provider reports its sessions in market time). Session
-    records of zones the market does not know are left out.
-    """
-    import dataclasses
-
-    from fleet.stats.preemption import ZoneStats, merge_session_latency
+def _check_records(stats: Sequence[Any]) -> None:
+    from fleet.stats.preemption import ZoneStats
 
     bad = next((s for s in stats if not isinstance(s, ZoneStats)), None)
     if bad is not None:
         raise TypeError(f"preemption_stats holds a {type(bad).__name__}, not ZoneStats records (a value "
                         "stored before preemption_stats became list[ZoneStats]?); re-materialize "
                         "preemption_stats")
-    traces = [st for st in stats if st.source == "trace"]
-    cloud_of = {(st.region, st.zone, st.instance_type): st.cloud for st in traces}
-    measured = []
+
+
+def _sessions_on_market_zones(stats: Sequence[ZoneStats]) -> list[ZoneStats]:
+    """The session records of ``stats`` under the key of the market zone they ran in:
+    local-fleet records (cloud ``local``) take the cloud of the trace record with their
+    (region, zone, instance type); local records of zones the market does not know are
+    left out. Their times are market seconds already (the local provider converts its
+    compressed clock before its sessions leave it): nothing is rescaled here."""
+    import dataclasses
+
+    cloud_of = {(st.region, st.zone, st.instance_type): st.cloud for st in stats if st.source == "trace"}
+    out = []
     for st in stats:
-        if st.source != "sessions" or st.restart_latency_s is None:
+        if st.source != "sessions":
             continue
         if st.cloud == "local":
             cloud = cloud_of.get((st.region, st.zone, st.instance_type))
             if cloud is None:
                 continue
             st = dataclasses.replace(st, cloud=cloud)
-        measured.append(st)
+        out.append(st)
+    return out
+
+
+def session_evidence(stats: Sequence[ZoneStats]) -> dict[tuple[str, str, str, str], SessionEvidence]:
+    """The forecast's session evidence (``fleet.stats.forecast.SessionEvidence``) per zone
+    key from the ``preemption_stats`` records: the spot preemptions and spot held hours
+    (market hours) of each zone's recorded sessions, local-fleet records matched to their
+    market zone as for R (``planning_zone_stats``). Zones without spot held time are left
+    out (nothing to update with)."""
+    from fleet.stats.forecast import SessionEvidence
+
+    _check_records(stats)
+    out = {}
+    for st in _sessions_on_market_zones(stats):
+        held = st.spot_held_hours
+        if held is None or held <= 0:  # no spot exposure (or a record stored before the field)
+            continue
+        out[st.key] = SessionEvidence(preemptions=int(st.spot_preemptions or 0), held_hours=float(held))
+    return out
+
+
+def planning_zone_stats(stats: Sequence[ZoneStats]) -> list[ZoneStats]:
+    """The ``ZoneStats`` the planner scores: one per market zone (the ``preemption_stats``
+    asset's trace records), with the restart latency measured in that zone's node sessions
+    (its session records, ``fleet.stats.preemption.merge_session_latency``) as R: the
+    mean over all the zone's sessions and per stage (``ZoneStats.restart_latency_for``,
+    which the planner asks with the stage's name).
+
+    Session records of the local fleet (cloud ``local``) ran in the market's emulated
+    zones: they are matched by (region, zone, instance type); their latency is already in
+    market seconds (the local provider reports its sessions in market time). Session
+    records of zones the market does not know are left out.
+    """
+    from fleet.stats.preemption import merge_session_latency
+
+    _check_records(stats)
+    traces = [st for st in stats if st.source == "trace"]
+    measured = [st for st in _sessions_on_market_zones(stats) if st.restart_latency_s is not None]
     return [st for st in merge_session_latency(traces + measured) if st.source == "trace"]
 
 

@@ -173,16 +173,30 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
                 "preemption_stats": AssetIn(key=[p, "preemption_stats"])},
            automation_condition=refresh_condition(),
            description="Probabilistic forecast per zone for the deadline horizon: availability and "
-                       "preemptions (mean, p10/p50/p90), semi-Markov model from fleet.stats.forecast.")
+                       "preemptions (mean, p10/p50/p90), semi-Markov model fitted on the market traces "
+                       "and updated by the spot preemptions and held hours of the zone's recorded node "
+                       "sessions (preemption_stats; Gamma-Poisson), from fleet.stats.forecast.")
     def preemption_forecast(context: AssetExecutionContext, spot_market, preemption_stats) -> Output:
-        from fleet.stats.forecast import forecast_zones
+        from fleet.stats.forecast import SESSION_PRIOR_HELD_HOURS, forecast_zones
 
         horizon = max(1.0, min(cfg.deadline_hours, 48.0))
-        fc = forecast_zones(spot_market, None, horizon, n_samples=400, seed=cfg.market.seed)
+        evidence = fleet_adapter.session_evidence(preemption_stats)
+        fc = forecast_zones(spot_market, None, horizon, n_samples=400, seed=cfg.market.seed,
+                            evidence=evidence, prior_held_hours=SESSION_PRIOR_HELD_HOURS)
         df = pd.DataFrame([f.to_dict() for f in fc])
         show = df[["zone", "horizon_hours", "state_up", "availability_mean", "preemptions_mean",
                    "preemptions_p90", "rate_per_held_hour"]]
-        return Output(fc, metadata={"table": _md_table(show), "horizon_hours": MetadataValue.float(round(horizon, 2))})
+        updated = df[df["up_rate_posterior"].notna()]
+        ev = updated[["zone", "session_preemptions", "session_held_hours", "up_rate_prior",
+                      "up_rate_posterior", "preemptions_mean_without_sessions", "preemptions_mean"]]
+        if len(updated):
+            context.log.info(f"{p}: recorded sessions updated the forecast of {', '.join(updated['zone'])}")
+        return Output(fc, metadata={
+            "table": _md_table(show), "horizon_hours": MetadataValue.float(round(horizon, 2)),
+            "zones_updated_by_sessions": MetadataValue.int(len(updated)),
+            "session_update": _md_table(ev),
+            "session_prior_held_hours": MetadataValue.float(SESSION_PRIOR_HELD_HOURS),
+        })
 
     @asset(key=[p, "fleet_plan"], group_name=p, kinds={"python"},
            ins={"preemption_stats": AssetIn(key=[p, "preemption_stats"]),
@@ -196,7 +210,8 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
 
         # R and the checkpoint time measured in the DB (market seconds, whatever the provider);
         # C per stage: its own saves (stages checkpoint different models; a stage with no
-        # measured save gets no C prior, as in the first run)
+        # measured save gets no C prior, as in the first run); R per stage and zone: the
+        # planner asks each zone's ZoneStats.restart_latency_for(stage name)
         stats = fleet_adapter.planning_zone_stats(preemption_stats)
         ckpts = read_table(stats_db.engine(), CheckpointRecord, p)
         total_work = sum(s.work_hours for s in cfg.stages)
@@ -216,6 +231,11 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         for k, v in plans.items():
             meta[f"{k}_expected_cost_usd"] = MetadataValue.float(round(float(v.expected_cost or 0.0), 4))
             meta[f"{k}_priors"] = MetadataValue.json(v.priors().to_dict())
+            # the R each zone was scored with and where it came from (stage / zone / default)
+            meta[f"{k}_zone_choices"] = _md_table(pd.DataFrame(
+                [{"zone": z.zone, "nodes": z.nodes, "rate_per_hour": z.rate_per_hour,
+                  "restart_s": z.restart_hours * 3600.0, "restart_source": z.restart_source,
+                  "c_eff": z.c_eff} for z in v.zones]))
         return Output(plans, metadata=meta)
 
     train_assets = []

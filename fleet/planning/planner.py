@@ -10,8 +10,10 @@ For every candidate zone the planner computes, with the playbook cost model in
 * lambda: preemptions per held hour. With a forecast it blends the forecast rate with
   the history (``forecast_weight``), otherwise the history alone;
 * a: the availability (forecast mean when given);
-* R: the restart latency measured in that zone (``ZoneStats.restart_latency_s`` from
-  node sessions) when known, else the request's ``restart_hours``;
+* R: the restart latency measured in that zone's node sessions of the request's stage
+  (``ZoneStats.restart_latency_for(request.name)``: the stage's own sessions, else all the
+  zone's sessions, every stage), else the request's ``restart_hours``
+  (``ZoneChoice.restart_source`` says which: ``stage``, ``zone`` or ``default``);
 * ``T_opt`` (optimal checkpoint interval, R included) and
   ``c_eff = c_sp (1 + C/T) / (1 - lambda (T/2 + R))``, the $ per useful node-hour;
 * whether spot beats on-demand there: ``lambda < break-even rate``.
@@ -106,6 +108,10 @@ class ZoneChoice:
     restart_hours: float = 0.0
     nodes: int = 0
     rank: int = 0
+    #: where ``restart_hours`` came from (``ZoneStats.restart_latency_for``): ``stage`` (this
+    #: stage's sessions in the zone), ``zone`` (the zone's sessions, all stages) or
+    #: ``default`` (``StageRequest.restart_hours``, nothing measured)
+    restart_source: str = "default"
 
 
 @dataclass
@@ -290,8 +296,10 @@ def _score_zone(st: ZoneStats, fc: ZoneForecast | None, req: StageRequest, price
     if avail <= 0 or not math.isfinite(lam):
         return "never available in the data"
     lam = max(lam, 1e-6)
-    # restart latency measured in this zone (sessions) beats the request's assumption
-    r = st.restart_latency_s / 3600.0 if st.restart_latency_s is not None else req.restart_hours
+    # restart latency measured in this zone (this stage's sessions, else every stage's)
+    # beats the request's assumption
+    r_s, r_source = st.restart_latency_for(req.name)
+    r = r_s / 3600.0 if r_s is not None else req.restart_hours
     try:
         t = optimal_interval_hours(req.ckpt_hours, lam, r)
     except ValueError as exc:
@@ -301,7 +309,8 @@ def _score_zone(st: ZoneStats, fc: ZoneForecast | None, req: StageRequest, price
                                   restart_hours=r, interval="optimal", step_per_hour=None)
     return ZoneChoice(zone=st.zone, region=st.region, instance_type=itype, spot_price=sp,
                       on_demand_price=od, rate_per_hour=lam, availability=avail,
-                      interval_hours=t, c_eff=ceff, break_even_rate=be, restart_hours=r)
+                      interval_hours=t, c_eff=ceff, break_even_rate=be, restart_hours=r,
+                      restart_source=r_source)
 
 
 def _nodes_lost(alloc: Sequence[tuple[int, float]]) -> tuple[float, float]:

@@ -25,6 +25,18 @@ Zones with fewer than ``min_runs`` observed runs of a state borrow the runs of a
 zones (pooling, the empirical-Bayes step); ``semi_markov`` (no profile) and ``markov``
 (exponential run lengths with the same means) are kept as ablations.
 
+Recorded node sessions (``evidence``: the spot preemptions and held market hours this
+fleet's own sessions saw in a zone, ``SessionEvidence``) update the zone's up-run law
+with a conjugate Gamma-Poisson step: the trace-fitted law implies a preemption rate per
+held hour ``lambda0 = 1 / mean(up-run)``; it is the mean of a Gamma prior worth
+``prior_held_hours`` held hours (``SESSION_PRIOR_HELD_HOURS``, 24 h), so with ``n``
+preemptions in ``T`` held hours of sessions the posterior mean is
+``lambda1 = (lambda0 * prior_held_hours + n) / (prior_held_hours + T)`` and every up-run of
+the law (clock or operational hours) is divided by ``lambda1 / lambda0`` (a time-rescaling:
+the hour-of-day profile and the shape of the run-length law are kept, the rate becomes
+``lambda1``). Zones without sessions are not touched, and their paths are drawn exactly as
+without any evidence (``forecast_zones``).
+
 Evaluation (``evaluate_forecasts``): fit on the first ``train_fraction`` of the time all
 traces cover, forecast from many origins in the held-back rest, score with CRPS (available fraction
 over the horizon), Brier (up at the end of the horizon) and pinball loss (p10/p50/p90),
@@ -34,15 +46,21 @@ against persistence, the historical mean and climatology.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from fleet.market.traces import Trace, cut_to_common_length
-from fleet.stats.preemption import instance_type_for, runs
+from fleet.stats.preemption import instance_type_for, runs, trace_instance_type
 
 QUANTILES = (0.1, 0.5, 0.9)
+#: strength of the trace-fitted rate in the session update, in held (market) hours: the
+#: trace's law counts as one day of held time. The trace is the market's history (for real
+#: traces another period than the fleet's runs), the sessions are the fleet's own recent
+#: evidence, so a day of held sessions weighs as much as the whole trace rather than a
+#: share of its weeks; one day also spans the hour-of-day profile's whole cycle.
+SESSION_PRIOR_HELD_HOURS = 24.0
 #: fewer runs than this longer than the current age: exponential tail instead of the
 #: empirical residual (3, 10, 25, 50 compared on a validation split inside the training
 #: part of the real traces; 25 best on the 9-zone set)
@@ -74,6 +92,17 @@ class ZoneForecast:
     p_up_at_end: float
     p_up_hourly: tuple[float, ...]
     model: str = "semi_markov"
+    #: the session update (``SessionEvidence``), all None / 0 for a zone without sessions:
+    #: spot preemptions and held market hours of the recorded sessions, the up-run law's
+    #: rate per held hour before (``1 / mean up-run``, the prior mean) and after the
+    #: Gamma-Poisson update, the prior's strength in held hours and the forecast's mean
+    #: preemptions over the horizon without the update
+    session_preemptions: int = 0
+    session_held_hours: float = 0.0
+    up_rate_prior: float | None = None
+    up_rate_posterior: float | None = None
+    prior_held_hours: float | None = None
+    preemptions_mean_without_sessions: float | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -102,6 +131,44 @@ class RunModel:
     def availability(self) -> float:
         mu, md = float(np.mean(self.up)), float(np.mean(self.down))
         return mu / (mu + md)
+
+    @property
+    def up_rate(self) -> float:
+        """Preemptions per held hour the up-run law implies: 1 / the mean up-run (in
+        operational hours for ``semi_markov_hod``, whose profile has mean 1 per held hour)."""
+        sample = self.up_op if self.kind == "semi_markov_hod" and self.up_op is not None else self.up
+        return 1.0 / float(np.mean(sample))
+
+    def with_up_rate(self, rate: float) -> RunModel:
+        """The same model with every up-run divided by ``rate / up_rate``: a time-rescaling
+        that keeps the run-length law's shape (and the hour-of-day profile) and makes the
+        implied rate per held hour ``rate``."""
+        if not (rate > 0 and math.isfinite(rate)):
+            raise ValueError(f"rate must be a positive number of preemptions per held hour, got {rate}")
+        k = rate / self.up_rate
+        return RunModel(up=self.up / k, down=self.down, kind=self.kind, profile=self.profile,
+                        up_op=None if self.up_op is None else self.up_op / k)
+
+
+@dataclass(frozen=True)
+class SessionEvidence:
+    """What the fleet's recorded spot sessions saw in one zone: ``preemptions`` ended by
+    the market in ``held_hours`` of held time (market hours, the traces' clock)."""
+
+    preemptions: int
+    held_hours: float
+
+
+def posterior_up_rate(prior_rate: float, evidence: SessionEvidence,
+                      prior_held_hours: float = SESSION_PRIOR_HELD_HOURS) -> float:
+    """Gamma-Poisson posterior mean of the preemption rate per held hour: the prior
+    Gamma(shape ``prior_rate * prior_held_hours``, rate ``prior_held_hours``) updated by
+    ``evidence.preemptions`` Poisson events in ``evidence.held_hours`` of exposure."""
+    if not prior_held_hours > 0:
+        raise ValueError(f"prior_held_hours must be > 0 hours, got {prior_held_hours}")
+    if evidence.held_hours < 0 or evidence.preemptions < 0:
+        raise ValueError(f"session evidence must be non-negative, got {evidence}")
+    return (prior_rate * prior_held_hours + evidence.preemptions) / (prior_held_hours + evidence.held_hours)
 
 
 def _run_lengths(up: np.ndarray, gap_h: float) -> tuple[np.ndarray, np.ndarray]:
@@ -317,9 +384,17 @@ def _forecast_one(trace: Trace, model: RunModel, now_tick: int, horizon_hours: f
         p_up_hourly=tuple(float(x) for x in sim["p_up_hourly"]), model=model.kind)
 
 
+def trace_key(trace: Trace) -> tuple[str, str, str, str]:
+    """(cloud, region, zone, instance type) of a trace: the ``ZoneStats.key`` of its
+    statistics (``trace_instance_type``), which ``forecast_zones``' evidence is keyed by."""
+    return (trace.cloud, trace.region, trace.zone, trace_instance_type(trace))
+
+
 def forecast_zones(traces: Sequence[Trace], now_tick: int | None, horizon_hours: float,
                    n_samples: int = 1000, seed: int = 0, kind: str = "semi_markov_hod",
-                   start_hour_utc: float = 0.0) -> list[ZoneForecast]:
+                   start_hour_utc: float = 0.0,
+                   evidence: Mapping[tuple[str, str, str, str], SessionEvidence] | None = None,
+                   prior_held_hours: float = SESSION_PRIOR_HELD_HOURS) -> list[ZoneForecast]:
     """Forecast every trace's zone for ``horizon_hours`` after tick ``now_tick``.
 
     Only ticks ``< now_tick`` are used (fit and current state); ``None`` = the end of
@@ -328,6 +403,14 @@ def forecast_zones(traces: Sequence[Trace], now_tick: int | None, horizon_hours:
     zone is forecast from the same moment, not each from its own last tick. Traces may
     have different gaps; ``now_tick`` counts each trace's ticks. ``start_hour_utc`` is the
     UTC hour of tick 0 (for the hour-of-day profile).
+
+    ``evidence``: recorded sessions per ``trace_key`` (the module docstring's Gamma-Poisson
+    update, prior worth ``prior_held_hours`` held hours); a zone whose evidence has no held
+    hours is not updated. The caller is responsible for the evidence being older than
+    ``now_tick`` (the pipeline forecasts from the end of the history, after the runs that
+    recorded the sessions). Every zone's trace-only paths are drawn from the one stream of
+    ``seed`` as without evidence, so zones without sessions are forecast bit for bit as
+    before; an updated zone's paths then come from a stream of its own ``(seed, index)``.
     """
     if horizon_hours <= 0:
         raise ValueError(f"horizon_hours must be positive, got {horizon_hours}")
@@ -343,8 +426,20 @@ def forecast_zones(traces: Sequence[Trace], now_tick: int | None, horizon_hours:
                         [t.gap_seconds / 3600.0 for t in traces], kind=kind,
                         start_hours_utc=[start_hour_utc] * len(traces))
     rng = np.random.default_rng(seed)
-    return [_forecast_one(t, m, k, horizon_hours, n_samples, rng, start_hour_utc)
-            for t, m, k in zip(traces, models, ticks, strict=True)]
+    out = []
+    for i, (t, m, k) in enumerate(zip(traces, models, ticks, strict=True)):
+        fc = _forecast_one(t, m, k, horizon_hours, n_samples, rng, start_hour_utc)
+        ev = (evidence or {}).get(trace_key(t))
+        if ev is not None and ev.held_hours > 0:
+            post = posterior_up_rate(m.up_rate, ev, prior_held_hours)
+            upd = _forecast_one(t, m.with_up_rate(post), k, horizon_hours, n_samples,
+                                np.random.default_rng([seed, i]), start_hour_utc)
+            fc = replace(upd, session_preemptions=int(ev.preemptions),
+                         session_held_hours=float(ev.held_hours), up_rate_prior=m.up_rate,
+                         up_rate_posterior=post, prior_held_hours=float(prior_held_hours),
+                         preemptions_mean_without_sessions=fc.preemptions_mean)
+        out.append(fc)
+    return out
 
 
 # --------------------------------------------------------------------------- scoring
@@ -379,6 +474,11 @@ def evaluate_forecasts(traces: Sequence[Trace], horizon_hours: float = 6.0,
     Every model is fitted on the ticks before one common time, ``train_fraction`` of the
     time all traces cover (the same as each trace's own ``train_fraction`` when they have
     one length); each trace is scored from there to its own end.
+
+    Trace-only: it scores the trace-fitted law and takes no recorded sessions
+    (``forecast_zones``' ``evidence``). A session has a unix time, not a tick of the
+    trace's timeline, so none could be placed before the split; sessions from the
+    held-back part would be its future.
 
     Returns a ``pandas.DataFrame`` with one row per (zone, model): ``crps`` (available
     fraction over the horizon), ``brier`` (up at the end of the horizon), ``pinball``

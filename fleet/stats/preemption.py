@@ -102,10 +102,36 @@ class ZoneStats:
     hour_availability: tuple[float, ...] = field(default_factory=tuple)
     instances_lost: int = 0  # multi-node traces: every drop of the available count
     eviction_rate_eq15: float | None = None  # GFS Eq. 15 at the end of the data, per hour
+    #: sessions only: held hours (market hours) and preemptions of the SPOT sessions, the
+    #: exposure to the spot market's preemptions (an on-demand session cannot be preempted,
+    #: its held hours would dilute the rate); what the forecast's session update uses
+    spot_held_hours: float | None = None
+    spot_preemptions: int | None = None
+    #: sessions only: R (s) per stage, ``(stage, mean launch -> ready)`` pairs, sorted by
+    #: stage; stages restore different models, so their R differs (``restart_latency_for``)
+    restart_latency_by_stage: tuple[tuple[str, float], ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str, str]:
         return (self.cloud, self.region, self.zone, self.instance_type)
+
+    def restart_latency_for(self, stage: str | None) -> tuple[float | None, str]:
+        """R (s) for ``stage`` in this zone and where it came from: ``"stage"`` (the mean
+        over that stage's own sessions in the zone), else ``"zone"`` (the mean over all
+        the zone's sessions, every stage: ``restart_latency_s``), else ``(None,
+        "default")`` (nothing measured here: the planner's default R applies).
+
+        Order: R is launch -> ready, i.e. allocation + boot in this zone + the stage's
+        restore. The stage's own sessions in the zone measure all three; the zone's
+        all-stage mean still measures the zone's allocation and boot, which is what makes
+        one zone's R differ from another's and what the planner ranks zones by; the
+        default measures neither."""
+        own = dict(self.restart_latency_by_stage).get(stage) if stage is not None else None
+        if own is not None:
+            return own, "stage"
+        if self.restart_latency_s is not None:
+            return self.restart_latency_s, "zone"
+        return None, "default"
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -275,7 +301,11 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
     """Statistics from recorded node sessions, grouped by (cloud, region, zone, type).
 
     Held time of a session = ``ended_at - (ready_at or launched_at)`` (``now`` for a
-    running session). Restart latency R = mean of ``ready_at - launched_at``.
+    running session). Restart latency R = mean of ``ready_at - launched_at``, over all
+    sessions (``restart_latency_s``) and per stage (``restart_latency_by_stage``).
+    ``spot_held_hours`` / ``spot_preemptions``: the same over the spot sessions only.
+    Times are market seconds (the local fleet converts its compressed wall clock before
+    its sessions leave the provider), so held hours are market hours, the trace's unit.
     Availability = held time / observed span (first launch to last end in that zone);
     it is a lower bound, because nobody asked for capacity when no session was open.
     Time to regain capacity = time from a preemption in a zone to the next launch
@@ -287,14 +317,20 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
     out: list[ZoneStats] = []
     for (cloud, region, zone, itype), ss in sorted(groups.items()):
         ss = sorted(ss, key=lambda s: s.launched_at)
-        held_s = 0.0
+        held_s = spot_held_s = 0.0
         ends: list[float] = []
         for s in ss:
             start = s.ready_at if s.ready_at is not None else s.launched_at
             end = s.ended_at if s.ended_at is not None else (now if now is not None else start)
             held_s += max(0.0, end - start)
+            spot_held_s += max(0.0, end - start) if s.spot else 0.0
             ends.append(end)
         npre = sum(1 for s in ss if s.end_reason == "preempted")
+        by_stage: dict[str, list[NodeSession]] = defaultdict(list)
+        for s in ss:
+            by_stage[s.stage].append(s)
+        r_stage = tuple((st, r) for st, g in sorted(by_stage.items())
+                        if (r := mean_restart_seconds((s.launched_at, s.ready_at) for s in g)) is not None)
         pre_h = [s.ended_at / 3600.0 for s in ss if s.end_reason == "preempted" and s.ended_at]
         regain: list[float] = []
         for i, s in enumerate(ss):
@@ -322,6 +358,9 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
             restart_latency_s=mean_restart_seconds((s.launched_at, s.ready_at) for s in ss),
             instances_lost=npre,
             eviction_rate_eq15=weighted_eviction_rate(pre_h, max(ends) / 3600.0) if ends else None,
+            spot_held_hours=spot_held_s / 3600.0,
+            spot_preemptions=sum(1 for s in ss if s.spot and s.end_reason == "preempted"),
+            restart_latency_by_stage=r_stage,
         ))
     return out
 
@@ -341,7 +380,8 @@ def merge_session_latency(stats: Sequence[ZoneStats]) -> list[ZoneStats]:
     for rows in by_key.values():
         tr, se = rows.get("trace"), rows.get("sessions")
         if tr is not None and se is not None and tr.restart_latency_s is None:
-            out.append(replace(tr, restart_latency_s=se.restart_latency_s))
+            out.append(replace(tr, restart_latency_s=se.restart_latency_s,
+                               restart_latency_by_stage=se.restart_latency_by_stage))
         else:
             out.append(tr or se or next(iter(rows.values())))
     return out

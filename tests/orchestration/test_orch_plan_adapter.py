@@ -259,3 +259,96 @@ def test_each_stage_is_planned_with_its_own_measured_checkpoint_time(tmp_path):
     assert plans[first].checkpoint_measured and plans[second].checkpoint_measured
     assert plans[first].priors().checkpoint_seconds == pytest.approx(30.0)
     assert plans[second].priors().checkpoint_seconds == pytest.approx(1.0)
+
+
+def _record(stats_db, cfg, stage: str, sessions: list[NodeSession]) -> None:  # noqa: ANN001
+    from infra.db.recorder import record_attempt
+
+    record_attempt(stats_db.engine(), run_id=f"r-{stage}", pipeline=cfg.name, stage=stage, attempt=1,
+                   provider="local", status="completed", sessions=sessions, events=[],
+                   started_at=sessions[0].launched_at, ended_at=sessions[-1].ended_at)
+
+
+def _local(i: int, stage: str, trace, ready_after: float, held: float, reason: str) -> NodeSession:  # noqa: ANN001
+    """A local-fleet session as the provider records it: cloud ``local``, market seconds."""
+    t = 1.0e9 + 10_000 * i
+    return NodeSession(node_id=f"{stage}-{i}", stage=stage, attempt=1, provider="local", cloud="local",
+                       region=trace.region, zone=trace.zone, instance_type="p3.2xlarge", spot=True,
+                       price_per_hour=0.918, launched_at=t, ready_at=t + ready_after,
+                       ended_at=t + ready_after + held, end_reason=reason)
+
+
+def test_recorded_sessions_reach_the_forecast_and_the_plan(tmp_path):
+    """The preemption_forecast asset took preemption_stats as an input and never read it:
+    the zones' recorded sessions never reached the forecast the planner consumes. Now the
+    spot preemptions and held (market) hours of a zone's sessions update its forecast; the
+    other zones' forecasts do not change at all; the metadata says what was updated."""
+    from dagster import DagsterInstance
+
+    from pipelines.resources import StatsDB
+
+    [cfg] = load_pipelines(EXAMPLE_PIPELINES)
+    first = cfg.stages[0].name
+    traces = fleet_adapter.market_traces(cfg.market)
+    hot = traces[0]
+    with DagsterInstance.ephemeral() as instance:
+        result, keys = _materialize_planning(cfg, StatsDB(var_dir=str(tmp_path / "empty")), tmp_path, instance)
+        before, plan_before = result.asset_value(keys[2]), result.asset_value(keys[3])
+    stats_db = StatsDB(var_dir=str(tmp_path / "var"))
+    # 12 preemptions in 12 x 1800 market s = 6 held hours (the trace: well under 1 / h)
+    _record(stats_db, cfg, first, [_local(i, first, hot, 300.0, 1800.0, "preempted") for i in range(12)])
+    with DagsterInstance.ephemeral() as instance:
+        result, keys = _materialize_planning(cfg, stats_db, tmp_path, instance)
+        after, plan_after = result.asset_value(keys[2]), result.asset_value(keys[3])
+        meta = instance.get_latest_materialization_event(keys[2]).asset_materialization.metadata
+    b = {f.zone: f for f in before}
+    a = {f.zone: f for f in after}
+    h = a[hot.zone]
+    assert h.preemptions_mean > b[hot.zone].preemptions_mean
+    assert h.rate_per_held_hour > b[hot.zone].rate_per_held_hour
+    # held hours in market hours as recorded (no wall_seconds_per_market_hour rescaling)
+    assert h.session_preemptions == 12 and h.session_held_hours == pytest.approx(6.0)
+    assert h.up_rate_posterior > h.up_rate_prior
+    assert h.preemptions_mean_without_sessions == b[hot.zone].preemptions_mean
+    assert all(a[z] == b[z] for z in b if z != hot.zone)  # bit for bit
+    assert meta["zones_updated_by_sessions"].value == 1
+    assert hot.zone in meta["session_update"].value and "up_rate_posterior" in meta["session_update"].value
+    # the planner consumes the forecast: the zone's scored rate rises with it
+    rate_before = {z.zone: z.rate_per_hour for z in plan_before[first].zones}
+    rate_after = {z.zone: z.rate_per_hour for z in plan_after[first].zones}
+    assert rate_after[hot.zone] > rate_before[hot.zone]
+
+
+def test_each_stage_is_planned_with_the_restart_time_of_its_own_sessions(tmp_path):
+    """R per zone was the mean over ALL the zone's sessions, every stage together; stages
+    restore different models, so R (launch -> ready) differs per stage. Now: the stage's
+    own sessions in the zone, else the zone's all-stage mean, else the default, and the
+    plan's metadata says which R each zone used and where it came from."""
+    from dagster import DagsterInstance
+
+    from pipelines.resources import StatsDB
+
+    [cfg] = load_pipelines(EXAMPLE_PIPELINES)
+    first, second = (s.name for s in cfg.stages[:2])
+    traces = fleet_adapter.market_traces(cfg.market)
+    a, b, c = traces[:3]
+    stats_db = StatsDB(var_dir=str(tmp_path / "var"))
+    _record(stats_db, cfg, first, [_local(i, first, a, 900.0, 3600.0, "completed") for i in range(2)]
+            + [_local(5, first, b, 120.0, 3600.0, "completed")])
+    _record(stats_db, cfg, second, [_local(10 + i, second, a, 30.0, 3600.0, "completed") for i in range(2)])
+    with DagsterInstance.ephemeral() as instance:
+        result, keys = _materialize_planning(cfg, stats_db, tmp_path, instance)
+        plans = result.asset_value(keys[3])
+        meta = instance.get_latest_materialization_event(keys[3]).asset_materialization.metadata
+    r_s = {st: {z.zone: z.restart_hours * 3600.0 for z in plans[st].zones} for st in (first, second)}
+    assert r_s[second][a.zone] == pytest.approx(30.0)  # before: 465 s, the mean of both stages
+    assert r_s[first][a.zone] == pytest.approx(900.0)
+    r = {st: {z.zone: (z.restart_hours * 3600.0, z.restart_source) for z in plans[st].zones}
+         for st in (first, second)}
+    assert r[first][a.zone] == (pytest.approx(900.0), "stage")
+    assert r[second][a.zone] == (pytest.approx(30.0), "stage")  # before: 465 s for both
+    assert r[second][b.zone] == (pytest.approx(120.0), "zone")  # only the first stage ran there
+    default_s = StageRequest(work_hours=1.0).restart_hours * 3600.0
+    assert r[first][c.zone] == r[second][c.zone] == (pytest.approx(default_s), "default")
+    table = meta[f"{second}_zone_choices"].value
+    assert "restart_source" in table and "stage" in table and "zone" in table and "default" in table
