@@ -163,6 +163,8 @@ def materialize_cost_report(context: AssetExecutionContext, cfg, stats_db, fleet
         if be.eff_cost_per_useful_hour != float("inf"):
             meta["modelled_cost_per_useful_hour"] = _f(be.eff_cost_per_useful_hour, 3)
         meta["spot_wins"] = MetadataValue.bool(be.spot_wins)
+    if len(rep.stage_break_even) > 1:  # stages differ in C and R: the verdict per stage
+        meta["break_even_by_stage"] = MetadataValue.md(rr.md_table(rep.stage_break_even))
     meta["unpriced_sessions"] = MetadataValue.int(len(rep.unpriced))
     if not rep.unpriced.empty:
         ids = ", ".join(str(x) for x in rep.unpriced["node_id"])

@@ -62,6 +62,9 @@ class CostReport:
     elastic_nodes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ct.NODE_HOURS_COLS))
     #: the run's node sessions recorded without a price (counted $0: totals are lower bounds)
     unpriced: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ct.UNPRICED_COLS))
+    #: the break-even analysis per stage (each stage's own C, R and rate; ``ct.stage_break_even``)
+    stage_break_even: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=ct.STAGE_BREAK_EVEN_COLS))
 
     @property
     def run_label(self) -> str:
@@ -111,6 +114,7 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
     elastic_nodes = ct.elastic_node_hours(run.sessions, members)
     unpriced = ct.unpriced_sessions(run.sessions)
     be = ct.break_even(ct.observed_rates(run.sessions, run.lines, run.checkpoints)) if not run.sessions.empty else None
+    stage_be = ct.stage_break_even(run.sessions, run.lines, run.checkpoints, stage_order or [])
     budget = None
     if budget_usd is not None:
         budget = ct.budget_status(data, budget_usd, budget_period, run_ids,
@@ -124,7 +128,8 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
     kwargs = dict(pipeline=pipeline, run_label=_run_label(run_ids), table=table, tot=tot, by_stage=by_stage,
                   by_zone=by_zone, stages=stages, be=be, budget=budget, budget_enforced=budget_enforced,
                   period_label=period_label, by_day=by_day, all_time=all_time,
-                  membership=membership, elastic_nodes=elastic_nodes, unpriced=unpriced)
+                  membership=membership, elastic_nodes=elastic_nodes, unpriced=unpriced,
+                  stage_be=stage_be)
     md_file = rr.markdown_report(**kwargs, image_uri="cost_report.png")
     md_page = rr.markdown_report(**kwargs, image_uri=rr.data_uri(png))
     files = {"png": png,
@@ -151,7 +156,7 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
     sessions_usd = float(run.sessions["cost_usd"].sum()) if not run.sessions.empty else 0.0
     return CostReport(pipeline, run_ids, table, tot, by_stage, by_zone, stages, by_day, all_time, period, be,
                       budget, md_page, files, focus_rows, (lines_usd, sessions_usd), membership,
-                      elastic_nodes, unpriced)
+                      elastic_nodes, unpriced, stage_be)
 
 
 def _write(path: Path, text: str) -> Path:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import pandas as pd
@@ -542,6 +542,47 @@ def break_even(obs: ObservedRates) -> BreakEven | None:
     else:
         t, eff = None, math.inf
     return BreakEven(obs, be, t, eff, lam < be)
+
+
+#: the per-stage break-even table (:func:`stage_break_even`)
+STAGE_BREAK_EVEN_COLS = ["stage", "spot_hours", "preemptions", "rate_per_hour", "ckpt_s", "restart_min",
+                         "spot_price", "on_demand_price", "observed_usd_per_useful_h",
+                         "modelled_usd_per_useful_h", "break_even_rate_per_hour", "verdict"]
+
+
+def _of_stage(df: pd.DataFrame, stage: str) -> pd.DataFrame:
+    return df[df["stage"] == stage] if not df.empty and "stage" in df else df.iloc[0:0]
+
+
+def stage_break_even(sessions: pd.DataFrame, lines: pd.DataFrame, checkpoints: pd.DataFrame,
+                     stage_order: Sequence[str] = ()) -> pd.DataFrame:
+    """The break-even analysis per stage, each on its own sessions, cost lines and saves.
+
+    Stages checkpoint and restore different models, so their checkpoint cost C and restart
+    R differ (the planner plans each stage with its own, ``fleet_plan``); the run-level
+    :func:`break_even` pools them. One row per stage with spot sessions (rates per billed
+    spot hour, C in seconds, R in minutes, prices and costs in $/h and $ per useful hour);
+    ``verdict`` is ``spot wins``, ``ON-DEMAND would be cheaper`` or ``no prices``.
+    Stages follow ``stage_order``, then the rest by name."""
+    if sessions.empty or "stage" not in sessions:
+        return pd.DataFrame(columns=STAGE_BREAK_EVEN_COLS)
+    order = {s: i for i, s in enumerate(stage_order)}
+    rows = []
+    for stage in sorted(set(sessions["stage"]), key=lambda s: (order.get(s, len(order)), s)):
+        obs = observed_rates(*(_of_stage(df, stage) for df in (sessions, lines, checkpoints)))
+        if obs.spot_hours <= 0:
+            continue  # on-demand only: nothing to break even on
+        be = break_even(obs)
+        rows.append({"stage": stage, "spot_hours": obs.spot_hours, "preemptions": obs.preemptions,
+                     "rate_per_hour": obs.rate_per_hour, "ckpt_s": obs.ckpt_hours * 3600.0,
+                     "restart_min": obs.restart_hours * 60.0, "spot_price": obs.spot_price,
+                     "on_demand_price": obs.on_demand_price,
+                     "observed_usd_per_useful_h": obs.observed_cost_per_useful_hour,
+                     "modelled_usd_per_useful_h": be.eff_cost_per_useful_hour if be else math.nan,
+                     "break_even_rate_per_hour": be.break_even_rate_per_hour if be else math.nan,
+                     "verdict": ("spot wins" if be.spot_wins else "ON-DEMAND would be cheaper") if be
+                     else "no prices"})
+    return pd.DataFrame(rows, columns=STAGE_BREAK_EVEN_COLS)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,10 @@ HEADERS = {
     "pause_seconds": "Pause (billed s)", "node_seconds": "Node-seconds paused",
     "membership_tax_usd": "Membership tax ($)",
     "cost_usd": "Cost ($)", "tax": "Tax", "tax_usd": "Amount ($)", "share_pct": "Share of spend (%)",
+    "spot_hours": "Spot hours (billed)", "rate_per_hour": "Preemptions per spot h", "ckpt_s": "C (s)",
+    "restart_min": "R (min)", "spot_price": "Spot ($/h)", "on_demand_price": "On-demand ($/h)",
+    "observed_usd_per_useful_h": "Observed ($/useful h)", "modelled_usd_per_useful_h": "Modelled ($/useful h)",
+    "break_even_rate_per_hour": "Break-even rate (/h)", "verdict": "Verdict",
 }
 NBHYPHEN = "\u2011"  # non-breaking hyphen: "us-east-1f" stays on one line
 COLORS = {"useful": "#2a9d8f", "checkpoint": "#e9c46a", "membership": "#9b5de5", "redo": "#f4a261",
@@ -122,6 +126,16 @@ def effective_cost_lines(be: BreakEven | None) -> list[str]:
     ]
 
 
+def stage_break_even_lines(stage_be: pd.DataFrame | None) -> list[str]:
+    """The per-stage break-even table (``cost_tables.stage_break_even``) under the run's
+    lines; nothing for a run with at most one stage on spot (the run lines say it all)."""
+    if stage_be is None or len(stage_be) < 2:
+        return []
+    return ["Per stage (each stage's own C, R and preemption rate: stages save and restore "
+            "different models, and the planner plans each with its own):", "",
+            md_table(stage_be), ""]
+
+
 def _num(v: float, nd: int) -> str:
     return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
 
@@ -189,7 +203,8 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
                     be: BreakEven | None, budget: BudgetStatus | None, budget_enforced: bool,
                     period_label: str, by_day: pd.DataFrame, all_time: pd.DataFrame,
                     image_uri: str | None = None, membership: pd.DataFrame | None = None,
-                    elastic_nodes: pd.DataFrame | None = None, unpriced: pd.DataFrame | None = None) -> str:
+                    elastic_nodes: pd.DataFrame | None = None, unpriced: pd.DataFrame | None = None,
+                    stage_be: pd.DataFrame | None = None) -> str:
     """The whole report as markdown: run, period and all-time sections, each its own table.
     ``unpriced``: the run's node sessions recorded without a price (``cost_tables.unpriced_sessions``),
     shown first: every $ figure below is then a lower bound."""
@@ -221,6 +236,7 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
             "### Per zone", "", md_table(by_zone, ["zone", *money, *taxes], total=True), "",
             "### Taxes", "", md_table(tax_table(tot), ["tax", "tax_usd", "share_pct"]), "",
             "### Effective cost: observed vs modelled", "", *effective_cost_lines(be), "",
+            *stage_break_even_lines(stage_be),
             "### Lines (stage x zone x day)", "",
             md_table(table, ["stage", "zone", "day", *money, "useful_usd", *taxes], total=True), "",
             f"### Period: {period_label} (every run that billed on these days)", "",

@@ -10,6 +10,7 @@ and the FOCUS export must satisfy the column rules.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -697,3 +698,33 @@ def test_load_reuses_unchanged_tables_and_sees_every_change(two_runs, monkeypatc
     pd.testing.assert_frame_equal(redone.sessions, fresh.sessions)
     grouped = ct.load(two_runs, "demo", root_of={"run-b": "run-a"})
     assert not grouped.sessions["first_launch"].equals(redone.sessions["first_launch"])
+
+
+def test_each_stage_gets_its_own_break_even(tmp_path):
+    """Stages save and restore different models: the per-stage break-even uses each stage's
+    own R and C (the run line pools them), and the report shows one row per stage."""
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    # pretrain: a slow restore (ready 60 s after launch), finetune: a fast one (1 s)
+    p1 = _node("p-n0", "pretrain", 1, T0, 0, 50, 40, "preempted")
+    p1 = (dataclasses.replace(p1[0], ready_at=T0 + 60.0), p1[1], p1[2])
+    p2 = _node("p-n1", "pretrain", 1, p1[2] + 3, 40, 100, 100, "completed", zone="us-west-2b")
+    _record(eng, "run-s", "pretrain", 1, [p1, p2], "completed")
+    f1 = _node("f-n0", "finetune", 1, p2[2] + 5, 0, 100, 100, "completed", zone="us-east-1c")
+    _record(eng, "run-s", "finetune", 1, [f1], "completed")
+    run = ct.for_runs(ct.load(eng, "demo"), ["run-s"])
+    pooled = ct.observed_rates(run.sessions, run.lines, run.checkpoints)
+    per = ct.stage_break_even(run.sessions, run.lines, run.checkpoints, ["pretrain", "finetune"])
+    assert list(per["stage"]) == ["pretrain", "finetune"]
+    r = dict(zip(per["stage"], per["restart_min"], strict=True))
+    own = {st: ct.observed_rates(run.sessions[run.sessions["stage"] == st],
+                                 run.lines[run.lines["stage"] == st],
+                                 run.checkpoints[run.checkpoints["stage"] == st]).restart_hours * 60.0
+           for st in ("pretrain", "finetune")}
+    assert r == pytest.approx(own)
+    assert r["pretrain"] > pooled.restart_hours * 60.0 > r["finetune"]  # the pooled R is neither stage's
+    assert list(per["preemptions"]) == [1, 0]
+    rep = build_report(eng, "demo", tmp_path / "out", ReportSelection(run_ids=("run-s",)),
+                       stage_order=["pretrain", "finetune"])
+    assert list(rep.stage_break_even["stage"]) == ["pretrain", "finetune"]
+    assert "Break-even rate (/h)" in rep.markdown and "R (min)" in rep.markdown
