@@ -160,12 +160,15 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         stats += list(session_stats(sessions)) if sessions else []
         # the analyst's table is derived from the typed records (the value is the records)
         cols = ("source", "zone", "instance_type", "observed_hours", "preemptions", "rate_per_hour",
-                "mttp_hours", "availability", "restart_latency_s")
+                "mttp_hours", "availability", "restart_latency_s", "injected_preemptions")
         show = pd.DataFrame([{c: getattr(s, c) for c in cols} for s in stats], columns=list(cols))
         traced = [s.preemptions for s in stats if s.source == "trace"]
         return Output(stats, metadata={
             "table": _md_table(show), "recorded_sessions": MetadataValue.int(len(sessions)),
             "min_preemptions_per_zone": MetadataValue.int(int(min(traced)) if traced else 0),
+            # fault injections (inject_preemptions_at_steps) end sessions like preemptions;
+            # they are billed, but the statistics above count the market's preemptions only
+            "injected_preemptions": MetadataValue.int(sum(s.injected_preemptions for s in stats)),
         })
 
     @asset(key=[p, "preemption_forecast"], group_name=p, kinds={"python"},

@@ -306,6 +306,7 @@ class InjectedNode:
     kill_at: float | None = None
     state: Literal["open", "running", "noticed", "killed", "closed"] = "open"
     loss_pending: bool = False  # the zone lost capacity while this node ran
+    injected: bool = False  # its notice came from ``preempt_now`` (a fault injection), not the market
 
     @property
     def notice_sources(self) -> str:
@@ -427,7 +428,15 @@ class PreemptionInjector:
             node = self.nodes.get(node_id)
             if node is None or node.state not in ("running",):
                 raise ValueError(f"node {node_id!r} is not running under the injector")
+            node.injected = True
             return self._notice(node, self.grace_seconds if grace_seconds is None else grace_seconds)
+
+    def injected(self, node_id: str) -> bool:
+        """Whether ``node_id``'s notice came from :meth:`preempt_now` (a fault injection)
+        rather than from the capacity schedule (the market)."""
+        with self._lock:
+            node = self.nodes.get(node_id)
+            return node is not None and node.injected
 
     # -- internals ---------------------------------------------------------------------
     def _close(self, node: InjectedNode) -> None:

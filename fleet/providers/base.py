@@ -80,6 +80,10 @@ class NodeSession:
     first_step: int | None = None
     last_step: int | None = None
     last_checkpoint_step: int | None = None
+    #: ended by a fault injection (the local fleet's ``preempt_now``, e.g. a pipeline's
+    #: ``inject_preemptions_at_steps``), not by the market: billed and counted in the cost
+    #: report like any preemption, left out of the market's statistics (``session_stats``)
+    injected: bool = False
 
 
 @dataclass

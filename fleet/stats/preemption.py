@@ -110,6 +110,9 @@ class ZoneStats:
     #: sessions only: R (s) per stage, ``(stage, mean launch -> ready)`` pairs, sorted by
     #: stage; stages restore different models, so their R differs (``restart_latency_for``)
     restart_latency_by_stage: tuple[tuple[str, float], ...] = ()
+    #: sessions only: preemptions a fault injection caused (``NodeSession.injected``); not in
+    #: ``preemptions`` / ``spot_preemptions`` (the market's), their held time is in the hours
+    injected_preemptions: int = 0
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -310,6 +313,9 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
     it is a lower bound, because nobody asked for capacity when no session was open.
     Time to regain capacity = time from a preemption in a zone to the next launch
     that became ready in the same zone (only observed when the fleet came back there).
+    A preemption is the market's only: a session ended by a fault injection
+    (``NodeSession.injected``) counts its held time (exposure that saw no market
+    preemption) but not its end, and is counted in ``injected_preemptions`` instead.
     """
     groups: dict[tuple[str, str, str, str], list[NodeSession]] = defaultdict(list)
     for s in sessions:
@@ -325,16 +331,16 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
             held_s += max(0.0, end - start)
             spot_held_s += max(0.0, end - start) if s.spot else 0.0
             ends.append(end)
-        npre = sum(1 for s in ss if s.end_reason == "preempted")
+        npre = sum(1 for s in ss if _market_preempted(s))
         by_stage: dict[str, list[NodeSession]] = defaultdict(list)
         for s in ss:
             by_stage[s.stage].append(s)
         r_stage = tuple((st, r) for st, g in sorted(by_stage.items())
                         if (r := mean_restart_seconds((s.launched_at, s.ready_at) for s in g)) is not None)
-        pre_h = [s.ended_at / 3600.0 for s in ss if s.end_reason == "preempted" and s.ended_at]
+        pre_h = [s.ended_at / 3600.0 for s in ss if _market_preempted(s) and s.ended_at]
         regain: list[float] = []
         for i, s in enumerate(ss):
-            if s.end_reason != "preempted" or s.ended_at is None:
+            if not _market_preempted(s) or s.ended_at is None:
                 continue
             nxt = [t.ready_at for t in ss[i + 1:] if t.ready_at is not None
                    and t.launched_at >= s.ended_at]
@@ -359,10 +365,16 @@ def session_stats(sessions: Sequence[NodeSession], level: float = DEFAULT_CI_LEV
             instances_lost=npre,
             eviction_rate_eq15=weighted_eviction_rate(pre_h, max(ends) / 3600.0) if ends else None,
             spot_held_hours=spot_held_s / 3600.0,
-            spot_preemptions=sum(1 for s in ss if s.spot and s.end_reason == "preempted"),
+            spot_preemptions=sum(1 for s in ss if s.spot and _market_preempted(s)),
             restart_latency_by_stage=r_stage,
+            injected_preemptions=sum(1 for s in ss if s.end_reason == "preempted" and s.injected),
         ))
     return out
+
+
+def _market_preempted(s: NodeSession) -> bool:
+    """Ended by the market's preemption (not by a fault injection)."""
+    return s.end_reason == "preempted" and not s.injected
 
 
 def merge_session_latency(stats: Sequence[ZoneStats]) -> list[ZoneStats]:

@@ -21,6 +21,7 @@ from sqlalchemy import (
     MetaData,
     String,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -94,6 +95,9 @@ class NodeSessionRecord(Base):
     first_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     last_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     last_checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: ended by a fault injection, not the market (``NodeSession.injected``; revision 0005)
+    injected: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False,
+                                           server_default=false())
 
     attempt_row: Mapped[StageAttempt | None] = relationship(back_populates="sessions")
 

@@ -81,7 +81,7 @@ def record_attempt(
                 on_demand_price_per_hour=od_price, launched_at=s.launched_at, ready_at=s.ready_at,
                 ended_at=s.ended_at, end_reason=s.end_reason, notice_at=s.notice_at,
                 first_step=s.first_step, last_step=s.last_step,
-                last_checkpoint_step=s.last_checkpoint_step,
+                last_checkpoint_step=s.last_checkpoint_step, injected=bool(s.injected),
             )
             db.add(ns)
             db.flush()
@@ -173,6 +173,7 @@ def node_sessions_as_dataclasses(engine: Engine, pipeline: str | None = None) ->
             ended_at=_nan_none(r["ended_at"]), end_reason=r["end_reason"],
             notice_at=_nan_none(r["notice_at"]), first_step=_nan_int(r["first_step"]),
             last_step=_nan_int(r["last_step"]), last_checkpoint_step=_nan_int(r["last_checkpoint_step"]),
+            injected=bool(r.get("injected") or False),
         ))
     return out
 

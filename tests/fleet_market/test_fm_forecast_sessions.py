@@ -135,3 +135,19 @@ def test_each_stage_is_scored_with_the_restart_time_of_its_own_sessions():
     assert fine["us-east-1b"] == (pytest.approx(120.0), "zone")
     default_s = StageRequest(work_hours=1.0).restart_hours * 3600.0
     assert pre["us-west-2a"] == (pytest.approx(default_s), "default")
+
+
+def test_injected_preemptions_are_exposure_not_market_preemptions():
+    """A fault injection (``inject_preemptions_at_steps``) ends a session like a preemption;
+    the market's statistics, and so the forecast's session update, count only the market's."""
+    import dataclasses
+
+    market = _session(0, "pretrain", "us-east-1a", 60.0, 1800.0, "preempted")
+    injected = dataclasses.replace(_session(1, "pretrain", "us-east-1a", 60.0, 1800.0, "preempted"),
+                                   injected=True)
+    done = _session(2, "pretrain", "us-east-1a", 60.0, 3600.0, "completed")
+    [st] = session_stats([market, injected, done])
+    assert st.held_hours == pytest.approx(2.0) and st.spot_held_hours == pytest.approx(2.0)
+    assert st.preemptions == 1 and st.spot_preemptions == 1 and st.injected_preemptions == 1
+    assert st.rate_per_hour == pytest.approx(0.5)  # the old count: 2 preemptions, 1.0 / h
+    assert st.regain_samples == 1  # an injection says nothing about capacity coming back

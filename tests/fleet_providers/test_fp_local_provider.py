@@ -147,6 +147,8 @@ def test_preempt_now_injects_one_preemption_and_the_stage_resumes(tmp_path):
     assert res.completed and res.final_step == 150
     # the stable market preempts nothing by itself: exactly the one injected preemption
     assert [s.end_reason for s in res.sessions] == ["preempted", "completed"]
+    # marked as the injection it was: billed like a preemption, not the market's statistics
+    assert [s.injected for s in res.sessions] == [True, False]
     assert res.sessions[1].first_step == res.sessions[0].last_checkpoint_step
     assert prov.preempt_now("inj", res.sessions[1].node_id) is False  # stage over
 

@@ -265,7 +265,10 @@ def test_migration_0002_converts_wall_rows_to_market_seconds(db_url):
     k = 120.0
     s1 = _old_schema_rows(eng, k)
     billed_s = (s1.ended_at - s1.launched_at) * k
-    assert upgrade(eng, "0002") == "0002"  # this revision (later ones add tables / columns it does not read)
+    assert upgrade(eng, "0002") == "0002"  # this revision converts the rows
+    # the later ones only add tables / columns (0005: node_sessions.injected, which the
+    # model reads), so read the converted rows at the head
+    assert upgrade(eng) == head_revision()
     ns = read_table(eng, NodeSessionRecord, "demo").iloc[0]
     assert "time_scale" not in ns.index
     assert ns["ended_at"] - ns["launched_at"] == pytest.approx(billed_s, rel=1e-12)
@@ -293,7 +296,7 @@ def test_migration_0002_converts_wall_rows_to_market_seconds(db_url):
     with eng.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0001")
-    with eng.connect() as c:  # raw SQL: the model has columns of later revisions (0004 root_run_id)
+    with eng.connect() as c:  # raw SQL: the model has columns of later revisions (0004, 0005)
         assert c.execute(text("SELECT count(*) FROM stage_attempts")).scalar_one() == 1
         scale, secs = c.execute(text("SELECT time_scale, ended_at - launched_at FROM node_sessions")).one()
     assert scale == 1.0 and secs == pytest.approx(billed_s, rel=1e-12)
@@ -313,6 +316,7 @@ def test_migration_0004_stores_the_root_run_and_downgrades(db_url):
     assert "root_run_id" in {c["name"] for c in inspect(eng).get_columns("stage_attempts")}
     old = read_table(eng, StageAttempt, "demo")
     assert list(old["root_run_id"]) == ["run-old"]
+    assert upgrade(eng) == head_revision()  # the recorder writes 0005's node_sessions.injected too
     sessions, events = _attempt()
     record_attempt(eng, run_id="reexec", root_run_id="run-old", pipeline="demo", stage="pretrain", attempt=1,
                    provider="local", status="completed", sessions=sessions, events=events, started_at=T0 + 10)
@@ -331,3 +335,33 @@ def test_migration_0004_stores_the_root_run_and_downgrades(db_url):
         assert c.execute(text("SELECT count(*) FROM node_sessions")).scalar_one() == len(sessions) == 2
         assert c.execute(text("SELECT count(*) FROM cost_lines")).scalar_one() > 0
     assert upgrade(eng) == head_revision()  # and up again
+
+
+def test_migration_0005_keeps_injected_sessions_apart(db_url):
+    """0005 adds node_sessions.injected: a session a fault injection ended reads back as
+    injected (so the statistics leave it out); rows recorded before it read false; the
+    downgrade drops the column and keeps the rows."""
+    import dataclasses
+
+    eng = make_engine(db_url)
+    assert upgrade(eng, "0004") == "0004"
+    old_sessions, old_events = _attempt()
+    with eng.begin() as c:  # a row written by the 0004 schema (raw SQL: the model has 0005's column)
+        c.execute(text("INSERT INTO node_sessions (node_id, pipeline, stage, attempt, provider, cloud, "
+                       "region, zone, instance_type, spot, price_per_hour, launched_at, end_reason) VALUES "
+                       "('old', 'demo', 'pretrain', 1, 'local', 'aws', 'us-east-1', 'us-east-1f', "
+                       "'p3.2xlarge', true, 0.918, :t, 'preempted')"), {"t": T0})
+    assert upgrade(eng) == head_revision()
+    s1, s2 = old_sessions
+    record_attempt(eng, run_id="run-1", pipeline="demo", stage="pretrain", attempt=1, provider="local",
+                   status="completed", sessions=[dataclasses.replace(s1, injected=True), s2],
+                   events=old_events, started_at=T0, ended_at=T0 + 60)
+    back = {s.node_id: s.injected for s in node_sessions_as_dataclasses(eng, "demo")}
+    assert back == {"old": False, "n0": True, "n1": False}
+    cfg = _alembic_config(eng)
+    with eng.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0004")
+    assert "injected" not in {c["name"] for c in inspect(eng).get_columns("node_sessions")}
+    with eng.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM node_sessions")).scalar_one() == 3
