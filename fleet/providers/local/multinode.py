@@ -540,7 +540,8 @@ class ElasticStageRun(AttemptRecord):
             end_reason=node.end_reason or "failed", notice_at=node.notice_at,
             first_step=node.first_step, last_step=node.last_step,
             last_checkpoint_step=node.last_checkpoint_step,
-            injected=node.end_reason == "preempted" and self.injector.injected(node.node_id)))
+            injected=(node.end_reason == "preempted" and self.injector is not None
+                      and self.injector.injected(node.node_id))))
 
     def _kill_all(self) -> None:
         for node in self._nodes:

@@ -795,4 +795,5 @@ class _StageRun(AttemptRecord):
             ready_at=node.ready_at, ended_at=node.ended_at, end_reason=reason,
             notice_at=node.notice_at, first_step=node.first_step, last_step=node.last_step,
             last_checkpoint_step=node.last_checkpoint_step,
-            injected=reason == "preempted" and self.injector.injected(node.node_id))))
+            injected=(reason == "preempted" and self.injector is not None
+                      and self.injector.injected(node.node_id)))))
