@@ -84,6 +84,7 @@ from checkpointing.runtime_env import (
     EXIT_PREEMPTED,
     checkpoint_uri_from_env,
     env_float,
+    loss_units_from_env,
 )
 from checkpointing.saver import restore_preferring_spill
 from checkpointing.spill import open_spill
@@ -197,6 +198,13 @@ class ElasticSession:
     backend: "gloo" (CPU) or "nccl"; default: nccl when CUDA is available.
     handoff_root: directory of handoff files (default ``/dev/shm/spotfleet-elastic``).
     timeout_seconds: process-group / collective timeout.
+    grace_seconds, mttp_seconds, restart_seconds, stats_file, ckpt_seconds: rank 0's policy
+        inputs (s), as ``TrainingSession``'s; ``mttp_seconds`` is ONE failure unit's MTTP.
+    loss_units: the independent failure units (zones) the group spans, n >= 1: rank 0's
+        insurance interval insures against losing all n at once (a shrink restores
+        nothing), ``tau = sqrt(2 delta (M_group + R))`` with ``M_group =
+        intervals.group_loss_mttp_seconds(mttp, R, n)``; the stats file's ``loss_units``
+        updates it (docs/elastic.md "Insurance against losing the whole group").
     """
 
     def __init__(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -207,7 +215,8 @@ class ElasticSession:
                  handoff_root: str | None = None, node_id: str | None = None,
                  timeout_seconds: float = 60.0, grace_seconds: float = 30.0,
                  mttp_seconds: float | None = None, restart_seconds: float | None = None,
-                 stats_file: str | None = None, ckpt_seconds: float | None = None):
+                 stats_file: str | None = None, ckpt_seconds: float | None = None,
+                 loss_units: int = 1):
         if total_steps < 1:
             raise ValueError(f"total_steps must be >= 1, got {total_steps}")
         self.model = model
@@ -236,7 +245,7 @@ class ElasticSession:
         self.timeout_seconds = timeout_seconds
         self._session_kwargs = dict(grace_seconds=grace_seconds, mttp_seconds=mttp_seconds,
                                     restart_seconds=restart_seconds, stats_file=stats_file,
-                                    ckpt_seconds=ckpt_seconds)
+                                    ckpt_seconds=ckpt_seconds, loss_units=loss_units)
         self.state = TrainingState(model=model, optimizer=optimizer, scheduler=scheduler, rng=False)
         self.session = None  # rank 0's TrainingSession (saves, progress, policy)
         self.step = 0
@@ -258,7 +267,8 @@ class ElasticSession:
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> ElasticSession:
-        """Store, events, guard, grace, MTTP, R and stats file from ``SPOTFLEET_*``."""
+        """Store, events, guard, grace, MTTP, R, checkpoint-time prior, failure units and
+        stats file from ``SPOTFLEET_*``."""
         if "store" not in kwargs:
             kwargs["store"] = checkpoint_uri_from_env()
         kwargs.setdefault("events", EventLog.from_env())
@@ -272,6 +282,9 @@ class ElasticSession:
                 kwargs.setdefault(key, value)
         if os.environ.get(ENV_STATS_FILE):
             kwargs.setdefault("stats_file", os.environ[ENV_STATS_FILE])
+        units = loss_units_from_env()
+        if units is not None:
+            kwargs.setdefault("loss_units", units)
         if "guard" not in kwargs:
             kwargs["guard"] = PreemptionGuard.from_env()
         return cls(**kwargs)
