@@ -396,6 +396,7 @@ class ElasticSession:
             progress_every=self.progress_every, rng=False, **self._session_kwargs)
         self.session.state.step = self.step
         self.session.policy.on_restore(self.step)
+        self.session.report_interval()  # the insurance interval this group starts with
         if restored is not None:
             self.session.saver.last_committed = restored.info
             if self._spilled_over is not None and self.session.saver.spill_store is not None:

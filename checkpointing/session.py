@@ -595,6 +595,12 @@ class TrainingSession:
     def mean_step_seconds(self) -> float | None:
         return sum(self._step_times) / len(self._step_times) if self._step_times else None
 
+    def report_interval(self) -> None:
+        """Emit the ``interval`` event of the tau in force now, unless that tau was already
+        reported (``ElasticSession`` calls it when rank 0 opens its session: its own
+        ``start`` event replaces this session's)."""
+        self._emit_interval_if_changed()
+
     def _emit_interval_if_changed(self) -> None:
         tau = self.policy.tau_seconds
         if tau is None or tau == self._last_tau:
