@@ -87,7 +87,7 @@ from checkpointing.runtime_env import (
     loss_units_from_env,
 )
 from checkpointing.saver import restore_preferring_spill
-from checkpointing.spill import open_spill
+from checkpointing.spill import newer_spill, open_spill
 from checkpointing.stores.base import CheckpointStore, StoreError, open_store
 from checkpointing.torch_state import TrainingState, state_sha256
 
@@ -260,6 +260,8 @@ class ElasticSession:
         self._pending_membership: dict[str, Any] | None = None
         #: (the store's newest checkpoint,) when rank 0 restored from the spill area
         self._spilled_over: tuple[Any] | None = None
+        #: rank 0: this node's spill area held a checkpoint newer than the store's newest
+        self._spill_ahead = False
         self._finished = False
         self.exit_code: int | None = None
         #: sha256 of the final model + optimizer state (set when the stage completes)
@@ -405,11 +407,35 @@ class ElasticSession:
                 self.session.saver.start_promotion(restored.info)
             self.events.emit("restore", step=self.step, location=restored.info.location,
                              fell_back=restored.fell_back, reason=restored.reason)
+        elif self._spill_ahead:
+            self._promote_spill()
+
+    def _promote_spill(self) -> None:
+        """Rank 0 resumed from a hand-off (or a peer) while this node's spill area holds a
+        checkpoint newer than the store's newest: upload it now (in the background, as
+        after a restore from the spill). The worker that restored it started that upload,
+        but a re-formation right after (a node joining) ended that worker and its upload
+        thread with it; before, nothing started it again and the checkpoint stayed on this
+        machine only (``tests/elastic/test_elastic_resume_source.py``)."""
+        saver = self.session.saver
+        if saver.spill_store is None:
+            return
+        try:
+            spilled, _ = newer_spill(self.store, saver.spill_store)
+        except (StoreError, OSError) as exc:
+            log.warning("could not compare the spill area with the store (%s); the spilled "
+                        "checkpoint is uploaded by a later group", exc)
+            return
+        if spilled is not None:
+            log.info("uploading the spilled checkpoint of step %d to %s", spilled.step,
+                     self.store.location)
+            saver.start_promotion(spilled)
 
     def _newest_checkpoint_step(self) -> int | None:
         """Step of the newest committed checkpoint (one listing of the store and one of
         this node's spill area), None if none or the store cannot be listed now (then the
         members' hand-offs are used as they are)."""
+        self._spill_ahead = False
         try:
             newest = newest_committed_step(self.store)
         except (StoreError, OSError) as exc:
@@ -422,6 +448,7 @@ class ElasticSession:
             except (StoreError, OSError):
                 spilled = None
             if spilled is not None and (newest is None or spilled > newest):
+                self._spill_ahead = True
                 return spilled
         return newest
 
