@@ -300,8 +300,8 @@ class TrainingSession:
         the mean time to losing all ``loss_units`` units at once for an elastic group
         (``intervals.group_loss_mttp_seconds`` with R = ``restart_seconds``; ``math.inf``
         when the group cannot be lost at once). None without an MTTP."""
-        if self.mttp_seconds is None:
-            return None
+        if self.mttp_seconds is None or self.loss_units == 1:
+            return self.mttp_seconds  # (the policy checks it, as before)
         return group_loss_mttp_seconds(self.mttp_seconds, self.restart_seconds, self.loss_units)
 
     @property
