@@ -84,9 +84,10 @@ from checkpointing.runtime_env import (
     EXIT_PREEMPTED,
     checkpoint_uri_from_env,
     env_float,
+    loss_units_from_env,
 )
 from checkpointing.saver import restore_preferring_spill
-from checkpointing.spill import open_spill
+from checkpointing.spill import newer_spill, open_spill
 from checkpointing.stores.base import CheckpointStore, StoreError, open_store
 from checkpointing.torch_state import TrainingState, state_sha256
 
@@ -197,6 +198,13 @@ class ElasticSession:
     backend: "gloo" (CPU) or "nccl"; default: nccl when CUDA is available.
     handoff_root: directory of handoff files (default ``/dev/shm/spotfleet-elastic``).
     timeout_seconds: process-group / collective timeout.
+    grace_seconds, mttp_seconds, restart_seconds, stats_file, ckpt_seconds: rank 0's policy
+        inputs (s), as ``TrainingSession``'s; ``mttp_seconds`` is ONE failure unit's MTTP.
+    loss_units: the independent failure units (zones) the group spans, n >= 1: rank 0's
+        insurance interval insures against losing all n at once (a shrink restores
+        nothing), ``tau = sqrt(2 delta (M_group + R))`` with ``M_group =
+        intervals.group_loss_mttp_seconds(mttp, R, n)``; the stats file's ``loss_units``
+        updates it (docs/elastic.md "Insurance against losing the whole group").
     """
 
     def __init__(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -207,7 +215,8 @@ class ElasticSession:
                  handoff_root: str | None = None, node_id: str | None = None,
                  timeout_seconds: float = 60.0, grace_seconds: float = 30.0,
                  mttp_seconds: float | None = None, restart_seconds: float | None = None,
-                 stats_file: str | None = None, ckpt_seconds: float | None = None):
+                 stats_file: str | None = None, ckpt_seconds: float | None = None,
+                 loss_units: int = 1):
         if total_steps < 1:
             raise ValueError(f"total_steps must be >= 1, got {total_steps}")
         self.model = model
@@ -236,7 +245,7 @@ class ElasticSession:
         self.timeout_seconds = timeout_seconds
         self._session_kwargs = dict(grace_seconds=grace_seconds, mttp_seconds=mttp_seconds,
                                     restart_seconds=restart_seconds, stats_file=stats_file,
-                                    ckpt_seconds=ckpt_seconds)
+                                    ckpt_seconds=ckpt_seconds, loss_units=loss_units)
         self.state = TrainingState(model=model, optimizer=optimizer, scheduler=scheduler, rng=False)
         self.session = None  # rank 0's TrainingSession (saves, progress, policy)
         self.step = 0
@@ -251,6 +260,8 @@ class ElasticSession:
         self._pending_membership: dict[str, Any] | None = None
         #: (the store's newest checkpoint,) when rank 0 restored from the spill area
         self._spilled_over: tuple[Any] | None = None
+        #: rank 0: this node's spill area held a checkpoint newer than the store's newest
+        self._spill_ahead = False
         self._finished = False
         self.exit_code: int | None = None
         #: sha256 of the final model + optimizer state (set when the stage completes)
@@ -258,7 +269,8 @@ class ElasticSession:
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> ElasticSession:
-        """Store, events, guard, grace, MTTP, R and stats file from ``SPOTFLEET_*``."""
+        """Store, events, guard, grace, MTTP, R, checkpoint-time prior, failure units and
+        stats file from ``SPOTFLEET_*``."""
         if "store" not in kwargs:
             kwargs["store"] = checkpoint_uri_from_env()
         kwargs.setdefault("events", EventLog.from_env())
@@ -272,6 +284,9 @@ class ElasticSession:
                 kwargs.setdefault(key, value)
         if os.environ.get(ENV_STATS_FILE):
             kwargs.setdefault("stats_file", os.environ[ENV_STATS_FILE])
+        units = loss_units_from_env()
+        if units is not None:
+            kwargs.setdefault("loss_units", units)
         if "guard" not in kwargs:
             kwargs["guard"] = PreemptionGuard.from_env()
         return cls(**kwargs)
@@ -383,6 +398,7 @@ class ElasticSession:
             progress_every=self.progress_every, rng=False, **self._session_kwargs)
         self.session.state.step = self.step
         self.session.policy.on_restore(self.step)
+        self.session.report_interval()  # the insurance interval this group starts with
         if restored is not None:
             self.session.saver.last_committed = restored.info
             if self._spilled_over is not None and self.session.saver.spill_store is not None:
@@ -391,11 +407,35 @@ class ElasticSession:
                 self.session.saver.start_promotion(restored.info)
             self.events.emit("restore", step=self.step, location=restored.info.location,
                              fell_back=restored.fell_back, reason=restored.reason)
+        elif self._spill_ahead:
+            self._promote_spill()
+
+    def _promote_spill(self) -> None:
+        """Rank 0 resumed from a hand-off (or a peer) while this node's spill area holds a
+        checkpoint newer than the store's newest: upload it now (in the background, as
+        after a restore from the spill). The worker that restored it started that upload,
+        but a re-formation right after (a node joining) ended that worker and its upload
+        thread with it; before, nothing started it again and the checkpoint stayed on this
+        machine only (``tests/elastic/test_elastic_resume_source.py``)."""
+        saver = self.session.saver
+        if saver.spill_store is None:
+            return
+        try:
+            spilled, _ = newer_spill(self.store, saver.spill_store)
+        except (StoreError, OSError) as exc:
+            log.warning("could not compare the spill area with the store (%s); the spilled "
+                        "checkpoint is uploaded by a later group", exc)
+            return
+        if spilled is not None:
+            log.info("uploading the spilled checkpoint of step %d to %s", spilled.step,
+                     self.store.location)
+            saver.start_promotion(spilled)
 
     def _newest_checkpoint_step(self) -> int | None:
         """Step of the newest committed checkpoint (one listing of the store and one of
         this node's spill area), None if none or the store cannot be listed now (then the
         members' hand-offs are used as they are)."""
+        self._spill_ahead = False
         try:
             newest = newest_committed_step(self.store)
         except (StoreError, OSError) as exc:
@@ -408,6 +448,7 @@ class ElasticSession:
             except (StoreError, OSError):
                 spilled = None
             if spilled is not None and (newest is None or spilled > newest):
+                self._spill_ahead = True
                 return spilled
         return newest
 

@@ -25,6 +25,8 @@ import math
 
 __all__ = [
     "daly_first_order_seconds",
+    "equivalent_unit_mttp_seconds",
+    "group_loss_mttp_seconds",
     "prior_weighted_mean_seconds",
     "daly_higher_order_seconds",
     "thesis_expected_latency_seconds",
@@ -169,3 +171,82 @@ def prior_weighted_mean_seconds(
         return total / observed_count if observed_count else None
     prior = _non_negative("prior_seconds", prior_seconds)
     return (prior_weight * prior + total) / (prior_weight + observed_count)
+
+
+def group_loss_mttp_seconds(unit_mttp_seconds: float, restart_seconds: float, units: int) -> float:
+    """Mean time (s) until ALL ``units`` independent failure units are down at once.
+
+    An elastic group survives the loss of some of its nodes (a shrink: the survivors hold
+    the state, nothing is restored); only the loss of every node at once needs a restore
+    from the last checkpoint. This is that event's mean time, from a full group.
+
+    Model (the classic parallel-redundant system with repair): ``n = units`` units, each
+    up unit lost at rate ``lam = 1 / unit_mttp_seconds`` (exponential lifetimes), each
+    lost unit replaced after an exponential time of mean ``R = restart_seconds`` (rate
+    ``mu = 1 / R``, replacements in parallel). With ``k`` units up, let ``m_k`` be the
+    mean time to reach ``k - 1`` up; then ``m_n = 1 / (n lam)`` and
+    ``m_k = (1 + (n - k) mu m_{k+1}) / (k lam)`` (leave k at rate ``k lam + (n-k) mu``;
+    a repair first costs the return trip ``m_{k+1}``), and the result is
+    ``m_n + ... + m_1``. Exact for this process; ``n = 1`` gives ``unit_mttp_seconds``,
+    ``n = 2`` gives ``(3 lam + mu) / (2 lam^2)``, and for ``lam << mu`` it tends to the
+    textbook ``mu^(n-1) / (n lam^n) = M^n / (n R^(n-1))``.
+
+    A unit is what fails together: nodes in the same zone are reclaimed together, so
+    they are ONE unit (the caller counts zones, not nodes). ``R = 0`` (instant
+    replacement) with ``n > 1``: the group is never lost, ``math.inf``; ``math.inf`` too
+    when the value overflows a float.
+
+    Args:
+        unit_mttp_seconds: mean time to preemption of one unit, M (s, > 0).
+        restart_seconds: mean time for a replacement to join, R (s, >= 0).
+        units: number of independent units n (>= 1).
+    Returns:
+        Mean time to group loss, seconds.
+    """
+    m = _positive("unit_mttp_seconds", unit_mttp_seconds)
+    r = _non_negative("restart_seconds", restart_seconds)
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        raise ValueError(f"units must be an integer >= 1, got {units!r}")
+    if units == 1:
+        return m
+    if r == 0:
+        return math.inf
+    lam, mu = 1.0 / m, 1.0 / r
+    total = 0.0
+    m_next = 0.0  # m_{k+1}
+    for k in range(units, 0, -1):
+        m_k = (1.0 + (units - k) * mu * m_next) / (k * lam)
+        total += m_k
+        m_next = m_k
+        if not math.isfinite(total):
+            return math.inf
+    return total
+
+
+def equivalent_unit_mttp_seconds(unit_mttp_seconds: list[float] | tuple[float, ...],
+                                 restart_seconds: float) -> float:
+    """One MTTP (s) standing for units whose MTTPs differ, for ``group_loss_mttp_seconds``.
+
+    ``n`` identical units with MTTP ``M_eq`` are all down at once, in the long run, as
+    often as units with MTTPs ``M_i``: a unit is down a share ``p_i = R / (M_i + R)`` of
+    the time (independently), so ``p = (p_1 ... p_n)^(1/n)`` and
+    ``M_eq = R (1 - p) / p``. Equal MTTPs give that MTTP back; ``R = 0`` gives the
+    geometric mean of the ``M_i`` (the limit). For ``R << M_i`` the group-loss rate
+    ``n prod(1/M_i) R^(n-1)`` then matches the heterogeneous process to first order
+    (not exactly: docs/elastic.md gives the measured difference).
+
+    Args:
+        unit_mttp_seconds: the units' MTTPs M_i (s, each > 0; at least one).
+        restart_seconds: mean time for a replacement to join, R (s, >= 0).
+    """
+    ms = [_positive("unit_mttp_seconds", v) for v in unit_mttp_seconds]
+    if not ms:
+        raise ValueError("unit_mttp_seconds must name at least one unit")
+    r = _non_negative("restart_seconds", restart_seconds)
+    if len(set(ms)) == 1:
+        return ms[0]
+    if r == 0:
+        return math.exp(sum(math.log(v) for v in ms) / len(ms))
+    log_p = sum(math.log(r / (v + r)) for v in ms) / len(ms)
+    p = math.exp(log_p)
+    return r * (1.0 - p) / p

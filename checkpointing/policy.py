@@ -310,10 +310,14 @@ class AdaptivePolicy:
     ) -> bool:
         """New MTTP and/or R estimates (s) from config, env or the fleet's stats file.
 
+        ``mttp_seconds=math.inf``: nothing is expected to be lost any more (e.g. an elastic
+        group with an on-demand member); insurance scheduling stops, as with no MTTP.
         Returns True when tau changed (the next insurance step is then recomputed from
         the last save's step).
         """
-        if mttp_seconds is not None:
+        if mttp_seconds == math.inf:
+            self._mttp = None
+        elif mttp_seconds is not None:
             m = _non_negative("mttp_seconds", mttp_seconds, allow_none=False)
             if m == 0:
                 raise ValueError("mttp_seconds must be > 0")

@@ -23,6 +23,13 @@ them itself — ``checkpointing.session`` does. All durations are in SECONDS.
                                re-read when it changes; overrides the two above (the
                                providers refresh it during the attempt from what the
                                attempt observed: fleet/contract.py)
+    SPOTFLEET_LOSS_UNITS       elastic multi-node stages: how many independent failure units
+                               (zones, co-located nodes failing together) the group spans;
+                               SPOTFLEET_MTTP_SECONDS is then ONE unit's MTTP and rank 0
+                               insures against losing all of them at once
+                               (checkpointing.intervals.group_loss_mttp_seconds); 1 (the
+                               default) is the single-node meaning. The stats file may
+                               carry it as "loss_units" (docs/elastic.md)
     SPOTFLEET_GRACE_SECONDS    notice window T_grace (default 30)
     SPOTFLEET_JOB_ID           the job (lineage) the checkpoints belong to; the pipelines set
                                <pipeline>/<stage>/<root run> (checkpointing.identity)
@@ -67,6 +74,7 @@ ENV_CHECKPOINT_PRIOR_WEIGHT = "SPOTFLEET_CHECKPOINT_PRIOR_WEIGHT"
 #: re-exports it). Not 0: R = 0 would shorten tau by sqrt(MTTP / (MTTP + R)).
 DEFAULT_RESTART_SECONDS = 360.0
 ENV_STATS_FILE = "SPOTFLEET_STATS_FILE"
+ENV_LOSS_UNITS = "SPOTFLEET_LOSS_UNITS"
 ENV_GRACE_SECONDS = "SPOTFLEET_GRACE_SECONDS"
 ENV_NOTICE_SOURCES = "SPOTFLEET_NOTICE_SOURCES"
 
@@ -100,6 +108,22 @@ def env_float(name: str, default: float | None = None, *, greater_than: float | 
         raise ValueError(f"{name}={raw!r} must be >= {at_least:g} {unit}; {fix}")
     if at_most is not None and not value <= at_most:
         raise ValueError(f"{name}={raw!r} must be <= {at_most:g} {unit}; {fix}")
+    return value
+
+
+def loss_units_from_env() -> int | None:
+    """``SPOTFLEET_LOSS_UNITS`` as an integer >= 1 (None when unset), or a ValueError naming
+    the variable and the fix."""
+    raw = os.environ.get(ENV_LOSS_UNITS)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{ENV_LOSS_UNITS}={raw!r} must be an integer >= 1 (independent failure "
+                         f"units of the group, e.g. {ENV_LOSS_UNITS}=2) or unset (1)")
     return value
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -44,6 +45,7 @@ import torch
 from checkpointing.events import EventLog
 from checkpointing.guard import PreemptionGuard
 from checkpointing.identity import ENV_JOB_ID, JobIdentity, check_job
+from checkpointing.intervals import group_loss_mttp_seconds
 from checkpointing.lease import DEFAULT_TTL_SECONDS, ENV_LEASE_TTL, PrefixLease
 from checkpointing.manifest import CheckpointInfo, list_checkpoints
 from checkpointing.outcome import (
@@ -106,6 +108,14 @@ class StepHandle:
 
 def read_stats_file(path: str | os.PathLike[str]) -> tuple[float | None, float | None]:
     """(mttp_seconds, restart_seconds) from a statistics JSON file; ValueError naming the fix."""
+    fields = read_stats_fields(path)
+    return fields["mttp_seconds"], fields["restart_seconds"]
+
+
+def read_stats_fields(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``mttp_seconds`` and ``restart_seconds`` (s, or None) and ``loss_units`` (int >= 1,
+    or None; elastic stages: docs/elastic.md) from a statistics JSON file; ValueError
+    naming the fix."""
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -122,7 +132,10 @@ def read_stats_file(path: str | os.PathLike[str]) -> tuple[float | None, float |
         if not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"{ENV_STATS_FILE}={path}: {key}={value!r} must be a number of seconds >= 0")
         out.append(float(value))
-    return out[0], out[1]
+    units = raw.get("loss_units")
+    if units is not None and (isinstance(units, bool) or not isinstance(units, int) or units < 1):
+        raise ValueError(f"{ENV_STATS_FILE}={path}: loss_units={units!r} must be an integer >= 1")
+    return {"mttp_seconds": out[0], "restart_seconds": out[1], "loss_units": units}
 
 
 class TrainingSession:
@@ -137,7 +150,12 @@ class TrainingSession:
         None: ``DEFAULT_RESTART_SECONDS``, unless the stats file gives R).
     ckpt_seconds: prior for the checkpoint stall delta (s), e.g. the plan's C; weighted as
         ``ckpt_prior_weight`` saves in the policy's mean of delta (no bootstrap save).
-    stats_file: JSON file with mttp_seconds/restart_seconds, re-read on change.
+    stats_file: JSON file with mttp_seconds/restart_seconds (and loss_units), re-read on change.
+    loss_units: the independent failure units (zones) of an elastic group, n >= 1 (rank 0
+        of an elastic stage; ``SPOTFLEET_LOSS_UNITS``): ``mttp_seconds`` is then one
+        unit's MTTP, and the policy insures against losing all n at once, MTTP
+        ``intervals.group_loss_mttp_seconds(mttp, R, n)`` (docs/elastic.md). 1: the
+        single-node meaning (the policy's MTTP is ``mttp_seconds``).
     guard: a ``PreemptionGuard`` (started here if not armed), or None for no notices.
     progress_every: emit a ``progress`` event every N steps.
     auto_save: take the policy's saves automatically after each step (default True).
@@ -164,7 +182,7 @@ class TrainingSession:
                  shard_bytes: int = DEFAULT_SHARD_BYTES, rng: bool = True,
                  save_on_finish: bool = True, job_id: str | None = None,
                  job_config: dict[str, Any] | None = None, lease: bool = True,
-                 lease_ttl_seconds: float = DEFAULT_TTL_SECONDS):
+                 lease_ttl_seconds: float = DEFAULT_TTL_SECONDS, loss_units: int = 1):
         if periodic_every is not None and periodic_every < 1:
             raise ValueError(f"periodic_every must be >= 1 steps (or None), got {periodic_every}")
         if progress_every < 1:
@@ -194,10 +212,17 @@ class TrainingSession:
         self.save_on_finish = save_on_finish
         if restart_seconds is None:
             restart_seconds = DEFAULT_RESTART_SECONDS
+        if isinstance(loss_units, bool) or not isinstance(loss_units, int) or loss_units < 1:
+            raise ValueError(f"loss_units must be an integer >= 1 (independent failure units of an "
+                             f"elastic group; 1 for a single node), got {loss_units!r}")
+        #: MTTP (s) as told: one unit's (one node's, single-node) mean time to preemption
         self.mttp_seconds = mttp_seconds
         self.restart_seconds = restart_seconds
+        self.loss_units = loss_units
+        group_mttp = self.insured_mttp_seconds
         self.policy = policy or AdaptivePolicy(periodic_every=periodic_every, grace_seconds=grace_seconds,
-                                               mttp_seconds=mttp_seconds, restart_seconds=restart_seconds,
+                                               mttp_seconds=None if group_mttp == math.inf else group_mttp,
+                                               restart_seconds=restart_seconds,
                                                insurance=insurance, ckpt_seconds=ckpt_seconds,
                                                ckpt_prior_weight=ckpt_prior_weight)
         self.saver = AsyncSaver(self.store, events=self.events, keep_periodic=keep_periodic,
@@ -269,6 +294,16 @@ class TrainingSession:
         return cls(**kwargs)
 
     # -- what the loop reads -------------------------------------------------------------
+    @property
+    def insured_mttp_seconds(self) -> float | None:
+        """The MTTP (s) the policy's tau insures against: ``mttp_seconds`` for one unit,
+        the mean time to losing all ``loss_units`` units at once for an elastic group
+        (``intervals.group_loss_mttp_seconds`` with R = ``restart_seconds``; ``math.inf``
+        when the group cannot be lost at once). None without an MTTP."""
+        if self.mttp_seconds is None or self.loss_units == 1:
+            return self.mttp_seconds  # (the policy checks it, as before)
+        return group_loss_mttp_seconds(self.mttp_seconds, self.restart_seconds, self.loss_units)
+
     @property
     def step_count(self) -> int:
         """Completed steps (the next step to run)."""
@@ -529,15 +564,20 @@ class TrainingSession:
             return
         self._stats_mtime = mtime
         try:
-            mttp, restart = read_stats_file(self.stats_file)
+            fields = read_stats_fields(self.stats_file)
         except (ValueError, OSError) as exc:
             log.warning("ignoring statistics file: %s", exc)
             return
+        mttp, restart, units = fields["mttp_seconds"], fields["restart_seconds"], fields["loss_units"]
         if mttp is not None:
             self.mttp_seconds = mttp
         if restart is not None:
             self.restart_seconds = restart
-        if self.policy.update_estimates(mttp_seconds=mttp, restart_seconds=restart):
+        if units is not None:
+            self.loss_units = units
+        # a group's MTTP depends on R and n too: hand the policy the recomputed one
+        insured = self.insured_mttp_seconds if mttp is not None or self.loss_units > 1 else None
+        if self.policy.update_estimates(mttp_seconds=insured, restart_seconds=restart):
             self._emit_interval_if_changed()
 
     def _drain_results(self) -> None:
@@ -555,6 +595,12 @@ class TrainingSession:
     def mean_step_seconds(self) -> float | None:
         return sum(self._step_times) / len(self._step_times) if self._step_times else None
 
+    def report_interval(self) -> None:
+        """Emit the ``interval`` event of the tau in force now, unless that tau was already
+        reported (``ElasticSession`` calls it when rank 0 opens its session: its own
+        ``start`` event replaces this session's)."""
+        self._emit_interval_if_changed()
+
     def _emit_interval_if_changed(self) -> None:
         tau = self.policy.tau_seconds
         if tau is None or tau == self._last_tau:
@@ -563,8 +609,12 @@ class TrainingSession:
         mean = self.mean_step_seconds()
         tau_steps = max(1, round(tau / mean)) if mean else None
         # delta_seconds: the delta tau was computed from (the prior-weighted mean)
+        # mttp_seconds: the MTTP tau insures against (an elastic group's: losing all
+        # loss_units units at once); node_mttp_seconds: one unit's, as told
         self.events.emit("interval", tau_seconds=tau, tau_steps=tau_steps,
-                         mttp_seconds=self.mttp_seconds, restart_seconds=self.restart_seconds,
+                         mttp_seconds=self.insured_mttp_seconds,
+                         node_mttp_seconds=self.mttp_seconds, loss_units=self.loss_units,
+                         restart_seconds=self.restart_seconds,
                          delta_seconds=self.policy.ckpt_seconds,
                          delta_prior_seconds=self.policy.ckpt_prior_seconds,
                          measured_saves=self.policy.measured_saves)

@@ -73,9 +73,12 @@ def describe_event(e: Event) -> str | None:
         return (f"fleet policy {d.get('policy')} ({d.get('policy_class')}): "
                 f"{d.get('target')} at market second {d.get('market_seconds')}{where}")
     if k == "interval":
+        units = d.get("loss_units")
+        group = (f"; MTTP of losing all {units} zones at once, one zone's "
+                 f"{_g(d.get('node_mttp_seconds'))} s" if isinstance(units, int) and units > 1 else "")
         return (f"[{node}] insurance interval tau {_g(d.get('tau_seconds'))} s (MTTP "
                 f"{_g(d.get('mttp_seconds'))} s, R {_g(d.get('restart_seconds'))} s, delta "
-                f"{_g(d.get('delta_seconds'))} s; the training process's clock)")
+                f"{_g(d.get('delta_seconds'))} s; the training process's clock{group})")
     if k == "moved":
         return f"fleet policy moves {d.get('from_zone')} -> {d.get('to_zone')}: {d.get('reason')}"
     if k in ("start", "save_started", "stats"):

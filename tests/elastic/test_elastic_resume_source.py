@@ -129,6 +129,41 @@ def test_a_worker_killed_after_its_group_formed_leaves_its_state_for_the_next_gr
     assert not [k for k, _ in events if k == "restore"]
 
 
+def test_a_spilled_checkpoint_is_uploaded_by_a_group_that_resumes_from_a_hand_off(
+        tmp_path, no_elastic_env, monkeypatch):
+    """The all-lost group's emergency checkpoint went to the local spill area (store down);
+    the relaunched group's rank 0 restored it and started its upload, then a node joined
+    at once and the re-formation ended that worker, and the upload with it (seen in
+    tests/faults/test_fault_elastic_all_lost_store_down.py: the group formed at 1 node,
+    grew to 2 one step later, and step 83 never reached the store). Before the fix the
+    grown group resumed from the hand-off and nothing uploaded the spilled checkpoint:
+    it stayed on this machine only. Now rank 0 uploads it when it opens its session."""
+    from checkpointing.manifest import list_checkpoints
+    from checkpointing.stores.base import open_store
+
+    store, spill = tmp_path / "ck", tmp_path / "spill"
+    _checkpoint_at(store, 3)
+    spilled_sha = _checkpoint_at(spill, 5)  # the emergency checkpoint the store missed
+    monkeypatch.setenv("SPOTFLEET_SPILL_DIR", str(spill))
+    _handoff(tmp_path / "shm", "n0", 6)  # the 1-node group trained a step and handed off
+    el, events = _single(tmp_path, store)
+    assert el.start() == 6 and el.state_from == "handoff"
+    promotion = el.session.saver.promotion
+    assert promotion is not None, "the spilled checkpoint was not uploaded"  # before: None
+    assert promotion.done.wait(60) and promotion.ok, promotion.error
+    assert [c.step for c in list_checkpoints(open_store(str(store)))] == [3, 5]
+    assert not list_checkpoints(open_store(str(spill)))  # uploaded and verified: removed
+    assert not [k for k, _ in events if k == "restore"]  # resumed from the hand-off
+    from checkpointing.saver import restore_state
+
+    model, opt, _ = plain_objects(0)
+    TrainingState(model=model, optimizer=opt, rng=False).apply(restore_state(open_store(str(store))).value)
+    assert state_sha256(model, opt) == spilled_sha  # the very state, now in the store
+    # a group whose spill holds nothing newer than the store starts no upload
+    again, _ = _single(tmp_path, store)
+    assert again.start() == 6 and again.session.saver.promotion is None
+
+
 def test_the_hand_off_is_replaced_by_the_next_one_and_removed_when_the_stage_completes(
         tmp_path, no_elastic_env):
     store = tmp_path / "ck"

@@ -41,3 +41,15 @@ def test_the_interval_line_names_the_process_clock_and_still_parses():
     assert detail and [float(x) for x in detail.groups()] == [39.318, 3.20564, 0.00359149]
     # a missing figure stays visible as such
     assert "R None s" in describe_event(Event("interval", 0.0, "n0", {"tau_seconds": 1.0}))
+
+
+def test_an_elastic_groups_interval_line_says_it_insures_against_losing_every_zone():
+    line = describe_event(Event("interval", 0.0, "n0", {
+        "tau_seconds": 1.22, "mttp_seconds": 14.0, "restart_seconds": 1.0, "delta_seconds": 0.05,
+        "node_mttp_seconds": 4.0, "loss_units": 2}))
+    assert line == ("[n0] insurance interval tau 1.22 s (MTTP 14 s, R 1 s, delta 0.05 s; the "
+                    "training process's clock; MTTP of losing all 2 zones at once, one zone's 4 s)")
+    detail = _fidelity_bench().INTERVAL_DETAIL.search(line)  # still parses
+    assert detail and [float(x) for x in detail.groups()] == [14.0, 1.0, 0.05]
+    single = describe_event(Event("interval", 0.0, "n0", {"tau_seconds": 1.0, "loss_units": 1}))
+    assert "zones" not in single

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from checkpointing.events import Event
+from fleet.contract import RunPriors
 from fleet.emulation.injector import CapacitySchedule, TimeScale
 from fleet.market.traces import Trace
 from fleet.providers.base import StageSpec
@@ -47,8 +48,12 @@ def train_args(steps: int, *, step_sleep: float = 0.02, periodic_every: int = 50
 def drill_run(workdir: Path, ckpt: Path, *, nodes: int = 4, zones=ZONES[:2], steps: int = 400,
               on_event: Callable[[Event], None] | None = None, grace_seconds: float = 5.0,
               cloud: str = "signal", elastic: ElasticConfig | None = None,
-              args: list[str] | None = None, digests: bool = True) -> ElasticStageRun:
-    """An elastic stage of ``nodes`` nodes over ``zones`` on an always-up market (wall s)."""
+              args: list[str] | None = None, digests: bool = True,
+              priors: RunPriors | None = None) -> ElasticStageRun:
+    """An elastic stage of ``nodes`` nodes over ``zones`` on an always-up market (wall s;
+    ``TimeScale(3600)``: a market second lasts a wall second). ``priors``: the plan's
+    statistics, in market seconds (default none: no MTTP, so rank 0 takes no insurance
+    save but its bootstrap one)."""
     cfg = LocalFleetConfig(schedule=always_up(), time_scale=TimeScale(3600.0), cloud=cloud,
                            grace_seconds=grace_seconds, workdir=workdir,
                            allocation_seconds=0.2, preparation_seconds=0.3,
@@ -56,7 +61,8 @@ def drill_run(workdir: Path, ckpt: Path, *, nodes: int = 4, zones=ZONES[:2], ste
     spec = StageSpec(name="elastic", command=[sys.executable, str(SCRIPT),
                                               *(args or train_args(steps))],
                      checkpoint_uri=str(ckpt), num_nodes=nodes, zones=tuple(zones),
-                     env={"SPOTFLEET_ELASTIC_DIGESTS": "1"} if digests else {})
+                     env={"SPOTFLEET_ELASTIC_DIGESTS": "1"} if digests else {},
+                     priors=priors or RunPriors())
     return ElasticStageRun(LocalFleetProvider(cfg), spec, 1, on_event,
                            elastic=elastic or ElasticConfig())
 

@@ -19,6 +19,12 @@ the c10d rendezvous store, places nodes, watches them, and replaces the lost one
 * **All nodes lost**: new nodes are launched when capacity exists; nobody holds the
   state in memory any more, so the new group's rank 0 restores the latest complete
   checkpoint (written by rank 0 only).
+* **Insurance against that loss.** Every node is told, at its launch, one failure
+  unit's MTTP, R, the checkpoint-time prior and the number of independent units the
+  group spans (its spot nodes' zones: nodes in one zone are reclaimed together), and the
+  stage's statistics file, rewritten whenever a node is launched or ends (so observed
+  preemptions reach the running rank 0). Rank 0's policy insures against losing every
+  unit at once (``checkpointing.intervals.group_loss_mttp_seconds``; docs/elastic.md).
 
 Nodes launched together wait for each other after their (slow) start before joining
 the rendezvous (``SPOTFLEET_ELASTIC_GO_FILE``), so a batch forms one group instead of
@@ -29,6 +35,7 @@ reports are in market time (``MarketClock``, as the single-node run); prices $/h
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -53,8 +60,9 @@ from checkpointing.elastic_run import (
 )
 from checkpointing.elastic_state import DEFAULT_HANDOFF_ROOT
 from checkpointing.events import Event
+from checkpointing.intervals import equivalent_unit_mttp_seconds, group_loss_mttp_seconds
 from checkpointing.outcome import EXIT_FINAL_SAVE_FAILED
-from fleet.contract import session_cost_usd
+from fleet.contract import session_cost_usd, training_env, training_stats
 from fleet.emulation.injector import PreemptionInjector
 from fleet.providers.attempt import AttemptRecord
 from fleet.providers.base import (
@@ -139,6 +147,9 @@ class ElasticStageRun(AttemptRecord):
         self._notices: queue.SimpleQueue[tuple[str, float]] = queue.SimpleQueue()
         self.preemptions = 0
         self.failures = 0
+        self._stalls: list[float] = []  # market s of the periodic / insurance saves' stalls
+        self._stats_path: Path | None = None
+        self._last_stats: tuple[Any, ...] | None = None
         self.budget_hold: str | None = None  # why replacements are not launched (the budget)
         self.clock = MarketClock.starting(getattr(self.cfg, "market_clock_start_unix", None),
                                           self.cfg.time_scale.factor)
@@ -226,6 +237,7 @@ class ElasticStageRun(AttemptRecord):
                              f"have; use a subset of {schedule.zones}")
         self._validate(zones)
         workdir = self._workdir()
+        self._stats_path = workdir / "stats.json"
         self._store = host_rendezvous_store("127.0.0.1:0")
         endpoint = f"127.0.0.1:{self._store.port}"
         self.injector = PreemptionInjector(
@@ -341,6 +353,7 @@ class ElasticStageRun(AttemptRecord):
             self._emit(provider_event("launch", node_id=nid, zone=zone, region=region, spot=spot,
                                       price_per_hour=price, reason=reason, rank=slot,
                                       relaunch=self.preemptions, elastic=True))
+        self._write_stats()
         return len(plan)
 
     def _budget_refuses(self, plan: list[tuple[str, bool]], alive: list[_ElasticNode],
@@ -395,6 +408,54 @@ class ElasticStageRun(AttemptRecord):
                   else ("--rdzv-join-skew", f"{self.elastic.rdzv_join_skew:g}")),
                 "--", script, *args]
 
+    # -- statistics for rank 0's insurance interval (market seconds; fleet/contract.py) ------
+    def running_starts(self) -> list[float]:
+        """launch -> ready (market s) of the nodes that started and have not ended, for
+        ``restart_estimate``: R is what a replacement takes to join (or a relaunched group
+        to start), which is what both the group-loss model and the restart cost need."""
+        recorded = {s.node_id for s in self.sessions}
+        return [self.cfg.time_scale.to_trace(max(0.0, n.ready_at - n.launched_at))
+                for n in self._nodes if n.node_id not in recorded and n.ready_at is not None]
+
+    def group_stats(self) -> tuple[float | None, float, int]:
+        """(one unit's MTTP, R, units) of the group as it stands (launched, not ended), in
+        market seconds.
+
+        A unit is a zone: the local fleet (and a cloud's capacity reclaim) takes a zone's
+        nodes together, so co-located nodes count once. The zones' MTTPs
+        (``mttp_estimate``: prior refined by this attempt's sessions there) are combined
+        into one (``equivalent_unit_mttp_seconds``). MTTP None: an on-demand member (the
+        group is never lost at once), no node, or a zone without any estimate."""
+        restart = self.restart_estimate()
+        with self._lock:
+            live = [n for n in self._nodes if n.ended_at is None]
+        zones = sorted({n.zone for n in live if n.spot})
+        if not zones or any(not n.spot for n in live):
+            return None, restart, max(1, len(zones))
+        mttps = [self.mttp_estimate(z) for z in zones]
+        if any(m is None for m in mttps):
+            return None, restart, len(zones)
+        return equivalent_unit_mttp_seconds([float(m) for m in mttps], restart), restart, len(zones)
+
+    def _write_stats(self) -> None:
+        """Rewrite the stage's statistics file (``SPOTFLEET_STATS_FILE``, the training
+        process's seconds) from :meth:`group_stats`; a ``stats`` event when it changed."""
+        with self._lock:
+            if self._stats_path is None or all(n.ended_at is not None for n in self._nodes):
+                return  # no node to tell (all lost: the relaunch writes it again)
+        mttp, restart, units = self.group_stats()
+        stats: dict[str, Any] = training_stats(mttp, restart, None, 1.0 / self.cfg.time_scale.factor)
+        stats["loss_units"] = units
+        tmp = self._stats_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stats), encoding="utf-8")
+        os.replace(tmp, self._stats_path)
+        key = (mttp, restart, units)
+        if key != self._last_stats:
+            self._last_stats = key
+            group = group_loss_mttp_seconds(mttp, restart, units) if mttp is not None else None
+            self._emit(provider_event("stats", zone=None, mttp_seconds=mttp, restart_seconds=restart,
+                                      loss_units=units, group_mttp_seconds=group))
+
     def _node_env(self, node: _ElasticNode, sources: str, batch: _Batch) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.cfg.extra_env)
@@ -414,6 +475,14 @@ class ElasticStageRun(AttemptRecord):
         })
         env.pop("WORLD_SIZE", None)
         env.pop("RANK", None)
+        # rank 0's policy inputs in the process's seconds: one unit's MTTP, R, the
+        # checkpoint-time prior, the units, and the file that refreshes them
+        mttp, restart, units = self.group_stats()
+        env.update(training_env(mttp, restart, None, self.checkpoint_estimate(self._stalls),
+                                1.0 / self.cfg.time_scale.factor))
+        env[rt.ENV_LOSS_UNITS] = str(units)
+        if self._stats_path is not None:
+            env[rt.ENV_STATS_FILE] = str(self._stats_path)
         if self.cfg.notice_poll_seconds is not None:
             env["SPOTFLEET_NOTICE_POLL_SECONDS"] = f"{self.cfg.notice_poll_seconds:g}"
         return env
@@ -487,6 +556,9 @@ class ElasticStageRun(AttemptRecord):
                 node.first_step = int(r) if r is not None else 0
         elif event.kind == "save_committed" and step is not None:
             node.last_checkpoint_step = int(step)
+            stall = d.get("stall_seconds")
+            if d.get("kind") in ("periodic", "insurance") and isinstance(stall, int | float):
+                self._stalls.append(self.cfg.time_scale.to_trace(float(stall)))  # C, market s
         elif event.kind == "exit":
             node.exit_event = event
         if isinstance(step, (int, float)):
@@ -524,6 +596,7 @@ class ElasticStageRun(AttemptRecord):
                 self._emit(provider_event("failed", node_id=node.node_id, zone=node.zone,
                                           exit_code=rc))
             self._record(node)
+            self._write_stats()  # its session refines the zone's MTTP and R; the units change
 
     def _record(self, node: _ElasticNode) -> None:
         """Keep the node's session, in market time (the node's own times are wall)."""
