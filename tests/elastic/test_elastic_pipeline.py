@@ -38,6 +38,8 @@ def test_four_node_stage_from_yaml_through_dagster(tmp_path):
     assert result.success, "\n".join(m for m in logs if m)[-4000:]
     text = "\n".join(m for m in logs if m)
     assert "fault injection: preemption notice" in text
+    # rank 0 insures against losing the whole group (both zones at once), live in the run log
+    assert "insurance interval tau" in text and "zones at once" in text, text[-4000:]
 
     from infra.db.models import NodeSessionRecord, StageAttempt
     from infra.db.recorder import read_table
