@@ -218,7 +218,9 @@ def _run(args: argparse.Namespace) -> int:
                              instance_types=itypes,
                              inverted={"auto": None, "yes": True, "no": False}[args.inverted])
     slack = spec.deadline_hours - spec.work_hours
-    if slack < spec.restart_hours:
+    # a tolerance: 8.1 - 8 is 0.0999... in floats, and a deadline of exactly work + restart
+    # (the least the message below asks for) was refused with "give at least 8.1 h"
+    if slack < spec.restart_hours - 1e-9:
         raise ValueError(
             f"--deadline-hours {spec.deadline_hours:g} leaves {slack:g} h of slack, less than one "
             f"--restart-minutes ({spec.restart_hours * 60:g} min): no schedule can finish "

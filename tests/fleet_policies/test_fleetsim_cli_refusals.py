@@ -243,3 +243,19 @@ def test_inverted_no_against_skynomad_files_warns_once_and_names_the_convention(
         assert main(["fleet-sim", "--traces-dir", str(d), *flag, *args]) == 0
         err = capsys.readouterr().err
         assert "against its own" not in err and "never has" not in err, err
+
+
+@pytest.mark.parametrize(("work", "deadline"), [("8", "8.1"), ("12", "12.1")])
+def test_deadline_of_exactly_work_plus_restart_runs(tmp_path, capsys, work, deadline):
+    """The least deadline the refusal above asks for is accepted: 8.1 - 8 is 0.0999... in
+    floats, and until 2026-11-28 ``--deadline-hours 8.1`` with 8 h of work was refused with
+    "give a deadline of at least 8.1 h". Every policy meets it (on-demand from the start)
+    at or above the bound."""
+    d = _folder(tmp_path / "t")
+    rc = main(["fleet-sim", "--traces", str(d), "--starts", "2", "--warmup-hours", "24",
+               "--work-hours", work, "--deadline-hours", deadline,
+               "--policies", "on_demand,failover,spotfleet"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "error" not in cap.err
+    assert "spotfleet / omniscient bound: " in cap.out and "deadlines met 100%" in cap.out
