@@ -176,6 +176,11 @@ def _run(args: argparse.Namespace) -> int:
         summarize,
     )
 
+    if args.deadline_hours < args.work_hours:  # JobSpec's own message names no flag
+        raise ValueError(f"--deadline-hours {args.deadline_hours:g} is below --work-hours "
+                         f"{args.work_hours:g}: the job cannot finish; give a deadline of at "
+                         f"least {args.work_hours + args.restart_minutes / 60.0:g} h (work + one "
+                         "restart)")
     spec = JobSpec(work_hours=args.work_hours, deadline_hours=args.deadline_hours,
                    restart_hours=args.restart_minutes / 60.0,
                    checkpoint_hours=args.checkpoint_minutes / 60.0,

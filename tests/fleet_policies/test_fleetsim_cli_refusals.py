@@ -259,3 +259,24 @@ def test_deadline_of_exactly_work_plus_restart_runs(tmp_path, capsys, work, dead
     assert rc == 0, cap.err
     assert "error" not in cap.err
     assert "spotfleet / omniscient bound: " in cap.out and "deadlines met 100%" in cap.out
+
+
+def test_too_short_traces_give_hours_that_do_not_contradict_each_other(tmp_path, capsys):
+    """A 5.6 h folder (1000 ticks of 20 s) and a 3 h job: the message said "6 h cannot hold 0 h
+    of history plus a 3 h job (each start needs 6 h of trace ...)" until 2026-11-28."""
+    d = _folder(tmp_path / "t", n=1000, gap=20)
+    rc = main(["fleet-sim", "--traces", str(d), "--starts", "2", "--warmup-hours", "0.5",
+               "--work-hours", "2", "--deadline-hours", "3", "--no-omniscient"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "traces too short: 5.6 h cannot hold 0.5 h of history plus a 3 h job " \
+                       "(each start needs 6 h of trace" in err
+
+
+def test_deadline_below_the_work_names_the_flags(tmp_path, capsys):
+    """Was "JobSpec.deadline_hours = 6.0 is invalid (must be >= work_hours ...)"."""
+    d = _folder(tmp_path / "t")
+    rc = main(["fleet-sim", "--traces", str(d), "--work-hours", "8", "--deadline-hours", "6",
+               "--starts", "2", "--no-omniscient"])
+    cap = capsys.readouterr()
+    assert rc == 2 and "--deadline-hours 6 is below --work-hours 8" in cap.err
+    assert "at least 8.1 h" in cap.err and "fleet-sim:" not in cap.out
