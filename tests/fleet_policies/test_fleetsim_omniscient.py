@@ -194,3 +194,17 @@ def test_no_policy_pays_less_than_the_bound_without_restart_and_save_time(real_m
         for pol in make_policies():
             r = simulate(pol, real_market, spec, start)
             assert r.cost >= bound.cost - 1e-9, (pol.name, start, r.cost, bound.cost)
+
+
+def test_work_in_fractional_seconds_is_rounded_in_the_bounds_favour():
+    """SkyNomad's work is deadline / (D/W): seconds with a fraction. It is rounded down (and
+    the deadline up) to whole seconds, not up to the quantum: on 2 h ticks without restart or
+    save time, 1 h + 0.5 s of on-demand at 2 $/h is bounded within a second of its 2.0003 $,
+    never above it (the exact path rounded it up to a whole 2 h tick: 4 $)."""
+    m = Market(zones=("us-east-1a",), gap_seconds=7200.0, available=np.zeros((1, 8), bool))
+    spec = JobSpec(work_hours=3600.5 / 3600, deadline_hours=2.5, restart_hours=0.0,
+                   checkpoint_hours=0.0, notice_seconds=60.0, on_demand_price=2.0)
+    b = omniscient_bound(m, spec, 0)
+    run = simulate(make_policies(["on_demand"])[0], m, spec, 0)
+    assert not b.exact and run.cost == pytest.approx(2.0 * 3600.5 / 3600)
+    assert run.cost - 2.0 / 3600 <= b.cost <= run.cost + 1e-12
