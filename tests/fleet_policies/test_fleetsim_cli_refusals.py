@@ -280,3 +280,17 @@ def test_deadline_below_the_work_names_the_flags(tmp_path, capsys):
     cap = capsys.readouterr()
     assert rc == 2 and "--deadline-hours 6 is below --work-hours 8" in cap.err
     assert "at least 8.1 h" in cap.err and "fleet-sim:" not in cap.out
+
+
+def test_a_folder_of_two_clouds_warns_that_one_egress_rate_bills_every_move(tmp_path, capsys):
+    """AWS and GCP files of one gap load as one market (documented); every move between
+    regions is billed the first zone's cloud's egress rate (here GCP's 0.05 $/GB, because
+    us-central1-a sorts before us-east-1a), which was said nowhere until 2026-11-28."""
+    d = _folder(tmp_path / "t", zones=("us-central1-a", "us-east-1a"))
+    rc = main(["fleet-sim", "--traces", str(d), "--checkpoint-gb", "100", *ARGS])
+    err = capsys.readouterr().err
+    assert rc == 0 and "warning: " in err
+    assert "mixes clouds ['aws', 'gcp']" in err and "(us-central1-a: gcp, 0.05 $/GB)" in err
+    rc = main(["fleet-sim", "--traces", str(d), "--checkpoint-gb", "100",
+               "--egress-usd-per-gb", "0.09", *ARGS])
+    assert rc == 0 and "mixes clouds" not in capsys.readouterr().err
