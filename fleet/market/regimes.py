@@ -70,6 +70,48 @@ class RegimeConfig:
     spike_mean_hours: float = 4.0
     on_demand_price: float = 3.4
 
+    def __post_init__(self) -> None:
+        """Refuse a field the generator cannot use, naming it (until 2026-11-28 a zero mean
+        run ended in ``math domain error``, a negative rate in numpy's ``lam < 0``, a zero
+        spot price in ``Market.spot_price must be positive $/h of shape (9, 1440), got (9,
+        1440)``, no regions in ``zero-size array to reduction operation``)."""
+        def bad(name: str, need: str) -> ValueError:
+            return ValueError(f"RegimeConfig.{name} = {getattr(self, name)!r}: must be {need}")
+
+        def num(x: object) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+        if (not isinstance(self.regions, tuple) or not self.regions
+                or not all(isinstance(r, str) and r for r in self.regions)
+                or len(set(self.regions)) != len(self.regions)):
+            raise bad("regions", "a non-empty tuple of distinct region names, e.g. ('us-east-1',)")
+        for name in ("zones_per_region", "drought_regions"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < (name == "zones_per_region"):
+                raise bad(name, "a whole number >= 1" if name == "zones_per_region"
+                          else "a whole number >= 0")
+        for name, need in (("gap_seconds", "> 0 (seconds per tick)"), ("hours", "> 0"),
+                           ("up_mean_hours", "> 0 (mean up-run, hours)"),
+                           ("down_mean_hours", "> 0 (mean down-run, hours)"),
+                           ("spot_price", "> 0 ($/h)"), ("on_demand_price", "> 0 ($/h)"),
+                           ("reliable_up_factor", "> 0"), ("reliable_price_factor", "> 0")):
+            v = getattr(self, name)
+            if not num(v) or v <= 0:
+                raise bad(name, f"a finite number {need}")
+        for name in ("run_sigma", "region_outages_per_day", "region_outage_mean_hours",
+                     "market_outages_per_day", "market_outage_mean_hours", "droughts_per_week",
+                     "region_price_spread", "spikes_per_day", "spike_mean_hours"):
+            v = getattr(self, name)
+            if not num(v) or v < 0:
+                raise bad(name, "a finite number >= 0 (0: none)")
+        for name, low in (("drought_days", 0.0), ("spike_factor", 0.0)):
+            v = getattr(self, name)
+            if (not isinstance(v, tuple) or len(v) != 2 or not all(num(x) for x in v)
+                    or not low <= v[0] <= v[1] or (name == "spike_factor" and v[0] <= 0)):
+                raise bad(name, "a pair (low, high) of finite numbers with "
+                          + ("0 < low <= high (x the spot price)" if name == "spike_factor"
+                             else "0 <= low <= high (days)"))
+
     @property
     def zone_names(self) -> tuple[str, ...]:
         return tuple(f"{r}{chr(ord('a') + k)}" for r in self.regions

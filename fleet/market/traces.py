@@ -119,7 +119,9 @@ def read_price_file(path: str | Path) -> dict:
     read or is not such a mapping."""
     p = Path(path)
     try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
+        # a leading BOM is harmless, as in a trace file (until 2026-11-28 a price file saved
+        # with one was refused: "Unexpected UTF-8 BOM (decode using utf-8-sig)")
+        raw = json.loads(p.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceFormatError(f"{p}: cannot read the price file ({exc})") from exc
     except RecursionError:

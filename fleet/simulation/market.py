@@ -73,14 +73,19 @@ class Market:
                 raise ValueError(f"Market.{name} needs one entry per zone ({nz}), got {len(vals)}")
         if self.spot_price is not None:
             sp = np.ascontiguousarray(self.spot_price, dtype=float)
-            if sp.shape != avail.shape or not np.all(sp > 0):
-                raise ValueError(f"Market.spot_price must be positive $/h of shape {avail.shape}, "
-                                 f"got {sp.shape}")
+            if sp.shape != avail.shape:
+                raise ValueError(f"Market.spot_price must have shape {avail.shape} (zones x "
+                                 f"ticks, as available), got {sp.shape}")
+            if not np.all(sp > 0):  # NaN too; the message said "of shape (9, 1440), got (9, 1440)"
+                z, i = (int(x) for x in np.argwhere(~(sp > 0))[0])
+                raise ValueError(f"Market.spot_price must be positive $/h in every tick: zone "
+                                 f"{self.zones[z]} tick {i} is {float(sp[z, i])!r}")
             object.__setattr__(self, "spot_price", sp)
         if self.on_demand_price is not None:
             od = np.ascontiguousarray(self.on_demand_price, dtype=float)
             if od.shape != (nz,) or not np.all(od > 0):
-                raise ValueError(f"Market.on_demand_price must be positive $/h, one per zone ({nz})")
+                raise ValueError(f"Market.on_demand_price must be positive $/h, one per zone ({nz}), "
+                                 f"got {od.tolist() if od.size <= 8 else od.shape}")
             object.__setattr__(self, "on_demand_price", od)
         changed = np.zeros_like(avail)
         changed[:, 1:] = avail[:, 1:] != avail[:, :-1]

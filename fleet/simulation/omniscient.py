@@ -10,15 +10,21 @@ bound on every online policy, with or without notice.
 
 Exactness: time is measured in a quantum ``q`` = gcd(gap, restart, checkpoint) in whole
 seconds (15 s for 195 s / 6 min / 1 min), so every transition moves progress by an
-integer number of quanta and the DP has no rounding. Progress is "effective": a launch
+integer number of quanta and the DP has no rounding (the work and the deadline are on the
+grid too: the quantum divides them). Progress is "effective": a launch
 subtracts the restart overhead at once and each held tick adds a gap, which is the same
 arithmetic as paying the overhead first. Moves the optimum never makes (leaving during a
 restart, a segment that computes less than one checkpoint) are modelled pessimistically,
 so they cannot lower the bound. Two such moves can pay off across regions and have their
 own exact transitions: a spot launch in another region that only moves committed work
 (reclaimed or left during its restart; the checkpoint then lives there, and on-demand
-with it), and leaving a launch with no progress yet (nothing to save, no save billed). Work and deadline are rounded to the quantum (work up,
-deadline down), which can only raise the bound.
+with it), and leaving a launch with no progress yet (nothing to save, no save billed). Where
+no quantum fits (times in fractional seconds, or a grid too large), a coarser one rounds
+every duration in the bound's favour (work, restart, save and transfer down, deadline up):
+still a lower bound, marked ``exact=False``; work or a deadline in fractional seconds alone
+are rounded so to whole seconds (the quantum divides those). (Until 2026-11-28 the exact path rounded work up
+and the deadline down to the quantum, "which can only raise the bound": a bound above the
+optimum is no lower bound.)
 
 State value: minimum $ spent so far. Locations: 0 = idle, 1 = on-demand, 2 + z = spot z.
 """
@@ -469,7 +475,9 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
 
     Per-tick spot prices, per-region on-demand prices and cross-region migration (egress
     $ and transfer time, :mod:`fleet.market.regions`) are those the simulator charges.
-    The time quantum is gcd(gap, restart, checkpoint, transfer) in whole seconds (exact).
+    The time quantum is gcd(gap, restart, checkpoint, transfer, work, deadline) in whole
+    seconds (exact); work or a deadline in fractional seconds are rounded to whole seconds,
+    work down and deadline up (a lower bound within a second, ``exact=False``).
     When that DP would exceed ``max_cells`` (tiny ticks or odd durations; default 1.5e9
     ticks x locations x progress cells for the cost, about 2 s, and 4e8 with
     ``want_plan``, whose parent pointers take a byte per cell), a coarser quantum dividing
@@ -510,6 +518,18 @@ def omniscient_bound(market: Market, spec: JobSpec, start_tick: int,
             q = math.gcd(q, int(round(mig_s))) if abs(mig_s - round(mig_s)) < 1e-6 else 0
             if q == 0:
                 raise ValueError("transfer time is not whole seconds")
+        # the work and the deadline fall on the grid too: rounded to a quantum they are not
+        # (work up, deadline down) the bound was ABOVE the optimum (until 2026-11-28: with
+        # --restart-minutes 0 --checkpoint-minutes 0 the quantum was the 195 s tick, 8 h of
+        # work became 148 ticks = 8.017 h, and greedy_1zone paid 7.344 $ under a 7.359 $
+        # "bound"). Work or a deadline in fractional seconds (SkyNomad's work = deadline / D/W)
+        # fall on no grid: the work is rounded down and the deadline up to whole seconds (in
+        # the bound's favour: a lower bound within a second of the optimum, exact=False)
+        w_s, d_s = (x * 3600.0 for x in (spec.work_hours, spec.deadline_hours))
+        if abs(w_s - round(w_s)) > 1e-6 or abs(d_s - round(d_s)) > 1e-6:
+            exact = False
+            w_s, d_s = math.floor(w_s + 1e-6), math.ceil(d_s - 1e-6)
+        q = math.gcd(math.gcd(q, int(round(w_s))), int(round(d_s)))
         units = [int(round(x * 3600.0 / q)) for x in (market.gap_hours, spec.restart_hours,
                                                       spec.checkpoint_hours, mig_s / 3600.0)]
         if _cells(market, spec, q, *units) > max_cells:

@@ -56,12 +56,19 @@ def start_ticks(market: Market, spec: JobSpec, n: int, warmup_hours: float = 168
                "leaves room for more distinct starts)" if fits > 0
                else "shorten the deadline or the work")
         raise ValueError(
-            f"traces too short: {market.duration_hours:.0f} h cannot hold {warmup_hours:.0f} h "
-            f"of history plus a {spec.deadline_hours:.0f} h job (each start needs {need:.0f} h "
-            f"of trace: deadline + work + 1 h); {fix}")
+            f"traces too short: {_hours(market.duration_hours)} h cannot hold "
+            f"{_hours(warmup_hours)} h of history plus a {_hours(spec.deadline_hours)} h job "
+            f"(each start needs {_hours(need)} h of trace: deadline + work + 1 h); {fix}")
     span = last - first
     step = span / n
     return [int(first + (k + offset) * step) for k in range(n)]
+
+
+def _hours(h: float) -> str:
+    """Hours for a message: whole hours as they are, else one decimal (``5.6``, not the
+    ``6`` that made "6 h cannot hold ... (each start needs 6 h ...)" read as a contradiction
+    on a 5.6 h folder)."""
+    return f"{h:.0f}" if abs(h - round(h)) < 0.05 else f"{h:.1f}"
 
 
 @dataclass

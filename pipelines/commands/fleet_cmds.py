@@ -20,13 +20,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     msub = market.add_subparsers(dest="market_command", metavar="ACTION")
     synth = msub.add_parser("synth", help="generate a synthetic market (trace JSON files)")
     synth.add_argument("--zones", type=int, default=3, help="number of zones, 1-9 (default 3)")
-    synth.add_argument("--hours", type=number("--hours"), default=7 * 24.0,
-                       help="length in hours, at least two ticks (default 168)")
+    synth.add_argument("--hours", type=number("--hours", at_most=8760.0,
+                                              why=" h (a year; the real traces span 7-45 days)"),
+                       default=7 * 24.0,
+                       help="length in hours, at least two ticks, at most 8760 (default 168)")
     synth.add_argument("--seed", type=int, default=0, help="random seed of the market (default 0)")
-    synth.add_argument("--nodes", type=int, default=1, help="instance slots per zone (default 1)")
+    synth.add_argument("--nodes", type=number("--nodes", integer=True), default=1,
+                       help="instance slots per zone (default 1)")
     synth.add_argument("--gap", type=number("--gap", at_most=86400.0, why=" s (one day, the longest "
                                             "tick the loader reads)"),
-                       default=195.0, help="tick length in seconds, at most 86400 (default 195)")
+                       default=195.0, help="tick length in whole seconds, at most 86400 (default 195)")
     synth.add_argument("--config", help="JSON or YAML SyntheticMarketConfig instead of the default")
     synth.add_argument("--out", required=True, help="directory to write <zone>_<acc>_<n>.json into")
     synth.set_defaults(handler=_market_synth)
@@ -98,18 +101,21 @@ def _load(trace_dir: str):
 
 
 def _market_synth(args: argparse.Namespace) -> int:
-    from fleet.market.synthetic import SyntheticMarketConfig, default_market_config, generate_market
+    from fleet.market.synthetic import default_market_config, generate_market
     from fleet.market.traces import save_trace
 
     if args.config:
-        from pathlib import Path
-
-        import yaml
-
-        raw = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
-        cfg = SyntheticMarketConfig(**raw)
+        cfg = _synth_config(args.config)
     else:
         cfg = default_market_config(args.zones, nodes_per_zone=args.nodes, gap_seconds=args.gap)
+    if cfg.gap_seconds != int(cfg.gap_seconds):
+        # the files would be written, then refused by every reader of the collection
+        # (load_trace: "a tick must be a whole number of seconds"); until 2026-11-28 they were
+        where = (f"--config {args.config}: gap_seconds = {cfg.gap_seconds:g}" if args.config
+                 else f"--gap {cfg.gap_seconds:g}")
+        raise ValueError(f"{where}: a tick must be a whole number of "
+                         "seconds (the trace loader, the simulator and the omniscient bound read "
+                         "no other); give e.g. 195")
     if args.hours * 3600.0 <= cfg.gap_seconds:  # one tick: files the loader refuses
         raise ValueError(f"--hours {args.hours:g} makes one tick of {cfg.gap_seconds:g} s, and "
                          f"a trace needs at least 2: give more than {cfg.gap_seconds / 3600.0:.3g} "
@@ -121,6 +127,34 @@ def _market_synth(args: argparse.Namespace) -> int:
               f"available {100 * t.up().mean():.0f}% of the time)")
     print(f"next: spotfleet stats {args.out}")
     return 0
+
+
+def _synth_config(path: str):
+    """The ``SyntheticMarketConfig`` of a JSON or YAML file; ``ValueError`` naming the file
+    when it cannot be read, is not a mapping or holds invalid fields (until 2026-11-28 a
+    file holding a list ended in a ``TypeError`` traceback)."""
+    from pathlib import Path
+
+    import yaml
+    from pydantic import ValidationError
+
+    from fleet.market.synthetic import SyntheticMarketConfig
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"--config {path}: cannot read it ({' '.join(str(exc).split())}); pass a JSON or YAML file "
+                         "of SyntheticMarketConfig fields") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"--config {path}: must be a mapping of SyntheticMarketConfig fields "
+                         f"(zones, gap_seconds, ...), got {type(raw).__name__}")
+    try:
+        return SyntheticMarketConfig(**raw)
+    except ValidationError as exc:
+        fields = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or '(top level)'}: {e['msg']}"
+                           for e in exc.errors())
+        raise ValueError(f"--config {path}: {exc.error_count()} invalid field(s): {fields}; fix "
+                         "them (fleet/market/synthetic.py: SyntheticMarketConfig)") from None
 
 
 def _market_load(args: argparse.Namespace) -> int:

@@ -131,6 +131,25 @@ def mixed_instance_types_warning(market, spot_price: float, on_demand_price: flo
             f"one with --instance-types (e.g. --instance-types {kinds[0]})")
 
 
+def mixed_clouds_warning(market, spec) -> str:
+    """The warning for a market of several clouds ("" for one, or when the checkpoint is
+    empty or ``--egress-usd-per-gb`` sets the rate): the simulator and the bound bill every
+    move between regions at one flat rate, the first zone's cloud's, whatever clouds the
+    move crosses, so the rate depends on which file sorts first."""
+    from fleet.market.regions import EGRESS_USD_PER_GB
+
+    clouds = sorted(set(market.clouds))
+    if len(clouds) < 2 or spec.checkpoint_gb <= 0 or spec.egress_usd_per_gb is not None:
+        return ""
+    first = market.clouds[0]
+    return (f"the folder mixes clouds {clouds}: every move of the {spec.checkpoint_gb:g} GB "
+            f"checkpoint between regions is billed one flat egress rate, that of the first "
+            f"zone's cloud ({market.zones[0]}: {first}, "
+            f"{EGRESS_USD_PER_GB.get(first, float('nan')):g} $/GB), whatever clouds it crosses "
+            "(egress between clouds is internet egress, dearer); load one cloud's files, or "
+            "give the rate with --egress-usd-per-gb")
+
+
 def _flag_or_default(flag: str, value: float, default: float, what: str) -> str:
     """Where a flat price came from, for the price warning: the flag, or its default when
     the flag was not given (the files carry no such price: a user who never typed the
@@ -176,6 +195,11 @@ def _run(args: argparse.Namespace) -> int:
         summarize,
     )
 
+    if args.deadline_hours < args.work_hours:  # JobSpec's own message names no flag
+        raise ValueError(f"--deadline-hours {args.deadline_hours:g} is below --work-hours "
+                         f"{args.work_hours:g}: the job cannot finish; give a deadline of at "
+                         f"least {args.work_hours + args.restart_minutes / 60.0:g} h (work + one "
+                         "restart)")
     spec = JobSpec(work_hours=args.work_hours, deadline_hours=args.deadline_hours,
                    restart_hours=args.restart_minutes / 60.0,
                    checkpoint_hours=args.checkpoint_minutes / 60.0,
@@ -218,7 +242,9 @@ def _run(args: argparse.Namespace) -> int:
                              instance_types=itypes,
                              inverted={"auto": None, "yes": True, "no": False}[args.inverted])
     slack = spec.deadline_hours - spec.work_hours
-    if slack < spec.restart_hours:
+    # a tolerance: 8.1 - 8 is 0.0999... in floats, and a deadline of exactly work + restart
+    # (the least the message below asks for) was refused with "give at least 8.1 h"
+    if slack < spec.restart_hours - 1e-9:
         raise ValueError(
             f"--deadline-hours {spec.deadline_hours:g} leaves {slack:g} h of slack, less than one "
             f"--restart-minutes ({spec.restart_hours * 60:g} min): no schedule can finish "
@@ -231,6 +257,7 @@ def _run(args: argparse.Namespace) -> int:
             "hardly use spot and the comparison says little; use traces with shorter ticks or "
             "a longer job", stacklevel=1)
     for note in (mixed_instance_types_warning(market, spec.spot_price, spec.on_demand_price),
+                 mixed_clouds_warning(market, spec),
                  price_units_warning(
                      market, spec.spot_price, spec.on_demand_price,
                      spot_from=(f"--prices {args.prices}" if args.prices

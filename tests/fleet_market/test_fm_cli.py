@@ -126,3 +126,50 @@ def test_market_synth_never_writes_files_the_loader_refuses(tmp_path, capsys):
     assert "--gap must be > 0" in capsys.readouterr().err and not out.exists()
     assert main(["market", "synth", "--zones", "2", "--hours", "0.06", "--out", str(out)]) == 0
     assert main(["market", "load", str(out)]) == 0  # the shortest market it writes loads
+
+
+@pytest.mark.parametrize("gap", ["7.5", "0.5"])
+def test_market_synth_refuses_a_fractional_tick_the_loader_would_refuse(tmp_path, capsys, gap):
+    """Until 2026-11-28 ``--gap 7.5`` wrote files that ``fleet-sim``, ``stats`` and ``market
+    load`` then refused ("a tick must be a whole number of seconds"); a config file's
+    ``gap_seconds`` likewise. Now nothing is written and the flag (or file) is named."""
+    out = tmp_path / "m"
+    assert main(["market", "synth", "--zones", "2", "--gap", gap, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--gap {gap}: a tick must be a whole number of seconds" in err and not out.exists()
+    cfg = tmp_path / "cfg.json"
+    from fleet.market.synthetic import default_market_config
+
+    cfg.write_text(default_market_config(2, gap_seconds=float(gap)).model_dump_json())
+    assert main(["market", "synth", "--config", str(cfg), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--config {cfg}: gap_seconds = {gap}" in err and not out.exists()
+    assert main(["market", "synth", "--zones", "2", "--gap", "7", "--hours", "1",
+                 "--out", str(out)]) == 0
+    assert main(["market", "load", str(out)]) == 0  # a whole-second tick loads
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("[1, 2]", "must be a mapping of SyntheticMarketConfig fields (zones, gap_seconds, ...), "
+               "got list"),
+    ('{"bogus": 1}', "invalid field(s): zones: Field required; bogus: Extra inputs"),
+    ("zones: [\n  - {zone: us-east-1a", "cannot read it (while parsing"),
+])
+def test_market_synth_bad_config_file_is_one_error_line_naming_it(tmp_path, capsys, text, needle):
+    """Until 2026-11-28 a config holding a list ended in a ``TypeError`` traceback and a bad
+    field in a multi-line pydantic dump."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(text)
+    assert main(["market", "synth", "--config", str(cfg), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"spotfleet market: error: --config {cfg}: ") and needle in err
+    assert err.count("\n") == 1 and not (tmp_path / "m").exists()
+
+
+def test_market_synth_nodes_and_hours_out_of_range_are_refused(tmp_path, capsys):
+    """``--nodes 0`` was a pydantic dump; ``--hours 1e7`` ran for hours (64 s per 1e5 h)."""
+    for argv, needle in ((["--nodes", "0"], "--nodes must be > 0"),
+                         (["--hours", "1e7"], "--hours must be at most 8760 h")):
+        with pytest.raises(SystemExit) as exc:
+            main(["market", "synth", *argv, "--out", str(tmp_path / "m")])
+        assert exc.value.code == 2 and needle in capsys.readouterr().err

@@ -232,3 +232,18 @@ def test_duplicate_entries_and_node_counts_name_files_bom_is_read(tmp_path):
     assert load_trace(b).up().tolist() == [True, False]
     with pytest.raises(TraceFormatError, match="is a file; pass the folder"):
         load_trace_dir(b)
+
+
+def test_price_file_with_a_bom_crlf_and_blank_lines_is_read_as_a_trace_file_is(tmp_path):
+    """A price file saved by an editor that writes a UTF-8 byte-order mark, CRLF line ends and
+    trailing blank lines is read like a trace file with them (until 2026-11-28 the BOM alone
+    refused it: "Unexpected UTF-8 BOM (decode using utf-8-sig)"), by ``fleet-sim --prices``
+    (``Market.from_dir``) and ``plan --prices`` (``attach_spot_prices``) alike."""
+    d = _folder(tmp_path / "traces")
+    series = {"us-east-1a_v100_1": [1.5] * 200, "us-east-2a_v100_1": [0.9] * 200}
+    text = json.dumps(series, indent=1).replace("\n", "\r\n") + "\r\n\r\n"
+    p = tmp_path / "prices.json"
+    p.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    m = Market.from_dir(d, prices=p)
+    assert m.spot_price[:, 0].tolist() == [1.5, 0.9]
+    assert [t.spot_prices[0] for t in attach_spot_prices(load_trace_dir(d), p)] == [1.5, 0.9]

@@ -243,3 +243,54 @@ def test_inverted_no_against_skynomad_files_warns_once_and_names_the_convention(
         assert main(["fleet-sim", "--traces-dir", str(d), *flag, *args]) == 0
         err = capsys.readouterr().err
         assert "against its own" not in err and "never has" not in err, err
+
+
+@pytest.mark.parametrize(("work", "deadline"), [("8", "8.1"), ("12", "12.1")])
+def test_deadline_of_exactly_work_plus_restart_runs(tmp_path, capsys, work, deadline):
+    """The least deadline the refusal above asks for is accepted: 8.1 - 8 is 0.0999... in
+    floats, and until 2026-11-28 ``--deadline-hours 8.1`` with 8 h of work was refused with
+    "give a deadline of at least 8.1 h". Every policy meets it (on-demand from the start)
+    at or above the bound."""
+    d = _folder(tmp_path / "t")
+    rc = main(["fleet-sim", "--traces", str(d), "--starts", "2", "--warmup-hours", "24",
+               "--work-hours", work, "--deadline-hours", deadline,
+               "--policies", "on_demand,failover,spotfleet"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "error" not in cap.err
+    assert "spotfleet / omniscient bound: " in cap.out and "deadlines met 100%" in cap.out
+
+
+def test_too_short_traces_give_hours_that_do_not_contradict_each_other(tmp_path, capsys):
+    """A 5.6 h folder (1000 ticks of 20 s) and a 3 h job: the message said "6 h cannot hold 0 h
+    of history plus a 3 h job (each start needs 6 h of trace ...)" until 2026-11-28."""
+    d = _folder(tmp_path / "t", n=1000, gap=20)
+    rc = main(["fleet-sim", "--traces", str(d), "--starts", "2", "--warmup-hours", "0.5",
+               "--work-hours", "2", "--deadline-hours", "3", "--no-omniscient"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "traces too short: 5.6 h cannot hold 0.5 h of history plus a 3 h job " \
+                       "(each start needs 6 h of trace" in err
+
+
+def test_deadline_below_the_work_names_the_flags(tmp_path, capsys):
+    """Was "JobSpec.deadline_hours = 6.0 is invalid (must be >= work_hours ...)"."""
+    d = _folder(tmp_path / "t")
+    rc = main(["fleet-sim", "--traces", str(d), "--work-hours", "8", "--deadline-hours", "6",
+               "--starts", "2", "--no-omniscient"])
+    cap = capsys.readouterr()
+    assert rc == 2 and "--deadline-hours 6 is below --work-hours 8" in cap.err
+    assert "at least 8.1 h" in cap.err and "fleet-sim:" not in cap.out
+
+
+def test_a_folder_of_two_clouds_warns_that_one_egress_rate_bills_every_move(tmp_path, capsys):
+    """AWS and GCP files of one gap load as one market (documented); every move between
+    regions is billed the first zone's cloud's egress rate (here GCP's 0.05 $/GB, because
+    us-central1-a sorts before us-east-1a), which was said nowhere until 2026-11-28."""
+    d = _folder(tmp_path / "t", zones=("us-central1-a", "us-east-1a"))
+    rc = main(["fleet-sim", "--traces", str(d), "--checkpoint-gb", "100", *ARGS])
+    err = capsys.readouterr().err
+    assert rc == 0 and "warning: " in err
+    assert "mixes clouds ['aws', 'gcp']" in err and "(us-central1-a: gcp, 0.05 $/GB)" in err
+    rc = main(["fleet-sim", "--traces", str(d), "--checkpoint-gb", "100",
+               "--egress-usd-per-gb", "0.09", *ARGS])
+    assert rc == 0 and "mixes clouds" not in capsys.readouterr().err

@@ -134,3 +134,77 @@ def test_dp_is_below_every_online_policy(real_market, notice):
         for pol in make_policies():
             r = simulate(pol, real_market, spec, start)
             assert r.cost >= bound - 1e-9, (pol.name, start)
+
+
+def test_work_off_the_tick_grid_is_not_rounded_up_into_the_bound():
+    """With no restart and no save time (a notice saves for free) the quantum was the tick;
+    work and deadline were rounded to it, work UP and deadline DOWN, "which can only raise the
+    bound": 1 h of on-demand on 2 h ticks was bounded at 2 h (4 $) while every policy paid
+    1 h (2 $). Until 2026-11-28; now the quantum divides the work and the deadline too."""
+    m = Market(zones=("us-east-1a",), gap_seconds=7200.0, available=np.zeros((1, 8), bool))
+    spec = JobSpec(work_hours=1.0, deadline_hours=2.5, restart_hours=0.0, checkpoint_hours=0.0,
+                   notice_seconds=60.0, on_demand_price=2.0)
+    b = omniscient_bound(m, spec, 0)
+    assert b.exact and b.cost == pytest.approx(2.0) and b.completion_hours == pytest.approx(1.0)
+    for pol in make_policies():
+        run = simulate(pol, m, spec, 0)
+        assert run.deadline_met and run.cost >= b.cost - 1e-9, pol.name
+
+
+def test_deadline_off_the_grid_is_not_cut_to_an_infeasible_one():
+    """work + restart = deadline = 3965 s, not a multiple of the 15 s quantum of 195 s ticks,
+    a 6 min restart and a 1 min save: rounded (work up to 3615 s, deadline down to 3960 s)
+    no schedule fitted and the bound raised "no offline schedule meets the deadline", while
+    on-demand meets it. Exact now, on a 5 s quantum."""
+    m = Market(zones=("us-east-1a",), gap_seconds=195.0, available=np.ones((1, 60), bool),
+               spot_price=np.full((1, 60), 1.0))
+    spec = JobSpec(work_hours=3605 / 3600, deadline_hours=3965 / 3600, restart_hours=0.1,
+                   checkpoint_hours=1 / 60)
+    b = omniscient_bound(m, spec, 0)
+    assert b.exact and b.quantum_seconds == 5 and b.cost == pytest.approx(3965 / 3600)
+    for pol in make_policies():  # no slack to spare: they run on-demand (3.06 $/h)
+        run = simulate(pol, m, spec, 0)
+        assert run.deadline_met and run.cost >= b.cost - 1e-9, pol.name
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dp_equals_brute_force_with_work_and_deadline_off_the_grid(seed):
+    """Work 9.5 min and deadline 14.25 min on 120 s ticks with a 2 min restart and a 1 min
+    save (gcd 60 s): the DP equals the cheapest of every action sequence."""
+    rng = np.random.default_rng(200 + seed)
+    spec = JobSpec(work_hours=9.5 / 60, deadline_hours=14.25 / 60, restart_hours=2 / 60,
+                   checkpoint_hours=1 / 60, notice_seconds=60.0 * (seed % 2),
+                   on_demand_price=3.0, spot_price=1.0)
+    n = 8
+    avail = rng.random((2, n)) < 0.6
+    full = np.concatenate([avail, np.ones((2, 60), bool)], axis=1)
+    m = Market(zones=("a", "b"), gap_seconds=120.0, available=full)
+    dp = omniscient_bound(m, spec, 0)
+    assert dp.exact and dp.cost == pytest.approx(_brute_force(m, spec, n), rel=1e-9)
+
+
+def test_no_policy_pays_less_than_the_bound_without_restart_and_save_time(real_market):
+    """The real V100 folder with --restart-minutes 0 --checkpoint-minutes 0 and a notice:
+    greedy_1zone paid 7.344 $ under a bound of 7.359 $ (8 h of work rounded up to 148 ticks
+    of 195 s) until 2026-11-28."""
+    spec = JobSpec(8.0, 12.0, restart_hours=0.0, checkpoint_hours=0.0, notice_seconds=120.0)
+    for start in start_ticks(real_market, spec, 2, warmup_hours=24):
+        bound = omniscient_bound(real_market, spec, start)
+        assert bound.exact
+        for pol in make_policies():
+            r = simulate(pol, real_market, spec, start)
+            assert r.cost >= bound.cost - 1e-9, (pol.name, start, r.cost, bound.cost)
+
+
+def test_work_in_fractional_seconds_is_rounded_in_the_bounds_favour():
+    """SkyNomad's work is deadline / (D/W): seconds with a fraction. It is rounded down (and
+    the deadline up) to whole seconds, not up to the quantum: on 2 h ticks without restart or
+    save time, 1 h + 0.5 s of on-demand at 2 $/h is bounded within a second of its 2.0003 $,
+    never above it (the exact path rounded it up to a whole 2 h tick: 4 $)."""
+    m = Market(zones=("us-east-1a",), gap_seconds=7200.0, available=np.zeros((1, 8), bool))
+    spec = JobSpec(work_hours=3600.5 / 3600, deadline_hours=2.5, restart_hours=0.0,
+                   checkpoint_hours=0.0, notice_seconds=60.0, on_demand_price=2.0)
+    b = omniscient_bound(m, spec, 0)
+    run = simulate(make_policies(["on_demand"])[0], m, spec, 0)
+    assert not b.exact and run.cost == pytest.approx(2.0 * 3600.5 / 3600)
+    assert run.cost - 2.0 / 3600 <= b.cost <= run.cost + 1e-12
