@@ -510,6 +510,59 @@ def _check_program(cfg: PipelineConfig, stage: StageConfig, cwd: Path, root: Pat
                     cmd)]
 
 
+#: what to do about a checkpoint store that fails its access check, by ``StoreError.reason``
+_STORE_FIXES = {
+    "no_bucket": "create the bucket, or set {field} to s3://<an existing bucket>/<prefix>",
+    "unreachable": "check AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3) in spotfleet's environment and "
+                   "that the S3 server is up, or set {field} to a directory",
+    "no_credentials": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in "
+                      "spotfleet's environment",
+    "access_denied": "check the access key, the secret and the bucket policy (or the directory's "
+                     "permissions), or set {field} to a location this user may write",
+}
+
+
+def check_checkpoint_stores(cfg: PipelineConfig, base_dir: Path,
+                            stages: list[StageConfig] | None = None) -> tuple[list[Problem], list[str]]:
+    """Open each stage's checkpoint store and make one request (``check_access``), as a
+    node would on its first save, BEFORE any node is launched: a bucket that does not
+    exist, an endpoint that does not answer or missing credentials would otherwise fail
+    every node at its first checkpoint (each one launched, billed and retried).
+
+    Returns (problems, warnings). Run at job start only (it talks to the store), not when
+    the code location loads. On SkyPilot the nodes get their own credentials (an instance
+    role), so there a store this machine cannot reach or authenticate to is a warning;
+    a missing bucket is a problem everywhere.
+    """
+    from checkpointing.stores.base import StoreError, open_store
+
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    seen: set[str] = set()  # one report per field: the stages under it share the bucket / endpoint
+    for i, stage in enumerate(cfg.stages):
+        if stages is not None and stage not in stages:
+            continue
+        uri = cfg.stage_checkpoint_uri(stage, base_dir)
+        field_name = "checkpoint_uri" if stage.checkpoint_uri is None else f"stages[{i}].checkpoint_uri"
+        if field_name in seen:
+            continue
+        shown = stage.checkpoint_uri if stage.checkpoint_uri is not None else cfg.checkpoint_uri
+        try:
+            open_store(uri).check_access()
+        except StoreError as exc:
+            seen.add(field_name)
+            reason = getattr(exc, "reason", "")
+            fix = _STORE_FIXES.get(reason, "fix {field} or the store it names").format(field=field_name)
+            msg = (f"the checkpoint store of stage {stage.name} ({uri}) is not usable, so no node "
+                   f"could save a checkpoint: {exc}. Fix: {fix}. Nothing was launched")
+            if cfg.provider != "local" and reason in ("unreachable", "no_credentials", "access_denied"):
+                warnings.append(f"{field_name}: {msg.replace('. Nothing was launched', '')} (from this "
+                                "machine; the nodes may have their own credentials or network)")
+            else:
+                problems.append(Problem(field_name, msg, shown))
+    return problems, warnings
+
+
 def check_pipelines(pipelines: list[PipelineConfig], **kw: Any) -> list[Problem]:
     """Semantic problems of several pipelines, located as ``pipelines[i].<field>``."""
     out: list[Problem] = []
