@@ -123,6 +123,36 @@ def test_the_store_check_passes_an_existing_bucket_and_names_a_stage_override(ga
     assert [p.loc for p in check_checkpoint_stores(sky, tmp_path)[0]] == ["stages[1].checkpoint_uri"]
 
 
+@pytest.mark.s3
+def test_the_store_check_sees_the_endpoint_and_keys_a_stage_gives_its_nodes(gateway, tmp_path, monkeypatch):
+    """A stage's `env:` may carry the S3 endpoint and key pair that spotfleet's own environment
+    lacks (tests/faults/test_fault_redaction.py does): the nodes reach the store, so must the check."""
+    from pipelines.validation import check_checkpoint_stores
+
+    for k in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+              "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SPOTFLEET_S3_MAX_ATTEMPTS", "1")
+    bucket = f"env-{uuid.uuid4().hex[:10]}"
+    gateway.client().create_bucket(Bucket=bucket)
+    node_env = {"AWS_ENDPOINT_URL": gateway.endpoint_url, "AWS_ACCESS_KEY_ID": gateway.access_key,
+                "AWS_SECRET_ACCESS_KEY": gateway.secret_key, "AWS_REGION": gateway.region}
+    cfg = _pipeline(f"s3://{bucket}/ck")
+    cfg = cfg.model_copy(update={"stages": [st.model_copy(update={"env": node_env}) for st in cfg.stages]})
+    assert check_checkpoint_stores(cfg, tmp_path) == ([], [])
+    # a wrong secret in the stage's env is refused as the nodes would be
+    bad = cfg.model_copy(update={"stages": [st.model_copy(update={"env": {**node_env, "AWS_SECRET_ACCESS_KEY": "x"}})
+                                            for st in cfg.stages]})
+    problems, _ = check_checkpoint_stores(bad, tmp_path)
+    assert [p.loc for p in problems] == ["checkpoint_uri"] and "access denied" in problems[0].message
+    # a profile in the stage's env is not applied by the check: what it cannot see is only a warning
+    prof = cfg.model_copy(update={"stages": [st.model_copy(update={"env": {**node_env, "AWS_SECRET_ACCESS_KEY": "x",
+                                                                             "AWS_PROFILE": "ci"}})
+                                             for st in cfg.stages]})
+    problems, warnings = check_checkpoint_stores(prof, tmp_path)
+    assert problems == [] and len(warnings) == 1
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
