@@ -272,6 +272,11 @@ def _check_stores(context: AssetExecutionContext, cfg: PipelineConfig, fleet: Fl
     problems, warnings = check_checkpoint_stores(cfg, fleet.var_path(), stages)
     for w in warnings:
         context.log.warning(redact(w))
+    if problems and stages is not None and all(p.reason == "unreachable" for p in problems):
+        # before a stage launches, later in a run whose store answered at job start: an outage,
+        # not a configuration error; the step's RetryPolicy tries again (nothing was launched)
+        raise Failure(description=redact(f"stage {stages[0].name}: not launched, its checkpoint store "
+                                         "does not answer:\n" + "\n".join(p.line() for p in problems)))
     if problems:
         raise config_failure(context, redact(f"pipeline {cfg.name} ({len(problems)} problem(s)):\n"
                                              + "\n".join(p.line() for p in problems)))

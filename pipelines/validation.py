@@ -56,6 +56,8 @@ class Problem:
     loc: str
     message: str
     value: Any = None
+    #: for a checkpoint store problem, ``StoreError.reason`` (``unreachable``, ``no_bucket``, ...)
+    reason: str = ""
 
     def line(self) -> str:
         """``  - <loc>: <message> (got <value as written>)``: one line of the error report."""
@@ -562,7 +564,7 @@ def check_checkpoint_stores(cfg: PipelineConfig, base_dir: Path,
                 warnings.append(f"{field_name}: {msg.replace('. Nothing was launched', '')} (from this "
                                 "machine; the nodes may have their own credentials or network)")
             else:
-                problems.append(Problem(field_name, msg, shown))
+                problems.append(Problem(field_name, msg, shown, reason=reason))
     return problems, warnings
 
 

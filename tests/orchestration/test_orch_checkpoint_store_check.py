@@ -191,3 +191,29 @@ def test_a_local_checkpoint_location_that_cannot_be_a_directory_fails_before_any
     msg = _assert_refused_before_any_node(*_run_job(_pipeline(str(blocker / "demo")), tmp_path / "var"))
     assert f"- checkpoint_uri: the checkpoint store of stage pretrain ({blocker}/demo/pretrain)" in msg
     assert "cannot create checkpoint directory" in msg and "Fix: fix checkpoint_uri" in msg
+
+
+def test_before_a_stage_launches_an_unreachable_store_is_a_retryable_outage(tmp_path, monkeypatch):
+    """At job start an endpoint that does not answer is a configuration error (above); before a
+    later stage launches, in a run whose store answered at job start, it is an outage: the train
+    step fails retryably (its RetryPolicy tries again) and nothing is launched."""
+    from dagster import Failure, build_asset_context
+
+    from assets.pipeline_assets import _check_stores
+    from pipelines.resources import FleetResource
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("SPOTFLEET_S3_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    cfg = _pipeline("s3://ckpt/demo")
+    fleet = FleetResource(var_dir=str(tmp_path / "var"))
+    with build_asset_context() as ctx:
+        with pytest.raises(Failure) as at_launch:
+            _check_stores(ctx, cfg, fleet, [cfg.stages[1]])
+        with pytest.raises(Failure) as at_start:
+            _check_stores(ctx, cfg, fleet)
+    assert at_launch.value.allow_retries is True
+    assert at_launch.value.description.startswith("stage finetune: not launched, its checkpoint store does not answer")
+    assert at_start.value.allow_retries is False
+    assert at_start.value.description.startswith("configuration error: pipeline storecheck")
