@@ -106,15 +106,24 @@ def report_runs(context: AssetCheckExecutionContext, data) -> list[str]:
     run with its run group (root + re-executions: the Dagster instance's, or the roots the DB
     stored when the run is not in this instance), as the cost report does."""
     from assets import cost_tables as ct
-    from assets.cost_assets import _group_of, run_group
+    from assets.cost_assets import AFTER_FAILED_RUN_TAG, _group_of, run_group
 
     op_ctx = context.op_execution_context
     recorded = set(data.run_ids)
+    failed = op_ctx.run.tags.get(AFTER_FAILED_RUN_TAG)
+    if failed:  # after a failed run: that run's group, or nothing (never another run's)
+        return [r for r in _group_of(op_ctx, failed, data) if r in recorded]
     mine = [r for r in run_group(op_ctx, data) if r in recorded]
     if mine:
         return mine
     latest = ct.latest_run(data)
     return _group_of(op_ctx, latest, data) if latest else []
+
+
+def _no_run(context: AssetCheckExecutionContext) -> str:
+    from assets.cost_assets import nothing_recorded_for
+
+    return nothing_recorded_for(context.op_execution_context)
 
 
 def run_data(context: AssetCheckExecutionContext, stats_db: StatsDB, pipeline: str):
@@ -143,6 +152,8 @@ def build_checks(pa: "PipelineAssets") -> list:
         data, runs = run_data(context, stats_db, p)
         if data.empty:
             return skipped(f"no node sessions recorded for {p} yet; nothing to reconcile")
+        if not runs:
+            return skipped(_no_run(context))
         run = ct.for_runs(data, runs)
         rl = float(run.lines["dollars"].sum()) if not run.lines.empty else 0.0
         rs = float(run.sessions["cost_usd"].sum()) if not run.sessions.empty else 0.0
@@ -170,6 +181,8 @@ def build_checks(pa: "PipelineAssets") -> list:
         data, runs = run_data(context, stats_db, p)
         if data.empty:
             return skipped(f"no spend recorded for {p} yet")
+        if not runs:
+            return skipped(_no_run(context))
         b = ct.budget_status(data, budget, period, runs)
         unpriced = ct.unpriced_sessions(ct.for_runs(data, runs).sessions)  # $0/h: spend is a lower bound
         why = [] if b.within else [f"spend ${b.spend_usd:.2f} in {b.period} exceeds the budget ${budget:.2f}; "
@@ -229,6 +242,8 @@ def _checkpoint_check(pa: "PipelineAssets", stage: str):
         from assets import cost_tables as ct
 
         data, runs = run_data(context, stats_db, p)
+        if not data.empty and not runs:
+            return skipped(_no_run(context))
         run = ct.for_runs(data, runs)
         sessions = run.sessions[run.sessions["stage"] == stage] if not run.sessions.empty else run.sessions
         label = ", ".join(r[:8] for r in runs) or "none"

@@ -23,6 +23,11 @@ from assets import report_render as rr
 from assets.cost_report import ReportSelection, build_report
 
 ROOT_TAG = "dagster/root_run_id"
+#: set on a ``<pipeline>__report_and_checks`` run that follows a failed run (the run-failure
+#: sensor, ``spotfleet main``): the run it reports. Its report and checks cover THAT run's group;
+#: when it recorded nothing (failed before any node), there is nothing to report, and neither
+#: the report nor the checks fall back to another run.
+AFTER_FAILED_RUN_TAG = "spotfleet/after_failed_run"
 
 
 class CostReportConfig(Config):
@@ -111,11 +116,21 @@ def select_runs(context: AssetExecutionContext, data: ct.CostData, config: CostR
             raise Failure(description=f"cost_report config run_id: no recorded run {config.run_id!r}; "
                                       f"recorded runs: {[r[:8] for r in recorded[-10:]]}", allow_retries=False)
         return _group_of(context, hits[-1], data)
+    failed = context.run.tags.get(AFTER_FAILED_RUN_TAG)
+    if failed:  # the failed run's group, or nothing: never another run's
+        return [r for r in _group_of(context, failed, data) if r in set(recorded)]
     mine = [r for r in run_group(context, data) if r in set(recorded)]
     if mine:
         return mine
     latest = ct.latest_run(data)
     return _group_of(context, latest, data) if latest else []
+
+
+def nothing_recorded_for(context: Any) -> str:
+    """Why a report / check after a failed run has no run to cover."""
+    failed = context.run.tags.get(AFTER_FAILED_RUN_TAG, "")
+    return (f"run {failed[:8]} recorded no node session (it failed before any node was launched); "
+            "earlier runs' reports and checks are not redone")
 
 
 def _f(v: float, nd: int = 2) -> MetadataValue:
@@ -129,6 +144,12 @@ def materialize_cost_report(context: AssetExecutionContext, cfg, stats_db, fleet
     p = cfg.name
     data = ct.load(eng, p)
     run_ids = select_runs(context, data, config)
+    if not run_ids and context.run.tags.get(AFTER_FAILED_RUN_TAG) and not config.run_id:
+        why = nothing_recorded_for(context)
+        context.log.info(f"cost report: none; {why}")
+        import pandas as pd
+
+        return Output(pd.DataFrame(), metadata={"run": MetadataValue.text(f"none: {why}")})
     sel = ReportSelection(tuple(run_ids), _day(config.first_day, "first_day"), _day(config.last_day, "last_day"))
     rep = build_report(eng, p, fleet.var_path() / "reports" / p, sel, stage_order=[s.name for s in cfg.stages],
                        budget_usd=cfg.budget_usd, budget_period=getattr(cfg, "budget_period", "run"),

@@ -283,6 +283,26 @@ def _recheck_config(context: AssetExecutionContext, cfg: PipelineConfig, fleet: 
     if problems:
         raise config_failure(context, f"pipeline {cfg.name} ({len(problems)} problem(s)):\n"
                              + "\n".join(p.line() for p in problems))
+    _check_stores(context, cfg, fleet)
+
+
+def _check_stores(context: AssetExecutionContext, cfg: PipelineConfig, fleet: FleetResource,
+                  stages: list[StageConfig] | None = None) -> None:
+    """The checkpoint stores answer (bucket exists, endpoint up, credentials) before any node
+    is launched: otherwise every node fails at its first save, each one billed and retried."""
+    from pipelines.validation import check_checkpoint_stores
+
+    problems, warnings = check_checkpoint_stores(cfg, fleet.var_path(), stages)
+    for w in warnings:
+        context.log.warning(redact(w))
+    if problems and stages is not None and all(p.reason == "unreachable" for p in problems):
+        # before a stage launches, later in a run whose store answered at job start: an outage,
+        # not a configuration error; the step's RetryPolicy tries again (nothing was launched)
+        raise Failure(description=redact(f"stage {stages[0].name}: not launched, its checkpoint store "
+                                         "does not answer:\n" + "\n".join(p.line() for p in problems)))
+    if problems:
+        raise config_failure(context, redact(f"pipeline {cfg.name} ({len(problems)} problem(s)):\n"
+                                             + "\n".join(p.line() for p in problems)))
 
 
 def _resolve_command(stage: StageConfig, python: str, cwd: str, context: Any = None) -> list[str]:
@@ -340,6 +360,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     prewarm_plotting()  # the cost report's matplotlib import, while this stage trains
     root_run = context.run.root_run_id or context.run.run_id
     cwd = fleet.cwd()
+    _check_stores(context, cfg, fleet, [stage])  # before this stage launches (or bills) a node
     ckpt_uri = cfg.stage_checkpoint_uri(stage, fleet.var_path()).rstrip("/") + f"/{root_run}"
     workdir = fleet.work_path() / p_safe(cfg.name) / root_run
     if context.run.run_id != root_run:

@@ -28,6 +28,7 @@ known, and SkyPilot pipelines are checked for what can be checked without a cata
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import difflib
 import functools
@@ -55,6 +56,8 @@ class Problem:
     loc: str
     message: str
     value: Any = None
+    #: for a checkpoint store problem, ``StoreError.reason`` (``unreachable``, ``no_bucket``, ...)
+    reason: str = ""
 
     def line(self) -> str:
         """``  - <loc>: <message> (got <value as written>)``: one line of the error report."""
@@ -508,6 +511,94 @@ def _check_program(cfg: PipelineConfig, stage: StageConfig, cwd: Path, root: Pat
     return [Problem("command[0]", "not an executable on PATH nor a file here; give the program's "
                                   "full path (e.g. /usr/bin/python3) or use script: for a Python file",
                     cmd)]
+
+
+#: what to do about a checkpoint store that fails its access check, by ``StoreError.reason``
+_STORE_FIXES = {
+    "no_bucket": "create the bucket, or set {field} to s3://<an existing bucket>/<prefix>",
+    "unreachable": "check AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3) in spotfleet's environment or "
+                   "the stage's env: and that the S3 server is up, or set {field} to a directory",
+    "no_credentials": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in "
+                      "spotfleet's environment or the stage's env:",
+    "access_denied": "check the access key, the secret and the bucket policy (or the directory's "
+                     "permissions), or set {field} to a location this user may write",
+}
+
+
+def check_checkpoint_stores(cfg: PipelineConfig, base_dir: Path,
+                            stages: list[StageConfig] | None = None) -> tuple[list[Problem], list[str]]:
+    """Open each stage's checkpoint store and make one request (``check_access``), as a
+    node would on its first save, BEFORE any node is launched: a bucket that does not
+    exist, an endpoint that does not answer or missing credentials would otherwise fail
+    every node at its first checkpoint (each one launched, billed and retried).
+
+    Returns (problems, warnings). Run at job start only (it talks to the store), not when
+    the code location loads. On SkyPilot the nodes get their own credentials (an instance
+    role), so there a store this machine cannot reach or authenticate to is a warning;
+    a missing bucket is a problem everywhere.
+    """
+    from checkpointing.stores.base import StoreError, open_store
+
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    seen: set[str] = set()  # one report per field: the stages under it share the bucket / endpoint
+    for i, stage in enumerate(cfg.stages):
+        if stages is not None and stage not in stages:
+            continue
+        uri = cfg.stage_checkpoint_uri(stage, base_dir)
+        field_name = "checkpoint_uri" if stage.checkpoint_uri is None else f"stages[{i}].checkpoint_uri"
+        if field_name in seen:
+            continue
+        shown = stage.checkpoint_uri if stage.checkpoint_uri is not None else cfg.checkpoint_uri
+        kwargs, exact = _node_store_kwargs(uri, stage.env)
+        try:
+            open_store(uri, **kwargs).check_access()
+        except StoreError as exc:
+            seen.add(field_name)
+            reason = getattr(exc, "reason", "")
+            fix = _STORE_FIXES.get(reason, "fix {field} or the store it names").format(field=field_name)
+            msg = (f"the checkpoint store of stage {stage.name} ({uri}) is not usable, so no node "
+                   f"could save a checkpoint: {exc}. Fix: {fix}. Nothing was launched")
+            if (cfg.provider != "local" or not exact) \
+                    and reason in ("unreachable", "no_credentials", "access_denied"):
+                warnings.append(f"{field_name}: {msg.replace('. Nothing was launched', '')} (from this "
+                                "machine; the nodes may have their own credentials or network)")
+            else:
+                problems.append(Problem(field_name, msg, shown, reason=reason))
+    return problems, warnings
+
+
+#: AWS settings in a stage's ``env:`` that the check cannot apply to its own request (it
+#: does not change this process's environment): with one of them, only a missing bucket is
+#: an error, anything else a warning
+_AWS_UNAPPLIED = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
+                  "AWS_CA_BUNDLE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN")
+
+
+def _node_store_kwargs(uri: str, stage_env: dict[str, str]) -> tuple[dict[str, Any], bool]:
+    """``open_store`` keyword arguments that give the check the store a node of this stage
+    opens: the stage's ``env:`` (endpoint, region, key pair, S3 bounds) over this process's
+    environment. Second value: False when the stage sets AWS settings the check cannot apply."""
+    if not uri.startswith("s3://"):
+        return {}, True
+    env = {**os.environ, **stage_env}
+    kw: dict[str, Any] = {}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        kw["endpoint_url"] = endpoint
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if region:
+        kw["region"] = region
+    if stage_env.get("AWS_ACCESS_KEY_ID") and stage_env.get("AWS_SECRET_ACCESS_KEY"):
+        kw["access_key_id"] = stage_env["AWS_ACCESS_KEY_ID"]
+        kw["secret_access_key"] = stage_env["AWS_SECRET_ACCESS_KEY"]
+    for name, key in (("SPOTFLEET_S3_CONNECT_TIMEOUT_SECONDS", "connect_timeout_seconds"),
+                      ("SPOTFLEET_S3_READ_TIMEOUT_SECONDS", "read_timeout_seconds"),
+                      ("SPOTFLEET_S3_MAX_ATTEMPTS", "max_attempts")):
+        if name in stage_env:
+            with contextlib.suppress(ValueError):  # not a number: the node refuses it with its message
+                kw[key] = int(float(stage_env[name])) if key == "max_attempts" else float(stage_env[name])
+    return kw, not any(k in stage_env for k in _AWS_UNAPPLIED)
 
 
 def check_pipelines(pipelines: list[PipelineConfig], **kw: Any) -> list[Problem]:

@@ -23,8 +23,16 @@ from checkpointing.redact import redact
 class StoreError(RuntimeError):
     """A store operation failed (unreachable endpoint, permission, missing key).
 
-    The message names the location and what the user can do about it.
+    The message names the location and what the user can do about it. ``reason`` is
+    one of ``REASONS`` when the store knows the class of the failure (``unreachable``,
+    ``no_credentials``, ``no_bucket``, ``access_denied``), else ``""``.
     """
+
+    REASONS = ("unreachable", "no_credentials", "no_bucket", "access_denied")
+
+    def __init__(self, *args: object, reason: str = ""):
+        super().__init__(*args)
+        self.reason = reason
 
 
 class StorePreconditionFailed(StoreError):
@@ -100,6 +108,12 @@ class CheckpointStore(abc.ABC):
     def free_bytes(self) -> int | None:
         """Bytes still writable under the root, or None when the store has no such limit."""
         return None
+
+    def check_access(self) -> None:
+        """One cheap request that fails the way a save would when the store is unusable
+        from here (no such bucket, unreachable endpoint, no credentials, no permission):
+        raises ``StoreError``. The pipelines call it before they launch any node."""
+        next(iter(self.list("")), None)
 
 
 def open_store(uri: str, **kwargs) -> CheckpointStore:

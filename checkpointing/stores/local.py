@@ -278,6 +278,13 @@ class LocalStore(CheckpointStore):
             return None
         return st.f_bavail * st.f_frsize
 
+    def check_access(self) -> None:
+        """The root exists (made at construction) and this process may write to it."""
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise StoreError(f"checkpoint directory {self.root} is not writable by this process; "
+                             "point SPOTFLEET_CHECKPOINT_URI at a writable directory",
+                             reason="access_denied")
+
     def delete_prefix(self, prefix: str) -> None:
         prefix = prefix.strip("/")
         if not prefix:

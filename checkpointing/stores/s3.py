@@ -192,22 +192,27 @@ class S3Store(CheckpointStore):
         """Translate a boto/botocore failure into a StoreError that says what to check."""
         name, code = _describe(exc)
         where = f"{what} at endpoint {self.endpoint_label}"
+        reason = ""
         if name in _UNREACHABLE or code in _UNREACHABLE:
+            reason = "unreachable"
             hint = ("the S3 endpoint is unreachable: check that the server is up, that the URL "
                     "(endpoint_url / AWS_ENDPOINT_URL) and port are right, and that the network "
                     "allows the connection")
         elif name == "NoCredentialsError" or code == "NoCredentialsError":
+            reason = "no_credentials"
             hint = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
                     "(or AWS_PROFILE) for this store")
         elif code == "NoSuchBucket":
+            reason = "no_bucket"
             hint = (f"bucket {self.bucket!r} does not exist there: create it, or fix the bucket in "
-                    "SPOTFLEET_CHECKPOINT_URI")
+                    "the checkpoint URI (SPOTFLEET_CHECKPOINT_URI, a pipeline's checkpoint_uri)")
         elif code in _AUTH:
+            reason = "access_denied"
             hint = (f"access denied ({code}): check the access key, secret and the bucket policy "
                     f"for {self.bucket!r}")
         else:
             hint = f"{code or name}; check the endpoint, bucket {self.bucket!r} and credentials"
-        return StoreError(redact(f"S3 {action} of {where} failed: {hint}. ({name}: {exc})"))
+        return StoreError(redact(f"S3 {action} of {where} failed: {hint}. ({name}: {exc})"), reason=reason)
 
     # -- CheckpointStore -------------------------------------------------------------
     def put_file(self, key: str, src: BinaryIO | str, size: int | None = None) -> None:
@@ -353,6 +358,14 @@ class S3Store(CheckpointStore):
             if _describe(exc)[1] in ("NoSuchUpload", "404"):
                 return
             raise self._error("multipart abort", f"s3://{self.bucket}/{full}", exc) from exc
+
+    def check_access(self) -> None:
+        """One ListObjectsV2 (at most one key) under the prefix: the bucket exists, the
+        endpoint answers and the credentials may list it; else ``StoreError`` with a reason."""
+        try:
+            self.client.list_objects_v2(Bucket=self.bucket, Prefix=self._list_prefix(""), MaxKeys=1)
+        except Exception as exc:
+            raise self._error("access check", self.location, exc) from exc
 
     # -- extras ----------------------------------------------------------------------
     def ensure_bucket(self) -> None:

@@ -35,8 +35,10 @@ def run_checks(defs, cfg, instance, main_result, log_level: str = "INFO") -> lis
 
     if main_result.success:
         return check_outcomes(instance, main_result)
+    from assets.cost_assets import AFTER_FAILED_RUN_TAG
+
     res = defs.resolve_job_def(report_job_name(cfg.name)).execute_in_process(
-        instance=instance, raise_on_error=False,
+        instance=instance, raise_on_error=False, tags={AFTER_FAILED_RUN_TAG: main_result.run_id},
         run_config={"loggers": {"console": {"config": {"log_level": log_level}}}})
     return check_outcomes(instance, res)
 

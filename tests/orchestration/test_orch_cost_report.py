@@ -728,3 +728,62 @@ def test_each_stage_gets_its_own_break_even(tmp_path):
                        stage_order=["pretrain", "finetune"])
     assert list(rep.stage_break_even["stage"]) == ["pretrain", "finetune"]
     assert "Break-even rate (/h)" in rep.markdown and "R (min)" in rep.markdown
+
+
+def _assert_nothing_reported_for(instance, res, failed_run_id: str, var) -> None:
+    """The report + checks after a failed run that recorded nothing cover THAT run: no report
+    of an earlier run rewritten, every run-specific check skipped naming the failed run."""
+    from pipelines.commands.main_report import SkippedCheck, check_outcomes
+
+    mat = next(e.event_specific_data.materialization for e in res.all_events
+               if e.event_type_value == "ASSET_MATERIALIZATION"
+               and e.event_specific_data.materialization.asset_key.path[-1] == "cost_report")
+    run_md = mat.metadata["run"].value
+    assert run_md.startswith(f"none: run {failed_run_id[:8]} recorded no node session"), run_md
+    assert not (var / "reports" / "demo" / "runs" / "run-b").exists()  # the earlier run's report untouched
+    outcomes = {(c.asset_key.path[-1], c.check_name): c for c in check_outcomes(instance, res)}
+    for key in (("cost_report", "cost_reconciles_with_node_sessions"), ("cost_report", "within_budget"),
+                ("train_pretrain", "latest_checkpoint_recent"), ("train_finetune", "latest_checkpoint_recent")):
+        assert isinstance(outcomes[key], SkippedCheck), (key, outcomes[key])
+        assert f"run {failed_run_id[:8]} recorded no node session" in outcomes[key].why, outcomes[key].why
+
+
+def test_the_report_after_a_failed_run_that_recorded_nothing_is_not_an_earlier_run_s(two_runs, tmp_path):
+    """User audit 2026-11-28: a run that failed before any node (a configuration error at job
+    start) was followed by <pipeline>__report_and_checks, which reported and checked the LATEST
+    RECORDED run (an earlier one): `spotfleet main` printed "check ...: passed" about run-b under
+    "run <this> FAILED" and rewrote run-b's report. Both the sensor's and spotfleet main's
+    follow-up run now cover the failed run only."""
+    from types import SimpleNamespace
+
+    from dagster import DagsterInstance, build_run_status_sensor_context
+
+    from pipelines.commands.main_report import run_checks
+    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
+    from pipelines.definitions import build_definitions, main_job_name, pipeline_job_name
+    from pipelines.resources import FleetResource, StatsDB
+
+    var = tmp_path / "var"
+
+    stats = StatsDB(url=str(two_runs.url), var_dir=str(var))
+    [cfg] = load_pipelines(EXAMPLE_PIPELINES)
+    defs = build_definitions([cfg], include_gfs=False,
+                             resources={"stats_db": stats, "fleet": FleetResource(var_dir=str(var))})
+    sensor = defs.resolve_sensor_def("spotfleet_checks_after_failed_run")
+    with DagsterInstance.ephemeral() as instance:
+        # the run-failure sensor (dagster dev)
+        run = instance.create_run_for_job(defs.resolve_job_def(pipeline_job_name("demo")))
+        event = instance.report_run_failed(run)
+        ctx = build_run_status_sensor_context("spotfleet_checks_after_failed_run", event, instance,
+                                              instance.get_run_by_id(run.run_id))
+        (req,) = list(sensor(ctx) or [])
+        res = defs.resolve_job_def(req.job_name).execute_in_process(instance=instance, raise_on_error=False,
+                                                                   tags=req.tags)
+        _assert_nothing_reported_for(instance, res, run.run_id, var)
+        # spotfleet main's follow-up (pipelines/commands/main_report.run_checks)
+        main_run = instance.create_run_for_job(defs.resolve_job_def(main_job_name("demo")))
+        instance.report_run_failed(main_run)
+        outcomes = run_checks(defs, cfg, instance, SimpleNamespace(success=False, run_id=main_run.run_id))
+        whys = {c.check_name: getattr(c, "why", None) for c in outcomes}
+    assert not [c for c in outcomes if getattr(c, "passed", None) is True and c.check_name != "enough_samples"]
+    assert f"run {main_run.run_id[:8]} recorded no node session" in whys["within_budget"], whys
