@@ -46,8 +46,11 @@ _ENGINES: dict[str, Engine] = {}
 def make_engine(url: str | None = None) -> Engine:
     """A (cached) engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout."""
     resolved = db_url(url)
-    if resolved.startswith("postgresql://"):
-        resolved = "postgresql+psycopg://" + resolved[len("postgresql://"):]
+    # the plain scheme, and the "postgres://" alias many hosted databases hand out (SQLAlchemy
+    # dropped it), use the driver spotfleet installs: psycopg 3
+    for scheme in ("postgresql://", "postgres://"):
+        if resolved.startswith(scheme):
+            resolved = "postgresql+psycopg://" + resolved[len(scheme):]
     eng = _ENGINES.get(resolved)
     if eng is None:
         if resolved.startswith("sqlite"):

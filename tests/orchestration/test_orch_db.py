@@ -365,3 +365,15 @@ def test_migration_0005_keeps_injected_sessions_apart(db_url):
     assert "injected" not in {c["name"] for c in inspect(eng).get_columns("node_sessions")}
     with eng.connect() as c:
         assert c.execute(text("SELECT count(*) FROM node_sessions")).scalar_one() == 3
+
+
+@pytest.mark.postgres
+def test_a_postgres_scheme_url_reaches_the_same_database(pg_fresh_url):
+    """``postgres://`` (what many hosted databases hand out; SQLAlchemy dropped the alias)
+    and plain ``postgresql://`` both use the installed psycopg 3 driver, same database."""
+    scheme, rest = pg_fresh_url.split("://", 1)
+    assert scheme == "postgresql+psycopg"
+    eng = make_engine(pg_fresh_url)
+    assert upgrade(eng) == head_revision()
+    for alias in (f"postgres://{rest}", f"postgresql://{rest}"):
+        assert current_revision(make_engine(alias)) == head_revision()
