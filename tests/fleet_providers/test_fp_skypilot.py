@@ -287,6 +287,28 @@ def test_the_yaml_policy_drives_skypilot_the_same_class_fleet_sim_evaluates(api_
         assert ctl.zones_per_job[job] == tries
 
 
+def test_a_multi_node_job_is_told_the_jobs_mttp_not_one_nodes(api_server):
+    """SkyPilot recovers a multi-node managed job as a whole when one node is preempted:
+    the job's MTTP is one node's over the node count (independent nodes), and that is what
+    its nodes are told (until 2026-11-28 one node's: an interval up to sqrt(n) too long).
+    What the attempt observes is the job's already: each loss ends every node's session."""
+    from sky.utils import dag_utils
+
+    from fleet.providers.attempt import AttemptRecord
+
+    priors = RunPriors(mttp_seconds={z: 4.0 for z in ZONES}, restart_seconds=1.0,
+                       checkpoint_seconds=0.05, interval_seconds=1.5, work_seconds=10.0)
+    prov = SkyPilotProvider(SkyPilotConfig(poll_seconds=0), sleep=Controller(api_server, ["succeed"]))
+    assert prov.run_stage(_spec(priors=priors, num_nodes=4)).completed
+    envs = dict(dag_utils.load_chain_dag_from_yaml_str(api_server.launched_yaml[1]).tasks[0].envs)
+    assert float(envs["SPOTFLEET_MTTP_SECONDS"]) == pytest.approx(1.0)  # 4.0 s / 4 nodes
+    one = AttemptRecord(_spec(priors=priors), 1, None)
+    assert one.mttp_estimate(ZONES[0]) == pytest.approx(4.0)
+    assert one.mttp_estimate(ZONES[0], job_nodes=4) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="job_nodes"):
+        one.mttp_estimate(ZONES[0], job_nodes=0)
+
+
 @pytest.mark.slow
 def test_training_process_gets_the_priors_and_keeps_insurance_saves(api_server, tmp_path):
     """The SkyPilot task environment carries MTTP / R / interval / checkpoint time; a real

@@ -312,8 +312,12 @@ class _SkyRun(AttemptRecord):
         """MTTP of ``zone`` / R / interval / checkpoint time for the training process (real
         seconds): the plan's priors, refined by what this attempt held and lost so far and
         by the stalls of the checkpoints on the stage's prefix (read with the progress).
-        On on-demand no MTTP is exported: nothing preempts it, so no insurance saves."""
-        mttp = self.mttp_estimate(zone, spot)
+        On on-demand no MTTP is exported: nothing preempts it, so no insurance saves.
+        A multi-node task is recovered as a whole when one node is preempted (no elastic
+        shrink on SkyPilot): its MTTP is the job's, one node's over ``num_nodes``
+        (``mttp_estimate(job_nodes=...)``); until 2026-11-28 its nodes were told one node's,
+        an insurance interval up to sqrt(num_nodes) too long."""
+        mttp = self.mttp_estimate(zone, spot, job_nodes=self.spec.num_nodes)
         restart = self.restart_estimate()
         ckpt = self.checkpoint_estimate(self._stalls)
         return training_env(mttp, restart, self.spec.priors.interval_seconds, ckpt)
