@@ -101,8 +101,10 @@ def _gfs_assets() -> list:
 
 
 def build_definitions(pipelines: list[PipelineConfig] | None = None,
-                      resources: dict | None = None, include_gfs: bool = True) -> Definitions:
-    """Definitions for ``pipelines`` (default: the configured ones) with the given resources."""
+                      resources: dict | None = None, include_gfs: bool = True,
+                      loggers: dict | None = None) -> Definitions:
+    """Definitions for ``pipelines`` (default: the configured ones) with the given resources
+    (and ``loggers`` for every job, e.g. ``spotfleet main``'s concise ``console``)."""
     configs = pipelines if pipelines is not None else load_default_pipelines()
     built: list[PipelineAssets] = [build_pipeline_assets(c) for c in configs]
     assets: list = []
@@ -167,4 +169,4 @@ def build_definitions(pipelines: list[PipelineConfig] | None = None,
     # Steps are light (training runs in node-runner subprocesses), so runs execute their
     # steps in one process: no per-step interpreter start-up, retries still per step.
     return Definitions(assets=assets, asset_checks=checks, jobs=jobs, schedules=schedules,
-                       sensors=sensors, resources=res, executor=in_process_executor)
+                       sensors=sensors, resources=res, executor=in_process_executor, loggers=loggers)

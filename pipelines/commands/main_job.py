@@ -85,9 +85,13 @@ def run_main(args) -> int:
     from dagster import DagsterInstance
 
     from pipelines.code_location import build_definitions, main_job_name
+    from pipelines.commands.console_log import concise_console_logger
     from pipelines.commands.main_fleet import MainFleetResource  # runners fork from the server
+
     defs = build_definitions(configs, resources={"stats_db": stats_db,
-                                                 "fleet": MainFleetResource(var_dir=str(var))})
+                                                 "fleet": MainFleetResource(var_dir=str(var))},
+                             # the console without configuration errors' stack traces (--verbose: all)
+                             loggers=None if args.verbose else {"console": concise_console_logger})
     job = defs.resolve_job_def(main_job_name(cfg.name))  # the whole graph and its checks, one run
     print(f"[spotfleet main] pipeline {cfg.name}: stages {' -> '.join(s.name for s in cfg.stages)} on the "
           f"{cfg.provider} fleet; market {cfg.market.kind} (seed {cfg.market.seed}), one market hour = "

@@ -217,3 +217,36 @@ def test_before_a_stage_launches_an_unreachable_store_is_a_retryable_outage(tmp_
     assert at_launch.value.description.startswith("stage finetune: not launched, its checkpoint store does not answer")
     assert at_start.value.allow_retries is False
     assert at_start.value.description.startswith("configuration error: pipeline storecheck")
+
+
+def test_spotfleet_main_shows_a_job_start_configuration_error_without_dagsters_stack(tmp_path, monkeypatch,
+                                                                                     capsys):
+    """Through `spotfleet main`: the configuration error is on the console with what to do,
+    not buried under Dagster's stack traces and a "not executing" line per later step
+    (before: 110 lines, two 25-line stacks); `--verbose` keeps Dagster's console as it is."""
+    import yaml
+
+    from pipelines.cli import main
+    from pipelines.commands.console_log import STACK_HIDDEN
+
+    for k in ("DAGSTER_HOME", "SPOTFLEET_VAR_DIR"):  # `spotfleet main` sets them; restored afterwards
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
+    blocker = tmp_path / "ckpt.txt"
+    blocker.write_text("not a directory")
+    raw = yaml.safe_load((REPO / "pipelines" / "examples" / "two_stage.yaml").read_text(encoding="utf-8"))
+    raw["pipelines"][0]["checkpoint_uri"] = str(blocker / "demo")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw, sort_keys=False))
+    outputs = {}
+    for flag in ([], ["--verbose"]):
+        assert main(["main", "--pipelines", str(bad), "--var-dir", str(tmp_path / f"var{len(flag)}"), *flag]) == 2
+        cap = capsys.readouterr()
+        outputs[bool(flag)] = cap.out + cap.err
+    quiet, verbose = outputs[False], outputs[True]
+    assert "cannot create checkpoint directory" in quiet and "Fix: fix checkpoint_uri" in quiet
+    assert "not retried: a configuration error" in quiet
+    assert "Stack Trace:" not in quiet and STACK_HIDDEN in quiet
+    assert "Not executing." not in quiet and "did not yield or return expected outputs" not in quiet
+    assert "pretrain: not run" in quiet  # the stage summary still says what did not run
+    assert "Stack Trace:" in verbose and "Not executing." in verbose
