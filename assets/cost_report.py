@@ -107,7 +107,9 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
     first = selection.first_day or (dt.date.fromisoformat(days[0]) if days else None)
     last = selection.last_day or (dt.date.fromisoformat(days[-1]) if days else first)
     period = (first, last) if first is not None and last is not None else None
-    by_day = ct.day_summary(ct.for_days(data, *period)) if period else ct.day_summary(ct.for_runs(data, []))
+    in_period = ct.for_days(data, *period) if period else ct.for_runs(data, [])
+    by_day = ct.day_summary(in_period)
+    period_runs = int(in_period.lines["run_id"].nunique()) if not in_period.lines.empty else 0
     all_time = ct.run_summary(data)
     members = ct.load_membership(engine, pipeline)
     membership = ct.membership_table(members, run_ids)
@@ -129,7 +131,7 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
                   by_zone=by_zone, stages=stages, be=be, budget=budget, budget_enforced=budget_enforced,
                   period_label=period_label, by_day=by_day, all_time=all_time,
                   membership=membership, elastic_nodes=elastic_nodes, unpriced=unpriced,
-                  stage_be=stage_be)
+                  stage_be=stage_be, period_runs=period_runs)
     md_file = rr.markdown_report(**kwargs, image_uri="cost_report.png")
     md_page = rr.markdown_report(**kwargs, image_uri=rr.data_uri(png))
     files = {"png": png,

@@ -199,7 +199,7 @@ def prepare(attempts: pd.DataFrame, sessions: pd.DataFrame, lines: pd.DataFrame,
     ln = lines.copy()
     if s.empty:
         for col in ("run_id", "billed_hours", "cost_usd", "lost", "preempted_or_lost", "launch_order",
-                    "first_launch"):
+                    "first_launch", "fallback_usd"):
             s[col] = pd.Series(dtype=object)
     else:
         run_of_attempt = dict(zip(a["id"], a["run_id"], strict=True)) if not a.empty else {}
@@ -220,6 +220,9 @@ def prepare(attempts: pd.DataFrame, sessions: pd.DataFrame, lines: pd.DataFrame,
         started_of_attempt = dict(zip(a["id"], a["started_at"], strict=True)) if not a.empty else {}
         s["launch_order"] = s["attempt_id"].map(started_of_attempt).fillna(s["launched_at"])
         s["first_launch"] = _first_launches(s, root_of)
+        # once per session, against its own run group's spot price: every view (run, period,
+        # all time, FOCUS) then sums the same premium (see _fallback_by_session)
+        s["fallback_usd"] = _fallback_by_session(s, s["run_id"].map(lambda r: root_of.get(r, r)))
     if not ln.empty:
         ln["day"] = pd.to_datetime(ln["day"]).dt.date.astype(str)
         first_ids = set(s.loc[s["first_launch"].astype(bool), "id"]) if not s.empty else set()
@@ -278,14 +281,27 @@ def latest_run(data: CostData) -> str | None:
     return ids[-1] if ids else None
 
 
-def _fallback_by_session(sessions: pd.DataFrame) -> pd.Series:
-    """$ premium of on-demand sessions over the spot price of the same node type (0 for spot)."""
+def _fallback_by_session(sessions: pd.DataFrame, group: pd.Series | None = None) -> pd.Series:
+    """$ premium of on-demand sessions over the spot price of the same node type (0 for spot).
+
+    The spot price is the mean over the spot sessions of the same node type in the session's
+    run group (``group``: its root run id per session; None: all ``sessions`` are one group);
+    none there: no premium. Sessions from :func:`prepare` carry it (``fallback_usd``), so a
+    session's premium does not depend on which other runs are in view: until 2026-11-28 the
+    period table and the FOCUS export took the mean spot price of every run in view, and a
+    day's premium was not the sum of its runs' (``tests/orchestration/
+    test_orch_cost_report_views.py``)."""
     if sessions.empty:
         return pd.Series(dtype=float)
-    spot = sessions[sessions["spot"].astype(bool)]
-    spot_price = spot.groupby("instance_type")["price_per_hour"].mean()
-    od = ~sessions["spot"].astype(bool)
-    ref = sessions["instance_type"].map(spot_price)
+    if group is None and "fallback_usd" in sessions:
+        return sessions["fallback_usd"].astype(float)
+    g = group if group is not None else pd.Series("", index=sessions.index)
+    spot_mask = sessions["spot"].astype(bool)
+    spot = sessions[spot_mask].assign(_g=g[spot_mask])
+    spot_price = spot.groupby(["_g", "instance_type"])["price_per_hour"].mean()
+    od = ~spot_mask
+    ref = pd.Series(pd.MultiIndex.from_arrays([g, sessions["instance_type"]]).map(
+        lambda k: spot_price.get(k, float("nan"))), index=sessions.index, dtype=float)
     prem = (sessions["price_per_hour"] - ref).clip(lower=0) * sessions["billed_hours"]
     return prem.where(od & ref.notna(), 0.0).astype(float)
 

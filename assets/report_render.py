@@ -69,8 +69,11 @@ def _fmt(v: object, col: str) -> str:
     return text.replace("|", "\\|")
 
 
-def md_table(df: pd.DataFrame, cols: list[str] | None = None, total: bool = False) -> str:
-    """A GFM table with readable headers; numbers right-aligned; optional total row."""
+def md_table(df: pd.DataFrame, cols: list[str] | None = None, total: bool = False,
+             total_cells: dict[str, object] | None = None) -> str:
+    """A GFM table with readable headers; numbers right-aligned; optional total row.
+    ``total_cells``: total-row values that are not the column's sum (e.g. the period's
+    distinct runs: a run that billed on two days is one run, not two)."""
     cols = [c for c in (cols or list(df.columns)) if c in df.columns]
     if df.empty:
         return "_no rows_"
@@ -84,6 +87,8 @@ def md_table(df: pd.DataFrame, cols: list[str] | None = None, total: bool = Fals
         for i, c in enumerate(cols):
             if i == 0:
                 cells.append("**total**")
+            elif total_cells and c in total_cells:
+                cells.append(f"**{_fmt(total_cells[c], c)}**")
             elif c.endswith("_usd") or c in SUMMED_FLOATS:
                 cells.append(f"**{_fmt(float(df[c].sum()), c)}**")
             elif c in ("sessions", "preemptions", "attempts", "lost_attempts", "runs"):
@@ -204,10 +209,11 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
                     period_label: str, by_day: pd.DataFrame, all_time: pd.DataFrame,
                     image_uri: str | None = None, membership: pd.DataFrame | None = None,
                     elastic_nodes: pd.DataFrame | None = None, unpriced: pd.DataFrame | None = None,
-                    stage_be: pd.DataFrame | None = None) -> str:
+                    stage_be: pd.DataFrame | None = None, period_runs: int | None = None) -> str:
     """The whole report as markdown: run, period and all-time sections, each its own table.
     ``unpriced``: the run's node sessions recorded without a price (``cost_tables.unpriced_sessions``),
-    shown first: every $ figure below is then a lower bound."""
+    shown first: every $ figure below is then a lower bound. ``period_runs``: the distinct
+    runs that billed in the period (the period table's total; its rows count per day)."""
     money = ["spend_usd", "on_demand_usd", "savings_usd", "savings_pct"]
     taxes = [f"{c}_usd" for c in CATEGORIES if c != "useful"] + ["fallback_usd"]
     saved = tot["savings_usd"]
@@ -240,7 +246,8 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
             "### Lines (stage x zone x day)", "",
             md_table(table, ["stage", "zone", "day", *money, "useful_usd", *taxes], total=True), "",
             f"### Period: {period_label} (every run that billed on these days)", "",
-            md_table(by_day, ["day", "runs", *money, "taxes_usd", "fallback_usd"], total=True), "",
+            md_table(by_day, ["day", "runs", *money, "taxes_usd", "fallback_usd"], total=True,
+                     total_cells=None if period_runs is None else {"runs": int(period_runs)}), "",
             "### All time (every recorded run of this pipeline)", "",
             md_table(all_time, ["run_id", "started_utc", "stages", "attempts", "lost_attempts", "sessions",
                                 "preemptions", *money, "taxes_usd"], total=True)]
