@@ -150,7 +150,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
                        "from the node sessions recorded in the statistics DB (MTTP with CI, rate, "
                        "regain time, R).")
     def preemption_stats(context: AssetExecutionContext, stats_db: StatsDB, spot_market) -> Output:
-        from fleet.stats.preemption import session_stats, zone_stats
+        from fleet.stats.preemption import session_stats, stats_rows, zone_stats
         from infra.db.recorder import node_sessions_as_dataclasses
 
         context.log.info(f"{p}: preemption statistics of {len(spot_market)} zone trace(s) and the recorded "
@@ -158,10 +158,9 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         stats = list(zone_stats(spot_market))
         sessions = node_sessions_as_dataclasses(stats_db.engine(), p)
         stats += list(session_stats(sessions)) if sessions else []
-        # the analyst's table is derived from the typed records (the value is the records)
-        cols = ("source", "zone", "instance_type", "observed_hours", "preemptions", "rate_per_hour",
-                "mttp_hours", "availability", "restart_latency_s", "injected_preemptions")
-        show = pd.DataFrame([{c: getattr(s, c) for c in cols} for s in stats], columns=list(cols))
+        # the analyst's table is derived from the typed records (the value is the records):
+        # numbers as text, so a missing value says why instead of nan / inf
+        show = pd.DataFrame(stats_rows(stats))
         traced = [s.preemptions for s in stats if s.source == "trace"]
         return Output(stats, metadata={
             "table": _md_table(show), "recorded_sessions": MetadataValue.int(len(sessions)),

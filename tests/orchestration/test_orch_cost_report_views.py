@@ -25,11 +25,13 @@ DAY0 = 1_699_920_000.0  # 2023-11-14 00:00:00 UTC
 OD_PRICE = 3.06  # on-demand $/h of p3.2xlarge
 
 
-def _session(node: str, zone: str, spot: bool, price: float, start: float, hours: float) -> NodeSession:
+def _session(node: str, zone: str, spot: bool, price: float, start: float, hours: float,
+             reason: str | None = None) -> NodeSession:
     return NodeSession(node_id=node, stage="pretrain", attempt=1, provider="skypilot", cloud="aws",
                        region=zone[:-1], zone=zone, instance_type="p3.2xlarge", spot=spot,
                        price_per_hour=price, launched_at=start, ready_at=start + 60.0,
-                       ended_at=start + hours * 3600.0, end_reason="preempted" if spot else "completed")
+                       ended_at=start + hours * 3600.0,
+                       end_reason=reason or ("preempted" if spot else "completed"))
 
 
 def _record(eng, run: str, sessions: list[NodeSession]) -> None:
@@ -105,3 +107,56 @@ def test_the_period_total_counts_each_run_once(runs_sharing_a_day, tmp_path):
     spend = pd.Series({r: ct.for_runs(ct.load(eng, 'demo'), [r]).sessions['cost_usd'].sum()
                        for r in ("run-a", "run-b", "run-c")})
     assert rep.by_day["spend_usd"].sum() == pytest.approx(spend.sum(), rel=1e-9)
+
+
+def _resources(eng, tmp_path) -> dict[str, object]:
+    from pipelines.resources import FleetResource, StatsDB
+
+    return {"stats_db": StatsDB(url=str(eng.url), var_dir=str(tmp_path)),
+            "fleet": FleetResource(var_dir=str(tmp_path))}
+
+
+def _defs(eng, tmp_path):
+    from pipelines.config import EXAMPLE_PIPELINES, load_pipelines
+    from pipelines.definitions import build_definitions
+
+    return build_definitions(load_pipelines(EXAMPLE_PIPELINES), include_gfs=False,
+                             resources=_resources(eng, tmp_path))
+
+
+def _metadata(res, asset: str) -> dict[str, object]:
+    mat = next(e.event_specific_data.materialization for e in res.all_events
+               if e.event_type_value == "ASSET_MATERIALIZATION"
+               and e.event_specific_data.materialization.asset_key.path[-1] == asset)
+    return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+
+
+def test_the_assets_metadata_an_analyst_reads(runs_sharing_a_day, tmp_path):
+    """Real Dagster (the report and the refresh jobs on the example pipeline): the cost
+    report's ``spend_all_time_usd`` is the all-time sum to 4 decimals like every other $
+    (it was rounded to cents: $7.31 for $7.314), and the ``preemption_stats`` table shows
+    the MTTP confidence interval, with no ``nan`` / ``inf`` where the sessions of a zone saw
+    no preemption or a trace has no R."""
+    from dagster import AssetKey, DagsterInstance, materialize
+
+    from pipelines.definitions import report_job_name
+
+    eng = runs_sharing_a_day
+    # a zone whose only session completed: no preemption there
+    _record(eng, "run-d", [_session("d-n0", "us-east-1c", True, 0.918, DAY0 + 8 * 3600.0, 1.0, "completed")])
+    defs = _defs(eng, tmp_path)
+    with DagsterInstance.ephemeral() as instance:
+        res = defs.resolve_job_def(report_job_name("demo")).execute_in_process(instance=instance)
+        md = _metadata(res, "cost_report")
+        stats_res = materialize([defs.resolve_assets_def(AssetKey(["demo", n]))
+                                 for n in ("spot_market", "preemption_stats")],
+                                instance=instance)
+        stats_md = _metadata(stats_res, "preemption_stats")
+    total = ct.run_summary(ct.load(eng, "demo"))["spend_usd"].sum()
+    assert total == pytest.approx(0.918 + 1.50 + OD_PRICE + 0.918 + 0.918, rel=1e-9)
+    assert md["spend_all_time_usd"] == round(total, 4)
+    table = stats_md["table"]
+    assert "mttp_ci90_hours" in table and "regain_mean_hours" in table
+    words = table.replace("|", " ").lower().split()
+    assert "nan" not in words and "inf" not in words
+    assert "none in" in table  # us-east-1c's sessions: no preemption, so no MTTP point estimate
