@@ -119,11 +119,21 @@ def effective_cost_lines(be: BreakEven | None) -> list[str]:
     o = be.observed
     verdict = "spot wins" if be.spot_wins else "ON-DEMAND would be cheaper"
     observed = o.observed_cost_per_useful_hour
+    if math.isfinite(be.eff_cost_per_useful_hour):
+        modelled = f"{be.eff_cost_per_useful_hour:.3f} $ per useful hour"
+    else:  # lambda * R >= 1: c_eff has no finite value (the "–" it showed said nothing)
+        modelled = (f"**no finite cost**: at {o.rate_per_hour:.3f} preemptions/h and R = "
+                    f"{o.restart_hours * 60:.1f} min (lambda x R = {o.rate_per_hour * o.restart_hours:.2f} "
+                    f">= 1) the model expects a preemption before each restart has paid off, so a long "
+                    f"job would not finish on spot: cut R (faster start-up / restore) or run on-demand")
+    if math.isfinite(observed):
+        observed_text = f"**{observed:.3f} $ per useful hour** (spend ${o.spend_usd:,.2f} / {o.useful_hours:.2f} useful h)"
+    else:  # no useful hour: "– $ per useful hour" said nothing
+        observed_text = (f"**none: no useful training hour was recorded** (spend ${o.spend_usd:,.2f}); the "
+                         f"node sessions logged no training progress: see the stage's node logs")
     return [
-        f"- **observed** effective cost: **{_num(observed, 3)} $ per useful hour** "
-        f"(spend ${o.spend_usd:,.2f} / {o.useful_hours:.2f} useful h); on-demand {o.on_demand_price:.3f} $/h",
-        f"- **modelled** effective cost (playbook c_eff at the observed rates, optimal interval): "
-        f"{_num(be.eff_cost_per_useful_hour, 3)} $ per useful hour",
+        f"- **observed** effective cost: {observed_text}; on-demand {o.on_demand_price:.3f} $/h",
+        f"- **modelled** effective cost (playbook c_eff at the observed rates, optimal interval): {modelled}",
         f"- observed preemption rate {o.rate_per_hour:.3f}/h over {o.spot_hours:.2f} spot hours "
         f"({o.preemptions} preemptions, lost node groups included); checkpoint cost C = "
         f"{o.ckpt_hours * 3600:.1f} s; restart R = {o.restart_hours * 60:.1f} min; spot {o.spot_price:.3f} $/h",
@@ -136,13 +146,13 @@ def stage_break_even_lines(stage_be: pd.DataFrame | None) -> list[str]:
     lines; nothing for a run with at most one stage on spot (the run lines say it all)."""
     if stage_be is None or len(stage_be) < 2:
         return []
+    shown = stage_be.copy()
+    col = "modelled_usd_per_useful_h"
+    if col in shown and (shown[col] == math.inf).any():  # lambda x R >= 1: no finite c_eff ("inf" before)
+        shown[col] = [("no finite cost (lambda x R >= 1)" if v == math.inf else v) for v in shown[col]]
     return ["Per stage (each stage's own C, R and preemption rate: stages save and restore "
             "different models, and the planner plans each with its own):", "",
-            md_table(stage_be), ""]
-
-
-def _num(v: float, nd: int) -> str:
-    return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
+            md_table(shown), ""]
 
 
 def budget_line(b: BudgetStatus | None, enforced: bool) -> str:

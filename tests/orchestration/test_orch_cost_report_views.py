@@ -9,6 +9,7 @@ price x hours.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pandas as pd
@@ -160,3 +161,39 @@ def test_the_assets_metadata_an_analyst_reads(runs_sharing_a_day, tmp_path):
     words = table.replace("|", " ").lower().split()
     assert "nan" not in words and "inf" not in words
     assert "none in" in table  # us-east-1c's sessions: no preemption, so no MTTP point estimate
+
+
+def test_a_modelled_cost_without_a_finite_value_says_why(tmp_path):
+    """Each stage: six spot nodes preempted during start-up (never ready) and one that became
+    ready after 30 min: lambda = 6 / 1.6 billed h = 3.75/h, R = 30 min, lambda x R = 1.875 >= 1,
+    where the playbook's c_eff has no finite value. The run line said "– $ per useful hour"
+    and the per-stage table "inf"; now both say there is no finite cost and why."""
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    t = DAY0 + 3600.0
+    for stage in ("pretrain", "finetune"):
+        nodes = []
+        for i in range(6):
+            s = _session(f"{stage}-n{i}", "us-east-1f", True, 0.918, t, 0.1)
+            nodes.append(dataclasses.replace(s, stage=stage, ready_at=None))
+            t += 0.1 * 3600.0
+        nodes.append(dataclasses.replace(_session(f"{stage}-n6", "us-east-1f", True, 0.918, t, 1.0, "completed"),
+                                         stage=stage, ready_at=t + 1800.0))
+        t += 3600.0
+        record_attempt(eng, run_id="run-x", pipeline="demo", stage=stage, attempt=1, provider="skypilot",
+                       status="completed", sessions=nodes, events=[], started_at=nodes[0].launched_at,
+                       ended_at=nodes[-1].ended_at, start_step=None, final_step=None, total_steps=None,
+                       on_demand_price=lambda _s: OD_PRICE)
+    rep = build_report(eng, "demo", tmp_path / "out", ReportSelection(run_ids=("run-x",)),
+                       stage_order=["pretrain", "finetune"], write_focus=False)
+    obs = rep.break_even.observed
+    assert obs.rate_per_hour == pytest.approx(2 * 6 / 3.2) and obs.restart_hours == pytest.approx(0.5)
+    assert rep.break_even.eff_cost_per_useful_hour == float("inf")
+    assert list(rep.stage_break_even["rate_per_hour"]) == pytest.approx([3.75, 3.75])
+    md = rep.markdown
+    assert "– $ per useful hour" not in md
+    assert "no finite cost" in md and "lambda x R = 1.8" in md and ">= 1)" in md
+    assert "no useful training hour was recorded" in md  # no progress events: no observed $/useful h
+    section = md.split("Per stage (each stage's own", 1)[1].split("###", 1)[0]
+    assert "no finite cost (lambda x R >= 1)" in section
+    assert "inf" not in section.replace("|", " ").split()
