@@ -219,11 +219,14 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
                     period_label: str, by_day: pd.DataFrame, all_time: pd.DataFrame,
                     image_uri: str | None = None, membership: pd.DataFrame | None = None,
                     elastic_nodes: pd.DataFrame | None = None, unpriced: pd.DataFrame | None = None,
-                    stage_be: pd.DataFrame | None = None, period_runs: int | None = None) -> str:
+                    stage_be: pd.DataFrame | None = None, period_runs: int | None = None,
+                    as_of: str | None = None, rebuild: str | None = None) -> str:
     """The whole report as markdown: run, period and all-time sections, each its own table.
     ``unpriced``: the run's node sessions recorded without a price (``cost_tables.unpriced_sessions``),
     shown first: every $ figure below is then a lower bound. ``period_runs``: the distinct
-    runs that billed in the period (the period table's total; its rows count per day)."""
+    runs that billed in the period (the period table's total; its rows count per day).
+    ``as_of``: when the report was written; the period and all-time tables then say that runs
+    recorded later are not in them, and ``rebuild`` (a command) how to get them."""
     money = ["spend_usd", "on_demand_usd", "savings_usd", "savings_pct"]
     taxes = [f"{c}_usd" for c in CATEGORIES if c != "useful"] + ["fallback_usd"]
     saved = tot["savings_usd"]
@@ -236,6 +239,11 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
         verdict = f"savings **${saved:,.2f} ({tot['savings_pct']:.1f} %)**"
     else:
         verdict = f"spot cost **${-saved:,.2f} MORE ({-tot['savings_pct']:.1f} %)**"
+    # the run's own figures never change; the period and all-time tables are as of the writing
+    stamp = f", as of {as_of}" if as_of else ""
+    snapshot = ([f"_Written {as_of}: runs recorded after that are not in the period and all-time "
+                 f"tables" + (f"; `{rebuild}` rebuilds this report with them" if rebuild else "") + "._", ""]
+                if as_of else [])
     out = [f"## Cost report: {pipeline}, {run_label}", "",
            f"Spend **${tot['spend_usd']:,.2f}** vs **${tot['on_demand_usd']:,.2f}** on-demand for the same "
            f"useful work: {verdict}. Taxes ${tot['taxes_usd']:,.2f}.", ""]
@@ -255,10 +263,11 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
             *stage_break_even_lines(stage_be),
             "### Lines (stage x zone x day)", "",
             md_table(table, ["stage", "zone", "day", *money, "useful_usd", *taxes], total=True), "",
-            f"### Period: {period_label} (every run that billed on these days)", "",
+            f"### Period: {period_label} (every run that billed on these days{stamp})", "",
+            *snapshot,
             md_table(by_day, ["day", "runs", *money, "taxes_usd", "fallback_usd"], total=True,
                      total_cells=None if period_runs is None else {"runs": int(period_runs)}), "",
-            "### All time (every recorded run of this pipeline)", "",
+            f"### All time (every recorded run of this pipeline{stamp})", "",
             md_table(all_time, ["run_id", "started_utc", "stages", "attempts", "lost_attempts", "sessions",
                                 "preemptions", *money, "taxes_usd"], total=True)]
     return "\n".join(out)

@@ -197,3 +197,32 @@ def test_a_modelled_cost_without_a_finite_value_says_why(tmp_path):
     section = md.split("Per stage (each stage's own", 1)[1].split("###", 1)[0]
     assert "no finite cost (lambda x R >= 1)" in section
     assert "inf" not in section.replace("|", " ").split()
+
+
+def test_a_kept_run_report_says_when_its_period_and_all_time_tables_were_taken(tmp_path):
+    """run-a's report is written, then run-b bills on the same day. run-a's file is kept
+    (runs/run-a/), and its period / all-time tables still show one run: they must say when
+    they were taken and how to rebuild them, or an analyst reads "2023-11-14: 1 run, $0.92"
+    as the day's total (before: no date, nothing to do)."""
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    var = tmp_path / "var"
+    out = var / "reports" / "demo"
+    _record(eng, "run-a", [_session("a-n0", "us-east-1f", True, 0.918, DAY0 + 3600.0, 1.0)])
+    first = build_report(eng, "demo", out, ReportSelection(run_ids=("run-a",)), stage_order=["pretrain"],
+                         write_focus=False, as_of=dt.datetime(2023, 11, 14, 2, 0, tzinfo=dt.UTC))
+    _record(eng, "run-b", [_session("b-n0", "us-west-2b", True, 1.50, DAY0 + 4 * 3600.0, 1.0)])
+    build_report(eng, "demo", out, ReportSelection(run_ids=("run-b",)), stage_order=["pretrain"],
+                 write_focus=False)
+    kept = (out / "runs" / "run-a" / "cost_report.md").read_text()
+    assert list(first.by_day["runs"]) == [1]  # what the kept file's period table shows
+    assert "### Period: 2023-11-14 (every run that billed on these days, as of 2023-11-14 02:00:00 UTC)" in kept
+    assert "### All time (every recorded run of this pipeline, as of 2023-11-14 02:00:00 UTC)" in kept
+    assert (f"`spotfleet cost-report --pipeline demo --run run-a --var-dir {var}` rebuilds this report"
+            in kept)
+    # rebuilt, the same run's own figures are unchanged and the day now has both runs
+    again = build_report(eng, "demo", out, ReportSelection(run_ids=("run-a",)), stage_order=["pretrain"],
+                         write_focus=False)
+    assert again.totals["spend_usd"] == pytest.approx(first.totals["spend_usd"], rel=1e-12)
+    assert list(again.by_day["runs"]) == [2]
+    assert again.by_day["spend_usd"].sum() == pytest.approx(0.918 + 1.50, rel=1e-9)
