@@ -101,6 +101,15 @@ def md_table(df: pd.DataFrame, cols: list[str] | None = None, total: bool = Fals
     return "\n".join(lines)
 
 
+def _empty_period(table: pd.DataFrame) -> str:
+    """The period table when no run billed on its days: say so and which days to pick."""
+    days = sorted(set(table["day"])) if not table.empty and "day" in table else []
+    where = (f"this run billed on {', '.join(days)}" if days else "this run billed nothing")
+    return (f"_No run billed on these days (UTC days of the charges, the market clock on the local "
+            f"fleet); {where}. Pick a period with those days: `--from` / `--to` of `spotfleet "
+            f"cost-report`, or `first_day` / `last_day` of the cost_report asset's config._")
+
+
 def tax_table(tot: dict[str, float]) -> pd.DataFrame:
     """Tax totals: each tax in $ and as a share of spend."""
     spend = tot.get("spend_usd", 0.0)
@@ -265,8 +274,9 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
             md_table(table, ["stage", "zone", "day", *money, "useful_usd", *taxes], total=True), "",
             f"### Period: {period_label} (every run that billed on these days{stamp})", "",
             *snapshot,
-            md_table(by_day, ["day", "runs", *money, "taxes_usd", "fallback_usd"], total=True,
-                     total_cells=None if period_runs is None else {"runs": int(period_runs)}), "",
+            (md_table(by_day, ["day", "runs", *money, "taxes_usd", "fallback_usd"], total=True,
+                      total_cells=None if period_runs is None else {"runs": int(period_runs)})
+             if not by_day.empty else _empty_period(table)), "",
             f"### All time (every recorded run of this pipeline{stamp})", "",
             md_table(all_time, ["run_id", "started_utc", "stages", "attempts", "lost_attempts", "sessions",
                                 "preemptions", *money, "taxes_usd"], total=True)]

@@ -226,3 +226,23 @@ def test_a_kept_run_report_says_when_its_period_and_all_time_tables_were_taken(t
     assert again.totals["spend_usd"] == pytest.approx(first.totals["spend_usd"], rel=1e-12)
     assert list(again.by_day["runs"]) == [2]
     assert again.by_day["spend_usd"].sum() == pytest.approx(0.918 + 1.50, rel=1e-9)
+
+
+def test_a_period_without_charges_says_which_days_to_pick(runs_sharing_a_day, tmp_path, capsys):
+    """A period in which no run billed showed only "_no rows_"; it says so and names the
+    days the run billed on and the options that choose the period."""
+    rep = build_report(runs_sharing_a_day, "demo", tmp_path / "out",
+                       ReportSelection(run_ids=("run-a",), first_day=dt.date(2030, 1, 1),
+                                       last_day=dt.date(2030, 1, 2)),
+                       stage_order=["pretrain"], write_focus=False)
+    assert rep.by_day.empty
+    section = rep.markdown.split("### Period:", 1)[1].split("### All time", 1)[0]
+    assert "_no rows_" not in section
+    assert "No run billed on these days" in section and "this run billed on 2023-11-14" in section
+    assert "`--from` / `--to`" in section and "`first_day` / `last_day`" in section
+    from pipelines.cli import main
+
+    assert main(["cost-report", "--db-url", str(runs_sharing_a_day.url), "--var-dir", str(tmp_path / "var"),
+                 "--pipeline", "demo", "--run", "run-a", "--from", "2030-01-01", "--to", "2030-01-02"]) == 0
+    assert ("period 2030-01-01 .. 2030-01-02: no run billed on these days; this run billed on 2023-11-14"
+            in capsys.readouterr().out)
