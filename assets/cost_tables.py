@@ -531,13 +531,30 @@ def observed_rates(sessions: pd.DataFrame, lines: pd.DataFrame, checkpoints: pd.
     restart_s = mean_restart_seconds(zip(sessions["launched_at"], sessions["ready_at"], strict=True)
                                      ) if not sessions.empty else None
     restart_h = (restart_s or 0.0) / 3600.0
-    sp = float(spot["price_per_hour"].mean()) if not spot.empty else float("nan")
-    od_col = sessions["on_demand_price_per_hour"].dropna() if not sessions.empty else pd.Series(dtype=float)
-    od = float(od_col.mean()) if len(od_col) else float("nan")
+    # prices per billed hour (what an hour cost on average), not per session: a short session
+    # in a dear zone must not weigh as much as a long one in a cheap zone; unpriced sessions
+    # ($0/h: price unknown) are left out (until 2026-11-28: the plain mean over sessions)
+    sp = _hour_weighted_price(spot, "price_per_hour")
+    od = _hour_weighted_price(ended, "on_demand_price_per_hour")
     useful_h = float(lines.loc[lines["category"] == "useful", "seconds"].sum()) / 3600.0 if not lines.empty else 0.0
     spend = float(lines["dollars"].sum()) if not lines.empty else 0.0
     return ObservedRates(hours, npre, npre / hours if hours > 0 else 0.0, ckpt_h, restart_h, sp, od,
                          useful_h, spend)
+
+
+def _hour_weighted_price(sessions: pd.DataFrame, col: str) -> float:
+    """Mean of ``col`` ($/h) over ``sessions`` weighted by their billed hours, over the sessions
+    with a positive price (NaN when none; the plain mean when none has billed hours yet)."""
+    if sessions.empty or col not in sessions:
+        return float("nan")
+    price = pd.to_numeric(sessions[col], errors="coerce")
+    ok = price.notna() & (price > 0)
+    if not ok.any():
+        return float("nan")
+    hours = _billed_hours(sessions)[ok]
+    if float(hours.sum()) <= 0:
+        return float(price[ok].mean())
+    return float((price[ok] * hours).sum() / hours.sum())
 
 
 def break_even(obs: ObservedRates) -> BreakEven | None:

@@ -246,3 +246,22 @@ def test_a_period_without_charges_says_which_days_to_pick(runs_sharing_a_day, tm
                  "--pipeline", "demo", "--run", "run-a", "--from", "2030-01-01", "--to", "2030-01-02"]) == 0
     assert ("period 2030-01-01 .. 2030-01-02: no run billed on these days; this run billed on 2023-11-14"
             in capsys.readouterr().out)
+
+
+def test_the_observed_prices_are_per_billed_hour(tmp_path):
+    """Three spot hours at $0.50/h and six minutes at $2.00/h: the spot hour this run paid
+    cost (1.50 + 0.20) / 3.1 = $0.548, which the report shows and the model prices with
+    (the plain mean over the two sessions, $1.25/h, was shown before); on-demand likewise."""
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    _record(eng, "run-p", [_session("p-n0", "us-east-1f", True, 0.50, DAY0 + 3600.0, 3.0),
+                           _session("p-n1", "us-west-2b", True, 2.00, DAY0 + 5 * 3600.0, 0.1)])
+    rep = build_report(eng, "demo", tmp_path / "out", ReportSelection(run_ids=("run-p",)),
+                       stage_order=["pretrain"], write_focus=False)
+    obs = rep.break_even.observed
+    spend = rep.totals["spend_usd"]
+    assert spend == pytest.approx(1.50 + 0.20, rel=1e-9)
+    assert obs.spot_price == pytest.approx(spend / obs.spot_hours, rel=1e-9)
+    assert obs.spot_price == pytest.approx(1.70 / 3.1, rel=1e-9)
+    assert obs.on_demand_price == pytest.approx(OD_PRICE)
+    assert f"spot {1.70 / 3.1:.3f} $/h" in rep.markdown
