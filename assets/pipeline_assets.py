@@ -196,7 +196,10 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         return Output(fc, metadata={
             "table": _md_table(show), "horizon_hours": MetadataValue.float(round(horizon, 2)),
             "zones_updated_by_sessions": MetadataValue.int(len(updated)),
-            "session_update": _md_table(ev),
+            # nothing to update from: say why and when it changes ("_empty_" said neither)
+            "session_update": _md_table(ev) if len(ev) else MetadataValue.md(
+                "_no zone has recorded spot sessions yet: this forecast is the market traces' alone; "
+                "the node sessions a training run records update it at the next refresh_"),
             "session_prior_held_hours": MetadataValue.float(SESSION_PRIOR_HELD_HOURS),
         })
 

@@ -265,3 +265,21 @@ def test_the_observed_prices_are_per_billed_hour(tmp_path):
     assert obs.spot_price == pytest.approx(1.70 / 3.1, rel=1e-9)
     assert obs.on_demand_price == pytest.approx(OD_PRICE)
     assert f"spot {1.70 / 3.1:.3f} $/h" in rep.markdown
+
+
+def test_a_forecast_without_sessions_says_why_it_has_no_session_update(tmp_path):
+    """On an empty statistics DB the forecast's ``session_update`` metadata read "_empty_";
+    it says that no zone has recorded sessions yet and when they will count."""
+    from dagster import AssetKey, DagsterInstance, materialize
+
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    defs = _defs(eng, tmp_path)
+    with DagsterInstance.ephemeral() as instance:
+        res = materialize([defs.resolve_assets_def(AssetKey(["demo", n]))
+                           for n in ("spot_market", "preemption_stats", "preemption_forecast")], instance=instance)
+    md = _metadata(res, "preemption_forecast")
+    assert md["zones_updated_by_sessions"] == 0
+    assert md["session_update"] != "_empty_"
+    assert "no zone has recorded spot sessions yet" in md["session_update"]
+    assert "nan" not in md["table"].lower().split()
