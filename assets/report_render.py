@@ -121,6 +121,18 @@ def tax_table(tot: dict[str, float]) -> pd.DataFrame:
     return out
 
 
+def tax_total_line(tot: dict[str, float]) -> str:
+    """What the tax rows add up to: the time taxes are the headline's "Taxes"; the fallback
+    premium is a price split that overlaps them, so the column does not sum to a total."""
+    spend = tot.get("spend_usd", 0.0)
+    share = f" ({100.0 * tot['taxes_usd'] / spend:.1f} % of spend)" if spend > 0 else ""
+    fb = tot.get("fallback_usd", 0.0)
+    return (f"Time taxes (first launch, restart, checkpoint, membership, redo, idle): "
+            f"**${tot['taxes_usd']:,.2f}**{share}, the headline's Taxes"
+            + (f"; the on-demand fallback premium (${fb:,.2f}) is part of the same hours' cost, "
+               f"so it is not added to them" if fb > 0 else "") + ".")
+
+
 def effective_cost_lines(be: BreakEven | None) -> list[str]:
     """Observed vs modelled effective cost per useful hour, and the break-even verdict."""
     if be is None:
@@ -268,6 +280,7 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
             "### Per stage", "", md_table(by_stage, ["stage", *money, *taxes], total=True), "",
             "### Per zone", "", md_table(by_zone, ["zone", *money, *taxes], total=True), "",
             "### Taxes", "", md_table(tax_table(tot), ["tax", "tax_usd", "share_pct"]), "",
+            tax_total_line(tot), "",
             "### Effective cost: observed vs modelled", "", *effective_cost_lines(be), "",
             *stage_break_even_lines(stage_be),
             "### Lines (stage x zone x day)", "",

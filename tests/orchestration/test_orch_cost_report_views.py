@@ -283,3 +283,19 @@ def test_a_forecast_without_sessions_says_why_it_has_no_session_update(tmp_path)
     assert md["session_update"] != "_empty_"
     assert "no zone has recorded spot sessions yet" in md["session_update"]
     assert "nan" not in md["table"].lower().split()
+
+
+def test_the_tax_rows_say_what_they_add_up_to(runs_sharing_a_day, tmp_path):
+    """run-b has an on-demand fallback premium ($1.56) besides its time taxes: the Taxes
+    table lists both, and summing its column gave neither the headline's Taxes nor anything
+    meaningful (the premium overlaps the time taxes). The section now states the total."""
+    rep = build_report(runs_sharing_a_day, "demo", tmp_path / "out", ReportSelection(run_ids=("run-b",)),
+                       stage_order=["pretrain"], write_focus=False)
+    tot = rep.totals
+    assert tot["fallback_usd"] == pytest.approx(OD_PRICE - 1.50) and tot["taxes_usd"] > 0
+    assert tot["taxes_usd"] == pytest.approx(sum(tot[f"{c}_usd"] for c in ct.TAXES))
+    section = rep.markdown.split("### Taxes", 1)[1].split("###", 1)[0]
+    pct = 100.0 * tot["taxes_usd"] / tot["spend_usd"]
+    assert f"**${tot['taxes_usd']:,.2f}** ({pct:.1f} % of spend), the headline's Taxes" in section
+    assert f"Taxes ${tot['taxes_usd']:,.2f}." in rep.markdown  # the headline
+    assert f"premium (${tot['fallback_usd']:,.2f}) is part of the same hours' cost" in section
