@@ -348,8 +348,9 @@ def plot_figure(by_stage_cat: pd.DataFrame, tot: dict[str, float], title: str,
 
     cols = [f"{c}_usd" for c in CATEGORIES] + ["on_demand_usd"]
     by_stage = by_stage_cat.set_index("stage")[cols] if not by_stage_cat.empty else pd.DataFrame(columns=cols)
-    if stage_order:
-        by_stage = by_stage.reindex([s for s in stage_order if s in by_stage.index])
+    if stage_order:  # the YAML's order first, then stages it no longer names (were dropped from the plot)
+        known = [s for s in stage_order if s in by_stage.index]
+        by_stage = by_stage.reindex(known + [s for s in by_stage.index if s not in set(known)])
     fig, ax = plt.subplots(figsize=(7, 4), dpi=dpi)
     x = list(range(len(by_stage)))
     bottom = [0.0] * len(by_stage)

@@ -299,3 +299,36 @@ def test_the_tax_rows_say_what_they_add_up_to(runs_sharing_a_day, tmp_path):
     assert f"**${tot['taxes_usd']:,.2f}** ({pct:.1f} % of spend), the headline's Taxes" in section
     assert f"Taxes ${tot['taxes_usd']:,.2f}." in rep.markdown  # the headline
     assert f"premium (${tot['fallback_usd']:,.2f}) is part of the same hours' cost" in section
+
+
+def test_the_plot_shows_every_stage_of_the_run(tmp_path):
+    """A run recorded with a stage the pipeline YAML no longer names ("warmup", renamed since):
+    the tables list it, and the plot dropped its bar, so the bars did not add up to the spend
+    in the plot's own title. Every stage is drawn; the YAML's stages first."""
+    import matplotlib.pyplot as plt
+
+    from assets import report_render as rr
+
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    for i, stage in enumerate(("warmup", "pretrain")):
+        s = dataclasses.replace(_session(f"{stage}-n0", "us-east-1f", True, 0.918, DAY0 + (1 + 2 * i) * 3600.0,
+                                         1.0), stage=stage)
+        record_attempt(eng, run_id="run-w", pipeline="demo", stage=stage, attempt=1, provider="skypilot",
+                       status="completed", sessions=[s], events=[], started_at=s.launched_at,
+                       ended_at=s.ended_at, start_step=None, final_step=None, total_steps=None,
+                       on_demand_price=lambda _s: OD_PRICE)
+    rep = build_report(eng, "demo", tmp_path / "out", ReportSelection(run_ids=("run-w",)),
+                       stage_order=["pretrain", "finetune"], write_focus=False)
+    assert list(rep.by_stage["stage"]) == ["pretrain", "warmup"]
+    fig = rr.plot_figure(rep.by_stage, rep.totals, "demo run-w", ["pretrain", "finetune"])
+    try:
+        ax = fig.axes[0]
+        labels = [t.get_text() for t in ax.get_xticklabels()]
+        # the spot bars: every patch but the on-demand ones (rr's "#264653")
+        spot_height = sum(p.get_height() for p in ax.patches
+                          if p.get_facecolor() != plt.matplotlib.colors.to_rgba("#264653"))
+    finally:
+        plt.close(fig)
+    assert labels == ["pretrain", "warmup"]
+    assert spot_height == pytest.approx(rep.totals["spend_usd"], rel=1e-9)
