@@ -487,6 +487,10 @@ class ObservedRates:
     on_demand_price: float
     useful_hours: float = 0.0
     spend_usd: float = 0.0
+    #: of ``preemptions``: spot nodes a fault injection preempted (``inject_preemptions_at_steps``,
+    #: ``node_sessions.injected``) and nodes lost with their node group; the rest are the market's
+    injected: int = 0
+    lost: int = 0
 
     @property
     def observed_cost_per_useful_hour(self) -> float:
@@ -538,8 +542,11 @@ def observed_rates(sessions: pd.DataFrame, lines: pd.DataFrame, checkpoints: pd.
     od = _hour_weighted_price(ended, "on_demand_price_per_hour")
     useful_h = float(lines.loc[lines["category"] == "useful", "seconds"].sum()) / 3600.0 if not lines.empty else 0.0
     spend = float(lines["dollars"].sum()) if not lines.empty else 0.0
+    injected = int((spot["end_reason"].eq("preempted") & spot["injected"].fillna(False).astype(bool)).sum()) \
+        if not spot.empty and "injected" in spot else 0
+    lost = int(spot["lost"].astype(bool).sum()) if not spot.empty and "lost" in spot else 0
     return ObservedRates(hours, npre, npre / hours if hours > 0 else 0.0, ckpt_h, restart_h, sp, od,
-                         useful_h, spend)
+                         useful_h, spend, injected, lost)
 
 
 def _hour_weighted_price(sessions: pd.DataFrame, col: str) -> float:

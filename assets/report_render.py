@@ -121,6 +121,21 @@ def tax_table(tot: dict[str, float]) -> pd.DataFrame:
     return out
 
 
+def _preemption_kinds(o) -> str:
+    """``N preemptions`` and what they were: the market's, fault injections, lost node groups
+    (the demo's were all injected or lost; the line said only "lost node groups included")."""
+    market = o.preemptions - o.injected - o.lost
+    if not (o.injected or o.lost):
+        return f"{o.preemptions} preemptions, all the market's"
+    parts = [f"{market} by the market"]
+    if o.injected:
+        parts.append(f"{o.injected} injected (inject_preemptions_at_steps)")
+    if o.lost:
+        parts.append(f"{o.lost} node(s) lost with their node group")
+    return (f"{o.preemptions} preemptions: {', '.join(parts)}; the rate and the verdict below count them "
+            f"all, the preemption statistics and the planner only the market's")
+
+
 def tax_total_line(tot: dict[str, float]) -> str:
     """What the tax rows add up to: the time taxes are the headline's "Taxes"; the fallback
     premium is a price split that overlaps them, so the column does not sum to a total."""
@@ -156,7 +171,7 @@ def effective_cost_lines(be: BreakEven | None) -> list[str]:
         f"- **observed** effective cost: {observed_text}; on-demand {o.on_demand_price:.3f} $/h",
         f"- **modelled** effective cost (playbook c_eff at the observed rates, optimal interval): {modelled}",
         f"- observed preemption rate {o.rate_per_hour:.3f}/h over {o.spot_hours:.2f} spot hours "
-        f"({o.preemptions} preemptions, lost node groups included); checkpoint cost C = "
+        f"({_preemption_kinds(o)}); checkpoint cost C = "
         f"{o.ckpt_hours * 3600:.1f} s; restart R = {o.restart_hours * 60:.1f} min; spot {o.spot_price:.3f} $/h",
         f"- break-even rate {be.break_even_rate_per_hour:.3f}/h: **{verdict}**",
     ]

@@ -332,3 +332,23 @@ def test_the_plot_shows_every_stage_of_the_run(tmp_path):
         plt.close(fig)
     assert labels == ["pretrain", "warmup"]
     assert spot_height == pytest.approx(rep.totals["spend_usd"], rel=1e-9)
+
+
+def test_the_preemption_rate_line_says_which_preemptions_were_injected(tmp_path):
+    """The demo's preemptions are fault injections and a lost node group; the cost report's
+    rate counts them all while the statistics and the planner count the market's only. The
+    line said "(3 preemptions, lost node groups included)"; it now splits them."""
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    t = DAY0 + 3600.0
+    inj = dataclasses.replace(_session("i-n0", "us-east-1f", True, 0.918, t, 0.5), injected=True)
+    mkt = _session("i-n1", "us-west-2b", True, 0.918, t + 1800.0, 0.5)
+    done = _session("i-n2", "us-west-2b", True, 0.918, t + 3600.0, 1.0, "completed")
+    _record(eng, "run-i", [inj, mkt, done])
+    rep = build_report(eng, "demo", tmp_path / "out", ReportSelection(run_ids=("run-i",)),
+                       stage_order=["pretrain"], write_focus=False)
+    o = rep.break_even.observed
+    assert (o.preemptions, o.injected, o.lost) == (2, 1, 0)
+    assert o.rate_per_hour == pytest.approx(2 / 2.0)
+    assert "2 preemptions: 1 by the market, 1 injected (inject_preemptions_at_steps)" in rep.markdown
+    assert "the preemption statistics and the planner only the market's" in rep.markdown
