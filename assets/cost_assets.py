@@ -166,7 +166,7 @@ def materialize_cost_report(context: AssetExecutionContext, cfg, stats_db, fleet
         "focus_csv": MetadataValue.path(str(rep.files.get("focus_csv", ""))),
         "focus_rows": MetadataValue.int(rep.focus_rows),
         "runs_all_time": MetadataValue.int(len(rep.all_time)),
-        "spend_all_time_usd": _f(rep.all_time["spend_usd"].sum() if not rep.all_time.empty else 0.0),
+        "spend_all_time_usd": _f(rep.all_time["spend_usd"].sum() if not rep.all_time.empty else 0.0, 4),
         "rows": MetadataValue.int(len(rep.table)),
     }
     if "focus_parquet" in rep.files:

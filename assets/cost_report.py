@@ -87,8 +87,11 @@ def _stage_rows(data: ct.CostData, order: list[str]) -> pd.DataFrame:
 def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelection = ReportSelection(), *,
                  stage_order: list[str] | None = None, budget_usd: float | None = None,
                  budget_period: str = "run", budget_enforced: bool = False,
-                 write_focus: bool = True) -> CostReport:
-    """Read the statistics DB, build the run / period / all-time tables and write the files."""
+                 write_focus: bool = True, as_of: dt.datetime | None = None) -> CostReport:
+    """Read the statistics DB, build the run / period / all-time tables and write the files.
+
+    ``as_of`` (default: now, UTC): when the report is written; the period and all-time
+    tables say so (a run's report file is kept, and later runs are not in its tables)."""
     # the selected runs are one run group, its root first: one first launch per stage
     data = ct.load(engine, pipeline, root_of={r: selection.run_ids[0] for r in selection.run_ids})
     # default: the latest recorded run with its run group (a re-execution: its root first)
@@ -107,7 +110,9 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
     first = selection.first_day or (dt.date.fromisoformat(days[0]) if days else None)
     last = selection.last_day or (dt.date.fromisoformat(days[-1]) if days else first)
     period = (first, last) if first is not None and last is not None else None
-    by_day = ct.day_summary(ct.for_days(data, *period)) if period else ct.day_summary(ct.for_runs(data, []))
+    in_period = ct.for_days(data, *period) if period else ct.for_runs(data, [])
+    by_day = ct.day_summary(in_period)
+    period_runs = int(in_period.lines["run_id"].nunique()) if not in_period.lines.empty else 0
     all_time = ct.run_summary(data)
     members = ct.load_membership(engine, pipeline)
     membership = ct.membership_table(members, run_ids)
@@ -129,7 +134,10 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
                   by_zone=by_zone, stages=stages, be=be, budget=budget, budget_enforced=budget_enforced,
                   period_label=period_label, by_day=by_day, all_time=all_time,
                   membership=membership, elastic_nodes=elastic_nodes, unpriced=unpriced,
-                  stage_be=stage_be)
+                  stage_be=stage_be, period_runs=period_runs,
+                  as_of=(as_of or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                  rebuild=(f"spotfleet cost-report --pipeline {pipeline} --run {run_ids[0][:8]} "
+                           f"--var-dir {out_dir.parent.parent}" if run_ids else None))
     md_file = rr.markdown_report(**kwargs, image_uri="cost_report.png")
     md_page = rr.markdown_report(**kwargs, image_uri=rr.data_uri(png))
     files = {"png": png,

@@ -199,7 +199,7 @@ def prepare(attempts: pd.DataFrame, sessions: pd.DataFrame, lines: pd.DataFrame,
     ln = lines.copy()
     if s.empty:
         for col in ("run_id", "billed_hours", "cost_usd", "lost", "preempted_or_lost", "launch_order",
-                    "first_launch"):
+                    "first_launch", "fallback_usd"):
             s[col] = pd.Series(dtype=object)
     else:
         run_of_attempt = dict(zip(a["id"], a["run_id"], strict=True)) if not a.empty else {}
@@ -220,6 +220,9 @@ def prepare(attempts: pd.DataFrame, sessions: pd.DataFrame, lines: pd.DataFrame,
         started_of_attempt = dict(zip(a["id"], a["started_at"], strict=True)) if not a.empty else {}
         s["launch_order"] = s["attempt_id"].map(started_of_attempt).fillna(s["launched_at"])
         s["first_launch"] = _first_launches(s, root_of)
+        # once per session, against its own run group's spot price: every view (run, period,
+        # all time, FOCUS) then sums the same premium (see _fallback_by_session)
+        s["fallback_usd"] = _fallback_by_session(s, s["run_id"].map(lambda r: root_of.get(r, r)))
     if not ln.empty:
         ln["day"] = pd.to_datetime(ln["day"]).dt.date.astype(str)
         first_ids = set(s.loc[s["first_launch"].astype(bool), "id"]) if not s.empty else set()
@@ -278,14 +281,27 @@ def latest_run(data: CostData) -> str | None:
     return ids[-1] if ids else None
 
 
-def _fallback_by_session(sessions: pd.DataFrame) -> pd.Series:
-    """$ premium of on-demand sessions over the spot price of the same node type (0 for spot)."""
+def _fallback_by_session(sessions: pd.DataFrame, group: pd.Series | None = None) -> pd.Series:
+    """$ premium of on-demand sessions over the spot price of the same node type (0 for spot).
+
+    The spot price is the mean over the spot sessions of the same node type in the session's
+    run group (``group``: its root run id per session; None: all ``sessions`` are one group);
+    none there: no premium. Sessions from :func:`prepare` carry it (``fallback_usd``), so a
+    session's premium does not depend on which other runs are in view: until 2026-11-28 the
+    period table and the FOCUS export took the mean spot price of every run in view, and a
+    day's premium was not the sum of its runs' (``tests/orchestration/
+    test_orch_cost_report_views.py``)."""
     if sessions.empty:
         return pd.Series(dtype=float)
-    spot = sessions[sessions["spot"].astype(bool)]
-    spot_price = spot.groupby("instance_type")["price_per_hour"].mean()
-    od = ~sessions["spot"].astype(bool)
-    ref = sessions["instance_type"].map(spot_price)
+    if group is None and "fallback_usd" in sessions:
+        return sessions["fallback_usd"].astype(float)
+    g = group if group is not None else pd.Series("", index=sessions.index)
+    spot_mask = sessions["spot"].astype(bool)
+    spot = sessions[spot_mask].assign(_g=g[spot_mask])
+    spot_price = spot.groupby(["_g", "instance_type"])["price_per_hour"].mean()
+    od = ~spot_mask
+    ref = pd.Series(pd.MultiIndex.from_arrays([g, sessions["instance_type"]]).map(
+        lambda k: spot_price.get(k, float("nan"))), index=sessions.index, dtype=float)
     prem = (sessions["price_per_hour"] - ref).clip(lower=0) * sessions["billed_hours"]
     return prem.where(od & ref.notna(), 0.0).astype(float)
 
@@ -471,6 +487,10 @@ class ObservedRates:
     on_demand_price: float
     useful_hours: float = 0.0
     spend_usd: float = 0.0
+    #: of ``preemptions``: spot nodes a fault injection preempted (``inject_preemptions_at_steps``,
+    #: ``node_sessions.injected``) and nodes lost with their node group; the rest are the market's
+    injected: int = 0
+    lost: int = 0
 
     @property
     def observed_cost_per_useful_hour(self) -> float:
@@ -515,13 +535,33 @@ def observed_rates(sessions: pd.DataFrame, lines: pd.DataFrame, checkpoints: pd.
     restart_s = mean_restart_seconds(zip(sessions["launched_at"], sessions["ready_at"], strict=True)
                                      ) if not sessions.empty else None
     restart_h = (restart_s or 0.0) / 3600.0
-    sp = float(spot["price_per_hour"].mean()) if not spot.empty else float("nan")
-    od_col = sessions["on_demand_price_per_hour"].dropna() if not sessions.empty else pd.Series(dtype=float)
-    od = float(od_col.mean()) if len(od_col) else float("nan")
+    # prices per billed hour (what an hour cost on average), not per session: a short session
+    # in a dear zone must not weigh as much as a long one in a cheap zone; unpriced sessions
+    # ($0/h: price unknown) are left out (until 2026-11-28: the plain mean over sessions)
+    sp = _hour_weighted_price(spot, "price_per_hour")
+    od = _hour_weighted_price(ended, "on_demand_price_per_hour")
     useful_h = float(lines.loc[lines["category"] == "useful", "seconds"].sum()) / 3600.0 if not lines.empty else 0.0
     spend = float(lines["dollars"].sum()) if not lines.empty else 0.0
+    injected = int((spot["end_reason"].eq("preempted") & spot["injected"].fillna(False).astype(bool)).sum()) \
+        if not spot.empty and "injected" in spot else 0
+    lost = int(spot["lost"].astype(bool).sum()) if not spot.empty and "lost" in spot else 0
     return ObservedRates(hours, npre, npre / hours if hours > 0 else 0.0, ckpt_h, restart_h, sp, od,
-                         useful_h, spend)
+                         useful_h, spend, injected, lost)
+
+
+def _hour_weighted_price(sessions: pd.DataFrame, col: str) -> float:
+    """Mean of ``col`` ($/h) over ``sessions`` weighted by their billed hours, over the sessions
+    with a positive price (NaN when none; the plain mean when none has billed hours yet)."""
+    if sessions.empty or col not in sessions:
+        return float("nan")
+    price = pd.to_numeric(sessions[col], errors="coerce")
+    ok = price.notna() & (price > 0)
+    if not ok.any():
+        return float("nan")
+    hours = _billed_hours(sessions)[ok]
+    if float(hours.sum()) <= 0:
+        return float(price[ok].mean())
+    return float((price[ok] * hours).sum() / hours.sum())
 
 
 def break_even(obs: ObservedRates) -> BreakEven | None:

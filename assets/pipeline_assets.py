@@ -150,7 +150,7 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
                        "from the node sessions recorded in the statistics DB (MTTP with CI, rate, "
                        "regain time, R).")
     def preemption_stats(context: AssetExecutionContext, stats_db: StatsDB, spot_market) -> Output:
-        from fleet.stats.preemption import session_stats, zone_stats
+        from fleet.stats.preemption import session_stats, stats_rows, zone_stats
         from infra.db.recorder import node_sessions_as_dataclasses
 
         context.log.info(f"{p}: preemption statistics of {len(spot_market)} zone trace(s) and the recorded "
@@ -158,10 +158,9 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         stats = list(zone_stats(spot_market))
         sessions = node_sessions_as_dataclasses(stats_db.engine(), p)
         stats += list(session_stats(sessions)) if sessions else []
-        # the analyst's table is derived from the typed records (the value is the records)
-        cols = ("source", "zone", "instance_type", "observed_hours", "preemptions", "rate_per_hour",
-                "mttp_hours", "availability", "restart_latency_s", "injected_preemptions")
-        show = pd.DataFrame([{c: getattr(s, c) for c in cols} for s in stats], columns=list(cols))
+        # the analyst's table is derived from the typed records (the value is the records):
+        # numbers as text, so a missing value says why instead of nan / inf
+        show = pd.DataFrame(stats_rows(stats))
         traced = [s.preemptions for s in stats if s.source == "trace"]
         return Output(stats, metadata={
             "table": _md_table(show), "recorded_sessions": MetadataValue.int(len(sessions)),
@@ -197,7 +196,10 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         return Output(fc, metadata={
             "table": _md_table(show), "horizon_hours": MetadataValue.float(round(horizon, 2)),
             "zones_updated_by_sessions": MetadataValue.int(len(updated)),
-            "session_update": _md_table(ev),
+            # nothing to update from: say why and when it changes ("_empty_" said neither)
+            "session_update": _md_table(ev) if len(ev) else MetadataValue.md(
+                "_no zone has recorded spot sessions yet: this forecast is the market traces' alone; "
+                "the node sessions a training run records update it at the next refresh_"),
             "session_prior_held_hours": MetadataValue.float(SESSION_PRIOR_HELD_HOURS),
         })
 

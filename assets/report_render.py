@@ -69,8 +69,11 @@ def _fmt(v: object, col: str) -> str:
     return text.replace("|", "\\|")
 
 
-def md_table(df: pd.DataFrame, cols: list[str] | None = None, total: bool = False) -> str:
-    """A GFM table with readable headers; numbers right-aligned; optional total row."""
+def md_table(df: pd.DataFrame, cols: list[str] | None = None, total: bool = False,
+             total_cells: dict[str, object] | None = None) -> str:
+    """A GFM table with readable headers; numbers right-aligned; optional total row.
+    ``total_cells``: total-row values that are not the column's sum (e.g. the period's
+    distinct runs: a run that billed on two days is one run, not two)."""
     cols = [c for c in (cols or list(df.columns)) if c in df.columns]
     if df.empty:
         return "_no rows_"
@@ -84,6 +87,8 @@ def md_table(df: pd.DataFrame, cols: list[str] | None = None, total: bool = Fals
         for i, c in enumerate(cols):
             if i == 0:
                 cells.append("**total**")
+            elif total_cells and c in total_cells:
+                cells.append(f"**{_fmt(total_cells[c], c)}**")
             elif c.endswith("_usd") or c in SUMMED_FLOATS:
                 cells.append(f"**{_fmt(float(df[c].sum()), c)}**")
             elif c in ("sessions", "preemptions", "attempts", "lost_attempts", "runs"):
@@ -94,6 +99,15 @@ def md_table(df: pd.DataFrame, cols: list[str] | None = None, total: bool = Fals
                 cells.append("")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _empty_period(table: pd.DataFrame) -> str:
+    """The period table when no run billed on its days: say so and which days to pick."""
+    days = sorted(set(table["day"])) if not table.empty and "day" in table else []
+    where = (f"this run billed on {', '.join(days)}" if days else "this run billed nothing")
+    return (f"_No run billed on these days (UTC days of the charges, the market clock on the local "
+            f"fleet); {where}. Pick a period with those days: `--from` / `--to` of `spotfleet "
+            f"cost-report`, or `first_day` / `last_day` of the cost_report asset's config._")
 
 
 def tax_table(tot: dict[str, float]) -> pd.DataFrame:
@@ -107,6 +121,33 @@ def tax_table(tot: dict[str, float]) -> pd.DataFrame:
     return out
 
 
+def _preemption_kinds(o) -> str:
+    """``N preemptions`` and what they were: the market's, fault injections, lost node groups
+    (the demo's were all injected or lost; the line said only "lost node groups included")."""
+    market = o.preemptions - o.injected - o.lost
+    if not (o.injected or o.lost):
+        return f"{o.preemptions} preemptions, all the market's"
+    parts = [f"{market} by the market"]
+    if o.injected:
+        parts.append(f"{o.injected} injected (inject_preemptions_at_steps)")
+    if o.lost:
+        parts.append(f"{o.lost} node(s) lost with their node group")
+    return (f"{o.preemptions} preemptions: {', '.join(parts)}; the rate and the verdict below count them "
+            f"all, the preemption statistics and the planner only the market's")
+
+
+def tax_total_line(tot: dict[str, float]) -> str:
+    """What the tax rows add up to: the time taxes are the headline's "Taxes"; the fallback
+    premium is a price split that overlaps them, so the column does not sum to a total."""
+    spend = tot.get("spend_usd", 0.0)
+    share = f" ({100.0 * tot['taxes_usd'] / spend:.1f} % of spend)" if spend > 0 else ""
+    fb = tot.get("fallback_usd", 0.0)
+    return (f"Time taxes (first launch, restart, checkpoint, membership, redo, idle): "
+            f"**${tot['taxes_usd']:,.2f}**{share}, the headline's Taxes"
+            + (f"; the on-demand fallback premium (${fb:,.2f}) is part of the same hours' cost, "
+               f"so it is not added to them" if fb > 0 else "") + ".")
+
+
 def effective_cost_lines(be: BreakEven | None) -> list[str]:
     """Observed vs modelled effective cost per useful hour, and the break-even verdict."""
     if be is None:
@@ -114,13 +155,23 @@ def effective_cost_lines(be: BreakEven | None) -> list[str]:
     o = be.observed
     verdict = "spot wins" if be.spot_wins else "ON-DEMAND would be cheaper"
     observed = o.observed_cost_per_useful_hour
+    if math.isfinite(be.eff_cost_per_useful_hour):
+        modelled = f"{be.eff_cost_per_useful_hour:.3f} $ per useful hour"
+    else:  # lambda * R >= 1: c_eff has no finite value (the "–" it showed said nothing)
+        modelled = (f"**no finite cost**: at {o.rate_per_hour:.3f} preemptions/h and R = "
+                    f"{o.restart_hours * 60:.1f} min (lambda x R = {o.rate_per_hour * o.restart_hours:.2f} "
+                    f">= 1) the model expects a preemption before each restart has paid off, so a long "
+                    f"job would not finish on spot: cut R (faster start-up / restore) or run on-demand")
+    if math.isfinite(observed):
+        observed_text = f"**{observed:.3f} $ per useful hour** (spend ${o.spend_usd:,.2f} / {o.useful_hours:.2f} useful h)"
+    else:  # no useful hour: "– $ per useful hour" said nothing
+        observed_text = (f"**none: no useful training hour was recorded** (spend ${o.spend_usd:,.2f}); the "
+                         f"node sessions logged no training progress: see the stage's node logs")
     return [
-        f"- **observed** effective cost: **{_num(observed, 3)} $ per useful hour** "
-        f"(spend ${o.spend_usd:,.2f} / {o.useful_hours:.2f} useful h); on-demand {o.on_demand_price:.3f} $/h",
-        f"- **modelled** effective cost (playbook c_eff at the observed rates, optimal interval): "
-        f"{_num(be.eff_cost_per_useful_hour, 3)} $ per useful hour",
+        f"- **observed** effective cost: {observed_text}; on-demand {o.on_demand_price:.3f} $/h",
+        f"- **modelled** effective cost (playbook c_eff at the observed rates, optimal interval): {modelled}",
         f"- observed preemption rate {o.rate_per_hour:.3f}/h over {o.spot_hours:.2f} spot hours "
-        f"({o.preemptions} preemptions, lost node groups included); checkpoint cost C = "
+        f"({_preemption_kinds(o)}); checkpoint cost C = "
         f"{o.ckpt_hours * 3600:.1f} s; restart R = {o.restart_hours * 60:.1f} min; spot {o.spot_price:.3f} $/h",
         f"- break-even rate {be.break_even_rate_per_hour:.3f}/h: **{verdict}**",
     ]
@@ -131,13 +182,13 @@ def stage_break_even_lines(stage_be: pd.DataFrame | None) -> list[str]:
     lines; nothing for a run with at most one stage on spot (the run lines say it all)."""
     if stage_be is None or len(stage_be) < 2:
         return []
+    shown = stage_be.copy()
+    col = "modelled_usd_per_useful_h"
+    if col in shown and (shown[col] == math.inf).any():  # lambda x R >= 1: no finite c_eff ("inf" before)
+        shown[col] = [("no finite cost (lambda x R >= 1)" if v == math.inf else v) for v in shown[col]]
     return ["Per stage (each stage's own C, R and preemption rate: stages save and restore "
             "different models, and the planner plans each with its own):", "",
-            md_table(stage_be), ""]
-
-
-def _num(v: float, nd: int) -> str:
-    return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
+            md_table(shown), ""]
 
 
 def budget_line(b: BudgetStatus | None, enforced: bool) -> str:
@@ -204,10 +255,14 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
                     period_label: str, by_day: pd.DataFrame, all_time: pd.DataFrame,
                     image_uri: str | None = None, membership: pd.DataFrame | None = None,
                     elastic_nodes: pd.DataFrame | None = None, unpriced: pd.DataFrame | None = None,
-                    stage_be: pd.DataFrame | None = None) -> str:
+                    stage_be: pd.DataFrame | None = None, period_runs: int | None = None,
+                    as_of: str | None = None, rebuild: str | None = None) -> str:
     """The whole report as markdown: run, period and all-time sections, each its own table.
     ``unpriced``: the run's node sessions recorded without a price (``cost_tables.unpriced_sessions``),
-    shown first: every $ figure below is then a lower bound."""
+    shown first: every $ figure below is then a lower bound. ``period_runs``: the distinct
+    runs that billed in the period (the period table's total; its rows count per day).
+    ``as_of``: when the report was written; the period and all-time tables then say that runs
+    recorded later are not in them, and ``rebuild`` (a command) how to get them."""
     money = ["spend_usd", "on_demand_usd", "savings_usd", "savings_pct"]
     taxes = [f"{c}_usd" for c in CATEGORIES if c != "useful"] + ["fallback_usd"]
     saved = tot["savings_usd"]
@@ -220,6 +275,11 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
         verdict = f"savings **${saved:,.2f} ({tot['savings_pct']:.1f} %)**"
     else:
         verdict = f"spot cost **${-saved:,.2f} MORE ({-tot['savings_pct']:.1f} %)**"
+    # the run's own figures never change; the period and all-time tables are as of the writing
+    stamp = f", as of {as_of}" if as_of else ""
+    snapshot = ([f"_Written {as_of}: runs recorded after that are not in the period and all-time "
+                 f"tables" + (f"; `{rebuild}` rebuilds this report with them" if rebuild else "") + "._", ""]
+                if as_of else [])
     out = [f"## Cost report: {pipeline}, {run_label}", "",
            f"Spend **${tot['spend_usd']:,.2f}** vs **${tot['on_demand_usd']:,.2f}** on-demand for the same "
            f"useful work: {verdict}. Taxes ${tot['taxes_usd']:,.2f}.", ""]
@@ -235,13 +295,17 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
             "### Per stage", "", md_table(by_stage, ["stage", *money, *taxes], total=True), "",
             "### Per zone", "", md_table(by_zone, ["zone", *money, *taxes], total=True), "",
             "### Taxes", "", md_table(tax_table(tot), ["tax", "tax_usd", "share_pct"]), "",
+            tax_total_line(tot), "",
             "### Effective cost: observed vs modelled", "", *effective_cost_lines(be), "",
             *stage_break_even_lines(stage_be),
             "### Lines (stage x zone x day)", "",
             md_table(table, ["stage", "zone", "day", *money, "useful_usd", *taxes], total=True), "",
-            f"### Period: {period_label} (every run that billed on these days)", "",
-            md_table(by_day, ["day", "runs", *money, "taxes_usd", "fallback_usd"], total=True), "",
-            "### All time (every recorded run of this pipeline)", "",
+            f"### Period: {period_label} (every run that billed on these days{stamp})", "",
+            *snapshot,
+            (md_table(by_day, ["day", "runs", *money, "taxes_usd", "fallback_usd"], total=True,
+                      total_cells=None if period_runs is None else {"runs": int(period_runs)})
+             if not by_day.empty else _empty_period(table)), "",
+            f"### All time (every recorded run of this pipeline{stamp})", "",
             md_table(all_time, ["run_id", "started_utc", "stages", "attempts", "lost_attempts", "sessions",
                                 "preemptions", *money, "taxes_usd"], total=True)]
     return "\n".join(out)
@@ -299,8 +363,9 @@ def plot_figure(by_stage_cat: pd.DataFrame, tot: dict[str, float], title: str,
 
     cols = [f"{c}_usd" for c in CATEGORIES] + ["on_demand_usd"]
     by_stage = by_stage_cat.set_index("stage")[cols] if not by_stage_cat.empty else pd.DataFrame(columns=cols)
-    if stage_order:
-        by_stage = by_stage.reindex([s for s in stage_order if s in by_stage.index])
+    if stage_order:  # the YAML's order first, then stages it no longer names (were dropped from the plot)
+        known = [s for s in stage_order if s in by_stage.index]
+        by_stage = by_stage.reindex(known + [s for s in by_stage.index if s not in set(known)])
     fig, ax = plt.subplots(figsize=(7, 4), dpi=dpi)
     x = list(range(len(by_stage)))
     bottom = [0.0] * len(by_stage)

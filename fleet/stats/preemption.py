@@ -476,6 +476,37 @@ def weighted_eviction_rate_series(trace: Trace, gamma: float = 0.8, short_hours:
     return gamma * window(short_hours) / short_hours + (1 - gamma) * window(long_hours) / long_hours
 
 
+def stats_rows(stats: Sequence[ZoneStats]) -> list[dict[str, object]]:
+    """The analyst's view of the records (the ``preemption_stats`` asset's ``table``): one
+    row per record with rate, MTTP and its confidence interval, availability, regain time
+    and R. Nothing is shown as NaN or inf: a value that does not exist says why (MTTP with
+    no preemption: ``none in <held> h``, its CI ``>= <low>``; R of a trace: ``not in
+    traces``; regain never observed: ``not observed``). Until 2026-11-28 the table showed
+    no CI and no regain time, MTTP ``inf`` and R ``nan`` (``tests/fleet_market/
+    test_fm_stats_view.py``)."""
+    def num(x: float | None) -> str | None:
+        return f"{x:.4g}" if x is not None and math.isfinite(x) else None
+
+    rows = []
+    for s in stats:
+        lo, hi = s.mttp_ci
+        ci = (f"{num(lo)}-{num(hi)}" if math.isfinite(hi) else f">= {num(lo)}") if s.held_hours > 0 \
+            else "no held time"
+        rows.append({
+            "source": s.source, "zone": s.zone, "instance_type": s.instance_type,
+            "observed_hours": num(s.observed_hours), "held_hours": num(s.held_hours),
+            "availability": num(s.availability), "preemptions": s.preemptions,
+            "rate_per_hour": num(s.rate_per_hour) or "no held time",
+            "mttp_hours": num(s.mttp_hours) or f"none in {num(s.held_hours)} h",
+            f"mttp_ci{round(100 * s.ci_level):d}_hours": ci,
+            "regain_mean_hours": num(s.regain_mean_hours) or "not observed",
+            "restart_latency_s": num(s.restart_latency_s) or ("not in traces" if s.source == "trace"
+                                                              else "not measured"),
+            "injected_preemptions": s.injected_preemptions,
+        })
+    return rows
+
+
 def format_stats_table(stats: Sequence[ZoneStats]) -> str:
     """A fixed-width text table of the main columns (for the CLI and docs)."""
     head = (f"{'zone':<14}{'type':<12}{'avail':>7}{'preempt':>8}{'rate/h':>8}"

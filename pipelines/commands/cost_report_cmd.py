@@ -91,6 +91,10 @@ def run_cost_report(args) -> int:
     if rep.period is not None and not rep.by_day.empty:
         print(f"period {rep.period[0]} .. {rep.period[1]}: {int(rep.by_day['runs'].max())} run(s) on the busiest "
               f"day, spend ${rep.by_day['spend_usd'].sum():.2f}")
+    elif rep.period is not None:  # said nothing before
+        days = sorted(set(rep.table["day"])) if not rep.table.empty else []
+        print(f"period {rep.period[0]} .. {rep.period[1]}: no run billed on these days; this run billed on "
+              f"{', '.join(days) or 'no day'} (pick --from / --to with those days)")
     if not rep.unpriced.empty:
         import sys
 
