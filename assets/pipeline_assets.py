@@ -416,11 +416,21 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         if fleet.pipes_endpoint_url:
             env["AWS_ENDPOINT_URL"] = fleet.pipes_endpoint_url
     started = time.time()
-    invocation = fleet.pipes_client().run(
-        context=context, command=[fleet.python_exe(), "-m", "pipelines.node_runner"],
-        extras=extras, env=env)
+    from pipelines.pipes_client import StageInterrupted
+
+    interrupted: StageInterrupted | None = None
+    try:
+        invocation = fleet.pipes_client().run(
+            context=context, command=[fleet.python_exe(), "-m", "pipelines.node_runner"],
+            extras=extras, env=env)
+    except StageInterrupted as exc:  # the run was terminated: record what the runner stopped
+        invocation, interrupted = exc.invocation, exc
     result = next((m for m in invocation.get_custom_messages()
                    if isinstance(m, dict) and m.get("type") == "stage_result"), None)
+    if interrupted is not None and result is None:
+        raise Failure(description=f"stage {stage.name} attempt {attempt}: terminated (the run was "
+                                  "terminated before the node runner started its stage); nothing "
+                                  "to record. Not retried.", allow_retries=False)
     if result is None:
         raise Failure(description=f"stage {stage.name}: the node runner reported no result; see the "
                                   "step's stdout/stderr in the run logs")
@@ -439,6 +449,16 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     context.log_event(AssetMaterialization(
         asset_key=sessions_key, description=f"{stage.name} attempt {attempt} recorded",
         metadata={"stage": stage.name, "attempt": attempt, "sessions": len(sessions), "preemptions": preempted}))
+    if interrupted is not None and not completed:
+        # Dagster would retry an interrupted step (its RetryPolicy), launching new nodes after
+        # the operator pressed Terminate: fail it without a retry instead
+        last_ckpt = max((s.last_checkpoint_step or 0 for s in sessions), default=0)
+        raise Failure(
+            description=(f"stage {stage.name} attempt {attempt} {redact(result.get('error'))} Not "
+                         f"retried. Re-execute the run (UI: Re-execute > From failure) to resume "
+                         f"from the latest checkpoint (step {last_ckpt} in this attempt's nodes)."),
+            allow_retries=False,
+            metadata={"sessions": len(sessions), "terminated": True, "last_checkpoint_step": last_ckpt})
     if not completed and BUDGET_STOP in str(result.get("error") or ""):
         raise Failure(description=f"stage {stage.name} attempt {attempt}: {redact(result.get('error'))}",
                       allow_retries=False,
