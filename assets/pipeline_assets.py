@@ -454,7 +454,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         # the operator pressed Terminate: fail it without a retry instead
         last_ckpt = max((s.last_checkpoint_step or 0 for s in sessions), default=0)
         raise Failure(
-            description=(f"stage {stage.name} attempt {attempt} {redact(result.get('error'))} Not "
+            description=(f"stage {stage.name} attempt {attempt} {redact(result.get('error')).rstrip('.')}. Not "
                          f"retried. Re-execute the run (UI: Re-execute > From failure) to resume "
                          f"from the latest checkpoint (step {last_ckpt} in this attempt's nodes)."),
             allow_retries=False,
