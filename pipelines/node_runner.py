@@ -32,6 +32,8 @@ from fleet.providers.wire import event_to_dict, session_to_dict, spec_from_dict
 PROGRESS_LOG_EVERY_SECONDS = 2.0
 #: how a stage result's error starts when the run was terminated (SIGINT / SIGTERM)
 TERMINATED_PREFIX = "terminated:"
+#: how often the runner checks that its parent (the run worker / fork server) is alive
+PARENT_POLL_SECONDS = 0.5
 
 
 def _g(x: Any) -> str:
@@ -168,12 +170,25 @@ def main() -> int:
 
         def on_term(signum, _frame):
             first = not terminated
-            terminated.append(signal.Signals(signum).name)
+            terminated.append(f"got {signal.Signals(signum).name} (the run was terminated)")
             if first:  # nothing here that takes a lock the interrupted frame may hold
                 threading.Thread(target=keep_cancelling, daemon=True, name="cancel-stage").start()
 
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
+
+        def watch_parent(parent: int) -> None:
+            # the run worker killed outright (SIGKILL, OOM, "Force termination"): nobody
+            # forwards a signal, and an orphaned runner trained on to the end, unrecorded
+            # and billing its nodes; its parent changing (reparented) stops the stage too
+            while not run_done.wait(PARENT_POLL_SECONDS):
+                if os.getppid() != parent:
+                    if not terminated:
+                        terminated.append("lost its parent (the run worker was killed)")
+                        keep_cancelling()
+                    return
+
+        threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True, name="parent").start()
         pipes.log.info(f"stage {spec.name} attempt {attempt}: provider {provider.name}, zones "
                        f"{list(spec.zones)}, {'spot' if spec.use_spot else 'on-demand'}, "
                        f"deadline {spec.deadline_seconds} s")
@@ -192,7 +207,7 @@ def main() -> int:
         finally:
             run_done.set()
         if terminated and not (result is not None and result.completed and error is None):
-            error = (f"{TERMINATED_PREFIX} the node runner got {terminated[0]} (the run was terminated); "
+            error = (f"{TERMINATED_PREFIX} the node runner {terminated[0]}; "
                      f"its nodes were stopped and billed up to the stop. {error or ''}").strip()
             pipes.log.warning(f"stage {spec.name} attempt {attempt}: {error}")
         sessions = list(result.sessions) if result is not None else list(provider.sessions())

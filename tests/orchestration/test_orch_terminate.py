@@ -144,3 +144,47 @@ def test_terminate_mid_stage_stops_records_and_resumes(tmp_path, monkeypatch):
     # if the market preempted the re-execution's first node), never from step 0
     assert int(trained["first_step"].iloc[0]) == kept
     assert int(trained["last_step"].iloc[-1]) == 300
+
+
+WORKER = """
+import os, sys
+os.environ[{env!r}] = sys.argv[2]
+os.environ[{yaml_env!r}] = sys.argv[1]
+sys.path.insert(0, {tests!r})
+from dagster import DagsterInstance
+from test_orch_terminate import define_term_job
+with DagsterInstance.ephemeral() as instance:
+    define_term_job().execute_in_process(instance=instance, raise_on_error=False)
+"""
+
+
+def test_a_run_worker_killed_outright_leaves_no_training_behind(tmp_path):
+    """SIGKILL of the run worker (OOM, "Force termination", a lost pod): nothing can forward
+    a signal. Before: the orphaned node runner trained on to the last step, unrecorded, its
+    node billed all along. Now the runner sees its parent go and stops its stage."""
+    import subprocess
+    import sys
+
+    cfg, var = tmp_path / "term.yaml", tmp_path / "var"
+    cfg.write_text(yaml.safe_dump({"pipelines": [PIPELINE]}, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k not in ("SPOTFLEET_DB_URL", "SPOTFLEET_VAR_DIR",
+                                                             "SPOTFLEET_FORK_SERVER")}
+    code = WORKER.format(env=ENV_VAR_DIR, yaml_env=ENV_YAML, tests=str(Path(__file__).parent))
+    worker = subprocess.Popen([sys.executable, "-c", code, str(cfg), str(var)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpts = var / "checkpoints" / "term"
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not list(ckpts.glob("*/*/ckpt-*/MANIFEST.json")):
+            assert worker.poll() is None, "the run ended before its first checkpoint"
+            time.sleep(0.1)
+        assert _processes_with(str(tmp_path)), "no training process was running"
+    finally:
+        worker.kill()
+        worker.wait()
+    deadline = time.time() + 120
+    while time.time() < deadline and _processes_with(str(tmp_path)):
+        time.sleep(0.2)
+    assert _processes_with(str(tmp_path)) == []
+    steps = [int(p.parent.name.split("-")[1]) for p in ckpts.glob("*/*/ckpt-*/MANIFEST.json")]
+    assert max(steps) < 300, "the orphaned stage trained on to its last step"
