@@ -392,6 +392,15 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     done = ct.completed_attempt(data, stage.name, runs)
     if done is not None:  # a re-execution of a group that already finished this stage: no node, no bill
         return _already_complete(context, cfg, stage, eng, runs, done, attempt, ckpt_uri)
+    busy = running_group_run(context, runs)
+    if busy is not None:  # the same checkpoint prefix: the two would take its lease from each other
+        raise Failure(
+            description=(f"stage {stage.name}: run {busy} of the same run group (root {root_run}) is still "
+                         f"running and trains the same checkpoint prefix {redact(ckpt_uri)}; a second run "
+                         "there would take the checkpoint lease from it back and forth and both would be "
+                         "billed. Nothing was launched. Wait for that run to finish (or terminate it), then "
+                         "re-execute this one."),
+            allow_retries=False, metadata={"running_run_id": busy, "root_run_id": root_run})
     budget_left = check_budget_before_launch(context, cfg, stage.name, eng,
                                              plan.expected_cost if plan is not None else None, runs)
     if budget_left is not None:  # enforce_budget: the provider does not relaunch past it
@@ -418,11 +427,21 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         if fleet.pipes_endpoint_url:
             env["AWS_ENDPOINT_URL"] = fleet.pipes_endpoint_url
     started = time.time()
-    invocation = fleet.pipes_client().run(
-        context=context, command=[fleet.python_exe(), "-m", "pipelines.node_runner"],
-        extras=extras, env=env)
+    from pipelines.pipes_client import StageInterrupted
+
+    interrupted: StageInterrupted | None = None
+    try:
+        invocation = fleet.pipes_client().run(
+            context=context, command=[fleet.python_exe(), "-m", "pipelines.node_runner"],
+            extras=extras, env=env)
+    except StageInterrupted as exc:  # the run was terminated: record what the runner stopped
+        invocation, interrupted = exc.invocation, exc
     result = next((m for m in invocation.get_custom_messages()
                    if isinstance(m, dict) and m.get("type") == "stage_result"), None)
+    if interrupted is not None and result is None:
+        raise Failure(description=f"stage {stage.name} attempt {attempt}: terminated (the run was "
+                                  "terminated before the node runner started its stage); nothing "
+                                  "to record. Not retried.", allow_retries=False)
     if result is None:
         raise Failure(description=f"stage {stage.name}: the node runner reported no result; see the "
                                   "step's stdout/stderr in the run logs")
@@ -441,6 +460,16 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     context.log_event(AssetMaterialization(
         asset_key=sessions_key, description=f"{stage.name} attempt {attempt} recorded",
         metadata={"stage": stage.name, "attempt": attempt, "sessions": len(sessions), "preemptions": preempted}))
+    if interrupted is not None and not completed:
+        # Dagster would retry an interrupted step (its RetryPolicy), launching new nodes after
+        # the operator pressed Terminate: fail it without a retry instead
+        last_ckpt = max((s.last_checkpoint_step or 0 for s in sessions), default=0)
+        raise Failure(
+            description=(f"stage {stage.name} attempt {attempt} {redact(result.get('error')).rstrip('.')}. Not "
+                         f"retried. Re-execute the run (UI: Re-execute > From failure) to resume "
+                         f"from the latest checkpoint (step {last_ckpt} in this attempt's nodes)."),
+            allow_retries=False,
+            metadata={"sessions": len(sessions), "terminated": True, "last_checkpoint_step": last_ckpt})
     if not completed and BUDGET_STOP in str(result.get("error") or ""):
         raise Failure(description=f"stage {stage.name} attempt {attempt}: {redact(result.get('error'))}",
                       allow_retries=False,
@@ -469,6 +498,33 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         "fleet_policy": MetadataValue.text(f"{spec.policy} ({type(get_policy(spec.policy)).__qualname__})"),
     })
     return MaterializeResult(metadata=meta)
+
+
+def running_group_run(context: AssetExecutionContext, runs: list[str]) -> str | None:
+    """Another run of this run group that is in progress and was created before this one
+    (ties: the smaller run id), else None.
+
+    The runs of a group (a root and its re-executions) share every stage's checkpoint
+    prefix (``<checkpoint_uri>/<root run id>``) and lease job id: two of them at once (a
+    double-clicked "Re-execute") took the lease from each other at every save and
+    relaunch, each resuming from the other's checkpoints, both billed. The earlier one
+    trains; the later one stops before launching anything. Fresh runs (their own root)
+    train independent prefixes and are not affected."""
+    from dagster import DagsterRunStatus
+
+    in_progress = {DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING}
+    me = context.instance.get_run_record_by_id(context.run.run_id)
+    if me is None:
+        return None
+    mine = (me.create_timestamp, context.run.run_id)
+    earlier = []
+    for run_id in runs:
+        if run_id == context.run.run_id:
+            continue
+        rec = context.instance.get_run_record_by_id(run_id)
+        if rec is not None and rec.dagster_run.status in in_progress and (rec.create_timestamp, run_id) < mine:
+            earlier.append((rec.create_timestamp, run_id))
+    return min(earlier)[1] if earlier else None
 
 
 def _already_complete(context: AssetExecutionContext, cfg: PipelineConfig, stage: StageConfig, eng,

@@ -30,6 +30,10 @@ from fleet.providers.registry import build_provider, preempt_node_now
 from fleet.providers.wire import event_to_dict, session_to_dict, spec_from_dict
 
 PROGRESS_LOG_EVERY_SECONDS = 2.0
+#: how a stage result's error starts when the run was terminated (SIGINT / SIGTERM)
+TERMINATED_PREFIX = "terminated:"
+#: how often the runner checks that its parent (the run worker / fork server) is alive
+PARENT_POLL_SECONDS = 0.5
 
 
 def _g(x: Any) -> str:
@@ -150,17 +154,49 @@ def main() -> int:
             if line:
                 pipes.log.info(line)
 
+        # SIGINT: what Dagster's Pipes client forwards when the run is terminated (UI
+        # "Terminate", SIGTERM/SIGINT to the run worker, Ctrl-C on `spotfleet main`);
+        # SIGTERM: a process manager. Either stops the stage: its nodes are killed, their
+        # sessions recorded up to now, and the result reported below (not retried).
+        terminated: list[str] = []
+        run_done = threading.Event()
+
+        def keep_cancelling() -> None:
+            # the stage may not be registered with the provider yet (building the market):
+            # cancel until run_stage returns, so a signal that came early is not lost
+            while not run_done.is_set():
+                provider.cancel(spec.name)
+                run_done.wait(0.1)
+
         def on_term(signum, _frame):
-            pipes.log.warning(f"node runner got signal {signum}; cancelling stage {spec.name}")
-            provider.cancel(spec.name)
+            first = not terminated
+            terminated.append(f"got {signal.Signals(signum).name} (the run was terminated)")
+            if first:  # nothing here that takes a lock the interrupted frame may hold
+                threading.Thread(target=keep_cancelling, daemon=True, name="cancel-stage").start()
 
         signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
+
+        def watch_parent(parent: int) -> None:
+            # the run worker killed outright (SIGKILL, OOM, "Force termination"): nobody
+            # forwards a signal, and an orphaned runner trained on to the end, unrecorded
+            # and billing its nodes; its parent changing (reparented) stops the stage too
+            while not run_done.wait(PARENT_POLL_SECONDS):
+                if os.getppid() != parent:
+                    if not terminated:
+                        terminated.append("lost its parent (the run worker was killed)")
+                        keep_cancelling()
+                    return
+
+        threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True, name="parent").start()
         pipes.log.info(f"stage {spec.name} attempt {attempt}: provider {provider.name}, zones "
                        f"{list(spec.zones)}, {'spot' if spec.use_spot else 'on-demand'}, "
                        f"deadline {spec.deadline_seconds} s")
         error = None
         result = None
         try:
+            if terminated:
+                raise AttemptFailed(f"stage {spec.name!r} was cancelled before it launched")
             result = provider.run_stage(spec, attempt=attempt, on_event=on_event)
             if lost.is_set():
                 raise AttemptFailed(f"the whole node group was lost at step >= {lose_at} (injected fault)")
@@ -168,6 +204,12 @@ def main() -> int:
             error = f"AttemptFailed: {exc}"
         except Exception as exc:  # reported to the asset, which fails the step
             error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        finally:
+            run_done.set()
+        if terminated and not (result is not None and result.completed and error is None):
+            error = (f"{TERMINATED_PREFIX} the node runner {terminated[0]}; "
+                     f"its nodes were stopped and billed up to the stop. {error or ''}").strip()
+            pipes.log.warning(f"stage {spec.name} attempt {attempt}: {error}")
         sessions = list(result.sessions) if result is not None else list(provider.sessions())
         sessions = [s for s in sessions if s.stage == spec.name and s.attempt == attempt] or sessions
         with lock:
@@ -182,6 +224,7 @@ def main() -> int:
             "completed": completed,
             "final_step": final_step,
             "error": error,
+            "terminated": terminated[0] if terminated else None,
             "info": _jsonable(result.info) if result is not None else {},
             "sessions": [session_to_dict(s) for s in sessions],
             "events": [event_to_dict(e) for e in evs],

@@ -82,8 +82,9 @@ class FleetResource(ConfigurableResource):
                             region_name=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
 
     def pipes_client(self):
-        """A ``PipesSubprocessClient`` with the configured message channel."""
-        from dagster import PipesSubprocessClient
+        """A ``PipesSubprocessClient`` (``StagePipesClient``: a terminated run keeps what the
+        node runner reported) with the configured message channel."""
+        from pipelines.pipes_client import StagePipesClient
 
         if self.pipes_channel == "s3":
             if not self.pipes_bucket:
@@ -92,7 +93,7 @@ class FleetResource(ConfigurableResource):
             from dagster_aws.pipes import PipesS3ContextInjector, PipesS3MessageReader
 
             client = self.s3_client()
-            return PipesSubprocessClient(
+            return StagePipesClient(
                 cwd=self.cwd(),
                 context_injector=PipesS3ContextInjector(bucket=self.pipes_bucket, client=client),
                 message_reader=_single_writer(PipesS3MessageReader)(
@@ -100,7 +101,7 @@ class FleetResource(ConfigurableResource):
             )
         from dagster import PipesTempFileMessageReader
 
-        return PipesSubprocessClient(cwd=self.cwd(), message_reader=_single_writer(PipesTempFileMessageReader)())
+        return StagePipesClient(cwd=self.cwd(), message_reader=_single_writer(PipesTempFileMessageReader)())
 
 
 @functools.cache

@@ -97,10 +97,40 @@ def upgrade(url_or_engine: str | Engine | None = None, revision: str = "head") -
 
     engine = url_or_engine if isinstance(url_or_engine, Engine) else make_engine(url_or_engine)
     cfg = _alembic_config(engine)
-    with engine.begin() as conn:
+    with _migration_lock(engine), engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
     return current_revision(engine)
+
+
+#: PostgreSQL advisory lock id held while migrating (any bigint; "spotflee" in ASCII)
+MIGRATION_LOCK_ID = 0x73706F74666C6565
+
+
+@contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    """One migrating process per database at a time.
+
+    Two runs starting at once on a fresh database (a double-clicked Materialize, a
+    schedule overlapping a manual run) both found it unmigrated and both created the
+    tables: the second failed with ``table checkpoints already exists`` (SQLite runs DDL
+    outside a transaction, so nothing serialised them). SQLite: an exclusive ``flock`` on
+    ``<db>.migrate.lock`` beside the file; PostgreSQL: a transaction-level advisory lock
+    (``upgrade``). The second process then finds the schema at head and does nothing."""
+    path = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not path or path == ":memory:" or path.startswith("file:"):
+        yield
+        return
+    import fcntl
+
+    with open(f"{path}.migrate.lock", "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def current_revision(url_or_engine: str | Engine | None = None) -> str | None:

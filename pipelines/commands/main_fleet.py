@@ -10,22 +10,17 @@ and this resource's Pipes client forks the runner from it (``spawn_module``) ins
 ``Popen``: same command, environment (with the Pipes bootstrap variables), working
 directory, inherited stdout/stderr, process group and exit status. Without a server
 (``SPOTFLEET_FORK_SERVER=off``, not listening yet) or for another command it is
-``PipesSubprocessClient`` unchanged. Only the ``subprocess`` channel (local fleet) forks.
+``StagePipesClient`` (``pipelines/pipes_client.py``) unchanged. Only the ``subprocess`` channel (local fleet) forks.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from subprocess import Popen
 
-from dagster import PipesSubprocessClient
-from dagster._core.errors import DagsterExecutionInterruptedError, DagsterPipesExecutionError
-from dagster._core.pipes.client import PipesClientCompletedInvocation
-from dagster._core.pipes.utils import open_pipes_session
-
 from fleet.providers.local.forkserver import ENV_FORK_SERVER, spawn_module
+from pipelines.pipes_client import StagePipesClient
 from pipelines.resources import FleetResource
 
 
@@ -38,31 +33,14 @@ def _forkable_module(command) -> tuple[str, list[str]] | None:
     return command[2], list(command[3:])
 
 
-class ForkingPipesSubprocessClient(PipesSubprocessClient):
-    """``PipesSubprocessClient.run`` (Dagster 1.13) with the process forked by the fork server
-    named in the environment when there is one; otherwise exactly ``Popen``."""
+class ForkingPipesSubprocessClient(StagePipesClient):
+    """``StagePipesClient`` with the process forked by the fork server named in the
+    environment when there is one; otherwise exactly ``Popen``."""
 
-    def run(self, *, context, extras=None, command, env=None, cwd=None) -> PipesClientCompletedInvocation:
-        with open_pipes_session(context=context, context_injector=self.context_injector,
-                                message_reader=self.message_reader, extras=extras) as pipes_session:
-            full_env = {**os.environ, **self.env, **(env or {}), **pipes_session.get_bootstrap_env_vars()}
-            where = cwd or self.cwd
-            target = _forkable_module(command) if self.forward_stdio else None
-            process = spawn_module(target[0], target[1], full_env, where) if target else None
-            if process is None:
-                process = Popen(command, cwd=where, env=full_env)
-            try:
-                process.wait()
-                if process.returncode != 0:
-                    raise DagsterPipesExecutionError(
-                        f"External execution process failed with code {process.returncode}")
-            except DagsterExecutionInterruptedError:
-                if self.forward_termination:
-                    context.log.info("[pipes] execution interrupted, sending SIGINT to subprocess.")
-                    process.send_signal(signal.SIGINT)
-                    process.wait(timeout=self.termination_timeout_seconds)
-                raise
-        return PipesClientCompletedInvocation(pipes_session)
+    def _start(self, command, env: dict[str, str], cwd: str | None):
+        target = _forkable_module(command) if self.forward_stdio else None
+        process = spawn_module(target[0], target[1], env, cwd) if target else None
+        return process if process is not None else Popen(command, cwd=cwd, env=env)
 
 
 class MainFleetResource(FleetResource):

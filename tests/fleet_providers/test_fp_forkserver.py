@@ -148,3 +148,28 @@ def test_a_preloaded_module_runs_as_main_without_runpy_warning(server, tmp_path)
         out = f.read()
     assert '"step": 300' in out, out
     assert "RuntimeWarning" not in out and "found in sys.modules" not in out, out
+
+
+def test_a_forked_node_outlives_its_server_and_is_not_reported_dead(tmp_path):
+    """The server dies with its launcher (``spotfleet main`` SIGKILLed): nobody reports the
+    node's exit any more. Before, the node then read as killed (-9) although it was
+    training, so the provider never stopped it and it trained on, orphaned. Now it reads as
+    running while it runs, and as ended once it is gone."""
+    handle = start_server(tmp_path / "fs.sock", wait_ready=120)
+    try:
+        proc = spawn(_cmd(tmp_path, "orphan", "--steps", "100000", "--step-sleep", "0.05"),
+                     _env(tmp_path, "orphan", handle), tmp_path / "orphan.log")
+        assert isinstance(proc, ForkedProcess)
+        deadline = time.time() + 120
+        while time.time() < deadline and not (tmp_path / "orphan.jsonl").exists():
+            time.sleep(0.1)
+        handle.proc.kill()
+        handle.proc.wait()
+        assert proc.poll() is None  # still training: not "killed"
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.5)
+        os.kill(proc.pid, 0)  # it really is alive
+        os.killpg(proc.pid, signal.SIGKILL)  # what the provider's cancel does
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        handle.stop()

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import sys
 
-from dagster import PipesSubprocessClient
-
 from fleet.providers.local.forkserver import ENV_FORK_SERVER
 from pipelines.commands.main_fleet import (
     ForkingPipesSubprocessClient,
     MainFleetResource,
     _forkable_module,
 )
+from pipelines.pipes_client import StagePipesClient
 
 
 def test_the_forking_client_only_with_a_server_and_the_subprocess_channel(monkeypatch, tmp_path):
     monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
     plain = MainFleetResource(var_dir=str(tmp_path)).pipes_client()
-    assert type(plain) is PipesSubprocessClient  # SPOTFLEET_FORK_SERVER=off / dagster dev: unchanged
+    assert type(plain) is StagePipesClient  # SPOTFLEET_FORK_SERVER=off / dagster dev: no fork
     monkeypatch.setenv(ENV_FORK_SERVER, str(tmp_path / "fs.sock"))
     forking = MainFleetResource(var_dir=str(tmp_path), project_dir=str(tmp_path)).pipes_client()
     assert isinstance(forking, ForkingPipesSubprocessClient) and forking.cwd == str(tmp_path)

@@ -93,24 +93,41 @@ class ForkedProcess:
         self.args = args
         self.returncode: int | None = None
         self._conn = conn
+        self._server_gone = False
 
     def _read_exit(self, timeout: float | None) -> int | None:
         if self.returncode is not None:
             return self.returncode
-        try:
-            msg = _recv(self._conn, timeout)
-        except TimeoutError:
-            return None
-        self.returncode = int(msg["returncode"]) if msg else -int(signal.SIGKILL)  # server gone
-        with contextlib.suppress(OSError):
-            self._conn.close()
+        if not self._server_gone:
+            try:
+                msg = _recv(self._conn, timeout)
+            except TimeoutError:
+                return None
+            with contextlib.suppress(OSError):
+                self._conn.close()
+            if msg:
+                self.returncode = int(msg["returncode"])
+                return self.returncode
+            self._server_gone = True
+        # the server is gone (its launcher was killed): nobody reports this exit, and the
+        # process may well be alive (until 2026-11-28 it read as killed, -9, so the
+        # provider never stopped it and an orphaned node trained on): watch it ourselves
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while _alive(self.pid):
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+        self.returncode = -int(signal.SIGKILL)  # its real status went with the server
         return self.returncode
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            ready, _, _ = select.select([self._conn], [], [], 0)
-            if ready:
-                self._read_exit(None)
+            if self._server_gone:
+                self._read_exit(0)
+            else:
+                ready, _, _ = select.select([self._conn], [], [], 0)
+                if ready:
+                    self._read_exit(0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -129,6 +146,21 @@ class ForkedProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (an orphan waiting for init to reap it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _forkable(command: list[str]) -> bool:

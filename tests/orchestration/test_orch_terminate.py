@@ -1,0 +1,190 @@
+"""Terminating a run mid-stage, as the Dagster UI's "Terminate" does, then re-executing it.
+
+Dagster terminates a run by interrupting its run worker (SIGINT; SIGTERM is mapped to the
+same handler): here a thread sends SIGINT to this process while the training stage runs
+on the local fleet (a real node runner and a real training process, real SQLite, a real
+DagsterInstance). What must hold:
+
+* the training process is gone (no process left with this test's checkpoint prefix);
+* the attempt is recorded, failed, with a message saying it was terminated, and its node
+  session is billed up to the stop (cancelled, not zero, not open-ended);
+* Dagster does NOT retry the step (a retry launched new nodes after Terminate and the run
+  went on to SUCCESS, the interrupted attempt never recorded);
+* the latest checkpoint survives: a re-execution from failure resumes from it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+ENV_YAML = "SPOTFLEET_TEST_TERM_YAML"
+ENV_VAR_DIR = "SPOTFLEET_TEST_TERM_VAR"
+PIPELINE = {
+    "name": "term", "provider": "local", "deadline_hours": 48, "checkpoint_uri": "checkpoints/term",
+    "schedule_cron": None,
+    "market": {"seed": 4, "wall_seconds_per_market_hour": 30, "cloud": "signal", "grace_seconds": 2},
+    "stages": [{"name": "train", "script": "examples/train_example.py",
+                "args": ["--steps", "300", "--seed", "1", "--size", "tiny", "--step-sleep", "0.03",
+                         "--periodic-every", "40", "--progress-every", "5"],
+                "work_hours": 1.0, "resources": {"zones": ["us-east-1f", "us-east-1c", "us-west-2b"]}}],
+}
+
+
+def define_term_job():
+    """Reconstructable target: the training job of the YAML at $ENV_YAML."""
+    from pipelines.config import load_pipelines
+    from pipelines.definitions import build_definitions, pipeline_job_name
+    from pipelines.resources import FleetResource, StatsDB
+
+    var = os.environ[ENV_VAR_DIR]
+    defs = build_definitions(load_pipelines(os.environ[ENV_YAML]), include_gfs=False,
+                             resources={"stats_db": StatsDB(url="", var_dir=var),
+                                        "fleet": FleetResource(var_dir=var)})
+    return defs.resolve_job_def(pipeline_job_name("term"))
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Live processes whose environment mentions ``marker`` (the training nodes carry the
+    checkpoint prefix in SPOTFLEET_CHECKPOINT_URI)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            env = (d / "environ").read_bytes()
+            state = (d / "stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in env and state != "Z":
+            found.append(int(d.name))
+    return found
+
+
+def _terminate_after_checkpoint(ckpt_root: Path, step: int, sent: list[float]) -> None:
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if any(int(p.parent.name.split("-")[1]) >= step
+               for p in ckpt_root.glob("*/*/ckpt-*/MANIFEST.json")):
+            break
+        time.sleep(0.1)
+    else:
+        return
+    sent.append(time.time())
+    os.kill(os.getpid(), signal.SIGINT)  # what Dagster's run termination delivers to the run worker
+
+
+def test_terminate_mid_stage_stops_records_and_resumes(tmp_path, monkeypatch):
+    from dagster import DagsterInstance, ReexecutionOptions, execute_job, reconstructable
+    from dagster._core.definitions.reconstruct import ReconstructableJob
+
+    from assets import cost_tables as ct
+    from fleet.contract import session_cost_usd
+    from infra.db.session import make_engine
+
+    cfg, var = tmp_path / "term.yaml", tmp_path / "var"
+    cfg.write_text(yaml.safe_dump({"pipelines": [PIPELINE]}, sort_keys=False))
+    monkeypatch.setenv(ENV_YAML, str(cfg))
+    monkeypatch.setenv(ENV_VAR_DIR, str(var))
+    for k in ("SPOTFLEET_DB_URL", "SPOTFLEET_VAR_DIR", "SPOTFLEET_FORK_SERVER"):
+        monkeypatch.delenv(k, raising=False)
+    job = reconstructable(define_term_job)
+    (tmp_path / "dagster_home").mkdir()
+    sent: list[float] = []
+    with DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster_home")) as instance:
+        t = threading.Thread(target=_terminate_after_checkpoint,
+                             args=(var / "checkpoints" / "term", 40, sent), daemon=True)
+        t.start()
+        started = time.time()
+        root = execute_job(job, instance=instance)
+        wall = time.time() - started
+        t.join(timeout=1)
+        assert sent, "no checkpoint at step >= 40 appeared: the stage never got going"
+        assert not root.success
+        events = root.all_events
+        assert not [e for e in events if e.event_type_value == "STEP_UP_FOR_RETRY"], \
+            "the terminated step was retried (new nodes launched after Terminate)"
+        [failure] = [e.event_specific_data.error.message for e in events
+                     if e.event_type_value == "STEP_FAILURE"]
+        assert "terminated: the node runner got SIGINT" in failure and "Re-execute" in failure
+        # no training process of this test survives the run
+        assert _processes_with(str(tmp_path)) == []
+
+        eng = make_engine(f"sqlite:///{var / 'spotfleet.db'}")
+        data = ct.load(eng, "term")
+        [att] = data.attempts.to_dict("records")
+        assert att["status"] == "failed" and att["error"].startswith("terminated:")
+        [s] = data.sessions.to_dict("records")
+        assert s["end_reason"] == "cancelled" and s["last_checkpoint_step"] >= 40
+        # billed up to the stop: not zero, and no longer than the run lasted (market seconds:
+        # 30 wall s per market hour -> x120)
+        billed = s["ended_at"] - s["launched_at"]
+        assert 0 < billed <= wall * 120
+        assert session_cost_usd(s["price_per_hour"], s["launched_at"], s["ended_at"]) > 0
+        kept = int(s["last_checkpoint_step"])
+
+        ReconstructableJob.get_definition.cache_clear()
+        ReconstructableJob.get_repository_definition.cache_clear()
+        options = ReexecutionOptions.from_failure(run_id=root.run_id, instance=instance)
+        with execute_job(job, instance=instance, reexecution_options=options) as rerun:
+            assert rerun.success
+            rerun_id = rerun.run_id
+    data = ct.load(make_engine(f"sqlite:///{var / 'spotfleet.db'}"), "term")
+    mine = data.sessions[data.sessions["run_id"] == rerun_id].sort_values("launched_at")
+    trained = mine[mine["first_step"].notna()]
+    # the re-execution resumed from the checkpoint the terminated attempt left (or a later one
+    # if the market preempted the re-execution's first node), never from step 0
+    assert int(trained["first_step"].iloc[0]) == kept
+    assert int(trained["last_step"].iloc[-1]) == 300
+
+
+WORKER = """
+import os, sys
+os.environ[{env!r}] = sys.argv[2]
+os.environ[{yaml_env!r}] = sys.argv[1]
+sys.path.insert(0, {tests!r})
+from dagster import DagsterInstance
+from test_orch_terminate import define_term_job
+with DagsterInstance.ephemeral() as instance:
+    define_term_job().execute_in_process(instance=instance, raise_on_error=False)
+"""
+
+
+def test_a_run_worker_killed_outright_leaves_no_training_behind(tmp_path):
+    """SIGKILL of the run worker (OOM, "Force termination", a lost pod): nothing can forward
+    a signal. Before: the orphaned node runner trained on to the last step, unrecorded, its
+    node billed all along. Now the runner sees its parent go and stops its stage."""
+    import subprocess
+    import sys
+
+    cfg, var = tmp_path / "term.yaml", tmp_path / "var"
+    cfg.write_text(yaml.safe_dump({"pipelines": [PIPELINE]}, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k not in ("SPOTFLEET_DB_URL", "SPOTFLEET_VAR_DIR",
+                                                             "SPOTFLEET_FORK_SERVER")}
+    code = WORKER.format(env=ENV_VAR_DIR, yaml_env=ENV_YAML, tests=str(Path(__file__).parent))
+    worker = subprocess.Popen([sys.executable, "-c", code, str(cfg), str(var)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpts = var / "checkpoints" / "term"
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not list(ckpts.glob("*/*/ckpt-*/MANIFEST.json")):
+            assert worker.poll() is None, "the run ended before its first checkpoint"
+            time.sleep(0.1)
+        assert _processes_with(str(tmp_path)), "no training process was running"
+    finally:
+        worker.kill()
+        worker.wait()
+    deadline = time.time() + 120
+    while time.time() < deadline and _processes_with(str(tmp_path)):
+        time.sleep(0.2)
+    assert _processes_with(str(tmp_path)) == []
+    steps = [int(p.parent.name.split("-")[1]) for p in ckpts.glob("*/*/ckpt-*/MANIFEST.json")]
+    assert max(steps) < 300, "the orphaned stage trained on to its last step"
