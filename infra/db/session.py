@@ -120,7 +120,10 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
     ``<db>.migrate.lock`` beside the file; PostgreSQL: a transaction-level advisory lock
     (``upgrade``). The second process then finds the schema at head and does nothing."""
     path = engine.url.database if engine.dialect.name == "sqlite" else None
-    if not path or path == ":memory:" or path.startswith("file:"):
+    if not path or path == ":memory:" or path.startswith("file:") \
+            or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        # no folder for the file: SQLite's own "unable to open database file" is the error
+        # the user must see (the CLI explains it), not the lock file's FileNotFoundError
         yield
         return
     import fcntl
