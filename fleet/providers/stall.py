@@ -84,5 +84,5 @@ def is_stalled(now: float, last_event_at: float, limit_seconds: float | None) ->
 
 def stall_reason(silent_seconds: float, limit_seconds: float) -> str:
     """The reason a stalled node's session and provider event carry."""
-    return (f"stalled: no progress for {silent_seconds:.0f} s (limit {limit_seconds:g} s); "
+    return (f"stalled: no progress for {silent_seconds:.1f} s (limit {limit_seconds:g} s); "
             "killed and relaunched")

@@ -15,6 +15,7 @@ from fleet.contract import session_cost_usd
 from fleet.emulation.injector import CapacitySchedule, TimeScale
 from fleet.providers.base import StageSpec
 from fleet.providers.local import LocalFleetConfig, LocalFleetProvider, is_provider_event
+from fleet.providers.local.narrate import Narrator
 from fleet.providers.stall import (
     STALL_FLOOR_SECONDS,
     check_stall_timeout,
@@ -22,6 +23,7 @@ from fleet.providers.stall import (
     stall_limit_seconds,
 )
 from pipelines.config import PipelineConfigError, parse_pipelines
+from pipelines.node_runner import describe_event
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "train_example.py")
@@ -136,6 +138,11 @@ def test_sigstopped_node_is_killed_recorded_stalled_and_resumed(tmp_path):
     assert failed.data["reason"].startswith("stalled: no progress for ")
     assert "(limit 3 s); killed and relaunched" in failed.data["reason"]
     assert failed.data["exit_code"] == -signal.SIGKILL
+    line = describe_event(failed)  # what the node runner logs to the Dagster run
+    assert line is not None and "FAILED in us-east-1a (exit code -9" in line
+    assert f"last checkpoint {first.last_checkpoint_step}): stalled: no progress for " in line
+    line = Narrator(failed.time).line(failed)  # what `spotfleet local-fleet` prints
+    assert line is not None and "node FAILED with exit code -9: stalled: no progress for" in line
     assert any(is_provider_event(e) and e.kind == "relaunch" for e in res.events)
     assert rest and rest[0].first_step == first.last_checkpoint_step  # resumed, not restarted
     assert rest[-1].end_reason == "completed"
