@@ -27,6 +27,7 @@ from pipelines.node_runner import describe_event
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "train_example.py")
+STANDIN = str(Path(__file__).parent / "standin_trainer.py")
 ZONES = ["us-east-1a", "us-east-1b", "us-west-2a"]
 
 
@@ -146,3 +147,35 @@ def test_sigstopped_node_is_killed_recorded_stalled_and_resumed(tmp_path):
     assert any(is_provider_event(e) and e.kind == "relaunch" for e in res.events)
     assert rest and rest[0].first_step == first.last_checkpoint_step  # resumed, not restarted
     assert rest[-1].end_reason == "completed"
+
+
+def test_silence_in_a_notice_window_is_not_a_stall(tmp_path):
+    """A node that goes silent after its preemption notice (SIGSTOPped in the grace window,
+    as a long emergency save would be) is left to the preemption: SIGKILLed at the
+    deadline and recorded preempted, never killed as stalled, though its silence outlasts
+    the stall limit (1 s of a 3 s window)."""
+    # the rotating market with a day of past (tests/fleet_providers/test_fp_local_provider.py)
+    cfg = LocalFleetConfig(schedule=CapacitySchedule(CapacitySchedule.rotating(ZONES).traces.values(),
+                                                     offset_seconds=24 * 3600.0),
+                           time_scale=TimeScale(1.0), cloud="signal", grace_seconds=3.0,
+                           min_uptime_seconds=0.5, allocation_seconds=0.05,
+                           preparation_seconds=0.05, workdir=tmp_path / "w")
+    prov = LocalFleetProvider(cfg)
+    spec = StageSpec(name="quiet", command=[sys.executable, STANDIN, "--steps", "150",
+                                            "--step-sleep", "0.02", "--periodic-every", "10"],
+                     checkpoint_uri=str(tmp_path / "ckpt"), stall_timeout_seconds=1.0)
+    stopped: list[str] = []
+
+    def on_event(ev):
+        if is_provider_event(ev) and ev.kind == "notice_sent" and not stopped:
+            [node] = [n for n in prov._runs["quiet"]._nodes if n.node_id == ev.node_id]
+            os.kill(node.proc.pid, signal.SIGSTOP)
+            stopped.append(ev.node_id)
+
+    res = prov.run_stage(spec, on_event=on_event)
+    assert stopped and res.completed and res.final_step == 150
+    [first] = [s for s in res.sessions if s.node_id == stopped[0]]
+    assert first.end_reason == "preempted"
+    assert not [e for e in res.events if is_provider_event(e) and e.data.get("stalled")]
+    after = res.sessions[res.sessions.index(first) + 1]
+    assert after.first_step == first.last_checkpoint_step
