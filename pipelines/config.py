@@ -101,7 +101,7 @@ class StageConfig(_Strict):
                             "'auto' = max(120, 20 x mean step s x steps per progress); 0 / null: off")
     stall_startup_seconds: float | int = Field(
         600.0, description="the watchdog's limit (wall s) from a node's start to its first progress "
-                           "event (a restore may be slow)")
+                           "event (the first steps may be slow)")
     env: dict[str, str] = Field(default_factory=dict)
     policy: str = Field(
         DEFAULT_POLICY, description="fleet policy that places and moves the stage's nodes, by its "

@@ -58,7 +58,8 @@ class StageSpec:
     #: relaunched from its latest checkpoint (a failure, counted in ``max_relaunches``);
     #: "auto": max(120 s, 20 x its mean step s x its steps per progress event); 0 / None: off
     stall_timeout_seconds: float | str | None = "auto"
-    #: the watchdog's limit (wall s) before a node's first ``progress`` event (restore)
+    #: the watchdog's limit (wall s) from a node's ``start`` event (after its restore) to its
+    #: first ``progress`` event
     stall_startup_seconds: float = 600.0
 
 

@@ -19,8 +19,8 @@ STALL_FLOOR_SECONDS = 120.0
 #: an automatic limit is this many of the node's own progress intervals (mean step s x
 #: steps between progress events)
 STALL_INTERVALS = 20.0
-#: default start-up allowance, wall s: from the node's ``start`` event (restore done or
-#: begun) to its first ``progress`` event
+#: default start-up allowance, wall s: from the node's ``start`` event (emitted after its
+#: restore) to its first ``progress`` event (warm-up of the first steps)
 STALL_STARTUP_SECONDS = 600.0
 
 StallTimeout = float | Literal["auto"] | None
@@ -49,7 +49,7 @@ def check_stall_startup(value: object, field: str = "stall_startup_seconds") -> 
         raise ValueError(
             f"{field}={value!r} is not a start-up allowance; give wall seconds > 0 (default "
             f"{STALL_STARTUP_SECONDS:g}): the longest a node may take from its start event "
-            "(restore) to its first progress event")
+            "(after its restore) to its first progress event")
     return float(value)
 
 
@@ -61,7 +61,7 @@ def stall_limit_seconds(timeout: StallTimeout, *, seen_progress: bool,
 
     ``timeout``: the stage's ``stall_timeout_seconds`` (wall s, ``"auto"``, 0 / None = off);
     ``seen_progress``: the node emitted a ``progress`` event (before that, the start-up
-    allowance ``startup_seconds`` applies: a restore may be slow); ``mean_step_seconds``:
+    allowance ``startup_seconds`` applies: the first steps may be slow); ``mean_step_seconds``:
     the node's own mean step time (wall s, from its latest ``progress``);
     ``progress_steps``: steps between its progress events (None: unknown, taken as 1).
     ``"auto"`` = max(:data:`STALL_FLOOR_SECONDS`, :data:`STALL_INTERVALS` x mean step s x
