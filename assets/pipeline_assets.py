@@ -379,7 +379,9 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         deadline_seconds=_stage_deadline_seconds(cfg, stage) if cfg.on_demand_fallback else None,
         on_demand_allowed=cfg.on_demand_fallback,
         env={"SPOTFLEET_JOB_ID": f"{cfg.name}/{stage.name}/{root_run}", **_stage_env(cfg, stage, fleet)},
-        max_relaunches=stage.max_relaunches, policy=stage.policy)
+        max_relaunches=stage.max_relaunches, policy=stage.policy,
+        stall_timeout_seconds=stage.stall_timeout_seconds,
+        stall_startup_seconds=stage.stall_startup_seconds)
     if plan is not None:
         spec = plan.apply(spec)
     zones, use_spot = list(spec.zones), spec.use_spot

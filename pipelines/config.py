@@ -95,6 +95,13 @@ class StageConfig(_Strict):
     checkpoint_uri: str | None = Field(
         None, description="default: <pipeline checkpoint_uri>/<stage name>")
     max_relaunches: int = Field(20, ge=0, description="relaunches after preemptions per attempt")
+    stall_timeout_seconds: float | str | None = Field(
+        "auto", description="progress watchdog (local fleet), wall seconds: a running node with no "
+                            "training event this long is killed and relaunched from its checkpoint; "
+                            "'auto' = max(120, 20 x mean step s x steps per progress); 0 / null: off")
+    stall_startup_seconds: float | int = Field(
+        600.0, description="the watchdog's limit (wall s) from a node's start to its first progress "
+                           "event (the first steps may be slow)")
     env: dict[str, str] = Field(default_factory=dict)
     policy: str = Field(
         DEFAULT_POLICY, description="fleet policy that places and moves the stage's nodes, by its "
@@ -109,6 +116,20 @@ class StageConfig(_Strict):
     @classmethod
     def _policy(cls, v: str) -> str:
         return check_policy_name(v, "policy")
+
+    @field_validator("stall_timeout_seconds", mode="before")
+    @classmethod
+    def _stall_timeout(cls, v: object) -> object:
+        from fleet.providers.stall import check_stall_timeout
+
+        return check_stall_timeout(v)
+
+    @field_validator("stall_startup_seconds", mode="before")
+    @classmethod
+    def _stall_startup(cls, v: object) -> float:
+        from fleet.providers.stall import check_stall_startup
+
+        return check_stall_startup(v)
 
     @model_validator(mode="after")
     def _script_or_command(self) -> StageConfig:

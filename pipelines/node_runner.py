@@ -70,6 +70,10 @@ def describe_event(e: Event) -> str | None:
     if k == "preempted":
         return (f"[{node}] PREEMPTED in {d.get('zone')} at step {d.get('last_step')} "
                 f"(last checkpoint {d.get('last_checkpoint_step')})")
+    if k == "failed" and d.get("origin") == "provider":
+        why = f": {d['reason']}" if d.get("reason") else " without a preemption notice"
+        return (f"[{node}] FAILED in {d.get('zone')} (exit code {d.get('exit_code')}, last "
+                f"checkpoint {d.get('last_checkpoint_step')}){why}")
     if k == "relaunch":
         return f"relaunch {d.get('from_zone')} -> {d.get('to_zone')} ({d.get('reason', '')})"
     if k == "decision":

@@ -53,6 +53,14 @@ class StageSpec:
     #: None: no budget enforced. A relaunch that would spend past it is not made
     #: (:func:`relaunch_budget_error`).
     budget_left_usd: float | None = None
+    #: progress watchdog (local fleet; fleet/providers/stall.py), WALL seconds of the training
+    #: process: a running node with no training event for longer than this is killed and
+    #: relaunched from its latest checkpoint (a failure, counted in ``max_relaunches``);
+    #: "auto": max(120 s, 20 x its mean step s x its steps per progress event); 0 / None: off
+    stall_timeout_seconds: float | str | None = "auto"
+    #: the watchdog's limit (wall s) from a node's ``start`` event (after its restore) to its
+    #: first ``progress`` event
+    stall_startup_seconds: float = 600.0
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,8 @@ class Narrator:
         if e.kind == "completed":
             return f"stage COMPLETED at step {d.get('final_step')} after {d.get('preemptions')} preemptions"
         if e.kind == "failed":
-            return f"node FAILED with exit code {d.get('exit_code')}"
+            why = f": {d['reason']}" if d.get("reason") else ""
+            return f"node FAILED with exit code {d.get('exit_code')}{why}"
         if e.kind == "cancelled":
             return "stage cancelled"
         return None

@@ -77,6 +77,13 @@ from fleet.providers.decisions import (
 from fleet.providers.events import EventTail, provider_event
 from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
+from fleet.providers.stall import (
+    check_stall_startup,
+    check_stall_timeout,
+    is_stalled,
+    stall_limit_seconds,
+    stall_reason,
+)
 
 
 @dataclass
@@ -150,6 +157,13 @@ class _Node(NodeProcess):
 
     rank: int
     state_sha256: str | None = None
+    # the progress watchdog (fleet/providers/stall.py), wall s / steps
+    last_event_at: float | None = None  # when the provider last read a training event of it
+    progress_step: int | None = None  # step of its latest progress event
+    progress_steps: int | None = None  # steps between its latest two progress events
+    mean_step_seconds: float | None = None  # its own mean step time, wall s
+    emergency_saving: bool = False  # an emergency save started and not yet ended
+    stall: str | None = None  # why the watchdog killed it
 
 
 def local_provider_from_options(options: dict[str, Any]) -> LocalFleetProvider:
@@ -301,6 +315,8 @@ class _StageRun(AttemptRecord):
         exe = self.spec.command[0]
         if shutil.which(exe) is None and not Path(exe).exists():
             raise ValueError(f"StageSpec.command[0]={exe!r} is not an executable on PATH")
+        check_stall_timeout(self.spec.stall_timeout_seconds, "StageSpec.stall_timeout_seconds")
+        check_stall_startup(self.spec.stall_startup_seconds, "StageSpec.stall_startup_seconds")
 
     # -- statistics for the training process (market seconds; fleet/contract.py) -----------
     def _market(self, wall_seconds: float) -> float:
@@ -472,6 +488,13 @@ class _StageRun(AttemptRecord):
                             f"stage {self.spec.name!r}: {relaunches} preemptions exceed "
                             f"StageSpec.max_relaunches={self.spec.max_relaunches}; the attempt "
                             "resumes from its latest checkpoint when retried")
+                elif outcome == "stalled":  # killed by the watchdog: relaunched like a preemption
+                    relaunches += 1
+                    if relaunches > self.spec.max_relaunches:
+                        raise AttemptFailed(
+                            f"stage {self.spec.name!r}: {relaunches} relaunches (the last after a "
+                            f"stalled node) exceed StageSpec.max_relaunches={self.spec.max_relaunches}; "
+                            "the attempt resumes from its latest checkpoint when retried")
                 elif outcome != "moved":
                     failures += 1
                     if failures > self.cfg.max_failures or self.spec.num_nodes > 1:
@@ -638,6 +661,19 @@ class _StageRun(AttemptRecord):
     def _absorb(self, node: _Node, event: Event) -> None:
         d = event.data
         step = d.get("step")
+        node.last_event_at = time.time()
+        if event.kind == "save_started" and d.get("kind") == "emergency":
+            node.emergency_saving = True
+        elif event.kind in ("save_committed", "save_failed", "save_spilled") \
+                and d.get("kind") == "emergency":
+            node.emergency_saving = False
+        if event.kind == "progress" and isinstance(step, int | float):
+            if node.progress_step is not None and int(step) > node.progress_step:
+                node.progress_steps = int(step) - node.progress_step
+            node.progress_step = int(step)
+            m = d.get("mean_step_seconds")
+            if isinstance(m, int | float) and m > 0:
+                node.mean_step_seconds = float(m)
         if event.kind == "start":
             node.ready_at = node.ready_at or event.time
             self.injector.mark_ready(node.node_id, event.time)
@@ -678,6 +714,12 @@ class _StageRun(AttemptRecord):
                 self._finish(group, cancelled=True)
                 return "cancelled"
             self._maybe_move(group)
+            if self._stalled(group):  # hung: kill the group, relaunch as after a failure
+                for node in group:
+                    self._kill(node)
+                time.sleep(self.cfg.poll_seconds)
+                self._pump(group)
+                return self._finish(group)
             pending = 0
             for node in group:
                 if node.proc is None or node.ended_at is not None:
@@ -733,6 +775,27 @@ class _StageRun(AttemptRecord):
             with contextlib.suppress(ValueError):
                 self.injector.preempt_now(n.node_id)
 
+    def _stalled(self, group: list[_Node]) -> bool:
+        """The progress watchdog: a running node (ready, no notice, no emergency save in
+        flight, process alive, no ``exit`` yet) with no training event for longer than its
+        stall limit (``stall_limit_seconds``, wall s) is stalled; its reason is kept in
+        ``node.stall``. True when any node of the group is."""
+        now = time.time()
+        stalled = False
+        for node in group:
+            if node.ready_at is None or node.ended_at is not None or node.exit_event is not None \
+                    or node.emergency_saving or node.last_event_at is None or self._noticed(node) \
+                    or node.proc is None or node.proc.poll() is not None:
+                continue
+            limit = stall_limit_seconds(
+                self.spec.stall_timeout_seconds, seen_progress=node.progress_step is not None,
+                mean_step_seconds=node.mean_step_seconds, progress_steps=node.progress_steps,
+                startup_seconds=self.spec.stall_startup_seconds)
+            if is_stalled(now, node.last_event_at, limit):
+                node.stall = stall_reason(now - node.last_event_at, limit)
+                stalled = True
+        return stalled
+
     def _noticed(self, node: _Node) -> bool:
         """The node was told to go: seen by the provider, the injector, or the process."""
         if node.notice_at is None:
@@ -755,6 +818,8 @@ class _StageRun(AttemptRecord):
                 self.injector.close_node(node.node_id)
         if cancelled:
             outcome = "cancelled"
+        elif any(n.stall is not None for n in group):
+            outcome = "stalled"
         elif self._moving and not any(n.exit_event is not None and
                                       n.exit_event.data.get("reason") == "completed" for n in group):
             outcome = "moved"
@@ -768,7 +833,15 @@ class _StageRun(AttemptRecord):
             outcome = "failed"
         for node in group:
             reason = {"completed": "completed", "preempted": "preempted", "failed": "failed",
-                      "cancelled": "cancelled", "moved": "cancelled"}[outcome]
+                      "cancelled": "cancelled", "moved": "cancelled", "stalled": "failed"}[outcome]
+            if outcome == "stalled":
+                self._record(node, "failed" if node.stall is not None else "cancelled")
+                self._emit(provider_event(
+                    "failed", node_id=node.node_id, zone=node.zone, exit_code=node.exit_code,
+                    stalled=node.stall is not None,
+                    reason=node.stall or "cancelled: another node of its group stalled",
+                    last_step=node.last_step, last_checkpoint_step=node.last_checkpoint_step))
+                continue
             if outcome == "failed" and node.exit_code == 0:
                 reason = "cancelled"
             self._record(node, reason)
