@@ -3,9 +3,12 @@
 Files, under ``<state folder>/reports/<pipeline>/``:
 
 - ``runs/<run id>/cost_report.{md,html,csv,png}``: the report of ONE run (kept per run);
-- ``cost_report.{md,html,csv,png}``: a copy of the latest report;
-- ``cost_by_day.csv`` (period view: every run, per UTC day) and ``cost_all_time.csv``
-  (one row per recorded run) — separate tables, never summed into the run's figures;
+- ``runs/<run id>/cost_by_day.csv``: that report's period view (every run, per UTC day);
+- ``cost_report.{md,html,csv,png}`` and ``cost_by_day.csv``: copies of the report of the
+  latest recorded run (its run group); a report of an older run (``cost-report --run``)
+  leaves them alone;
+- ``cost_all_time.csv`` (one row per recorded run) — separate tables, never summed into
+  the run's figures;
 - ``focus/cost_and_usage_focus.{csv,parquet}``: every charge row in FOCUS 1.2 form
   (assets/focus.py; Parquet when pyarrow is installed).
 """
@@ -65,6 +68,8 @@ class CostReport:
     #: the break-even analysis per stage (each stage's own C, R and rate; ``ct.stage_break_even``)
     stage_break_even: pd.DataFrame = field(
         default_factory=lambda: pd.DataFrame(columns=ct.STAGE_BREAK_EVEN_COLS))
+    #: the report is the latest recorded run's (its group): the top-level copies were written
+    latest: bool = True
 
     @property
     def run_label(self) -> str:
@@ -146,12 +151,19 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
                                    f"spotfleet cost report: {pipeline}, {_run_label(run_ids)}")}
     table.to_csv(run_dir / "cost_report.csv", index=False)
     files["csv"] = run_dir / "cost_report.csv"
+    by_day.to_csv(run_dir / "cost_by_day.csv", index=False)
+    files["by_day_csv"] = run_dir / "cost_by_day.csv"
     out_dir.mkdir(parents=True, exist_ok=True)
-    for key in ("png", "md", "html", "csv"):  # the latest report, where the README says it is
-        shutil.copyfile(files[key], out_dir / files[key].name)
-    by_day.to_csv(out_dir / "cost_by_day.csv", index=False)
+    # the top-level copies are the latest recorded run's report, where the README says it is:
+    # a report of an older run (`cost-report --run <older>`) stays in its own folder only; a
+    # run that recorded nothing yet (a run that failed before launching) is the newest run
+    latest = ct.latest_run(data)
+    is_latest = (not run_ids or latest is None or not set(run_ids) & set(data.run_ids)
+                 or ct.run_group(data, latest)[0] == run_ids[0])
+    if is_latest:
+        for key in ("png", "md", "html", "csv", "by_day_csv"):
+            shutil.copyfile(files[key], out_dir / files[key].name)
     all_time.to_csv(out_dir / "cost_all_time.csv", index=False)
-    files["by_day_csv"] = out_dir / "cost_by_day.csv"
     files["all_time_csv"] = out_dir / "cost_all_time.csv"
     focus_rows = 0
     if write_focus:
@@ -164,7 +176,7 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
     sessions_usd = float(run.sessions["cost_usd"].sum()) if not run.sessions.empty else 0.0
     return CostReport(pipeline, run_ids, table, tot, by_stage, by_zone, stages, by_day, all_time, period, be,
                       budget, md_page, files, focus_rows, (lines_usd, sessions_usd), membership,
-                      elastic_nodes, unpriced, stage_be)
+                      elastic_nodes, unpriced, stage_be, is_latest)
 
 
 def _write(path: Path, text: str) -> Path:

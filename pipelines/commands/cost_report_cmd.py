@@ -105,4 +105,7 @@ def run_cost_report(args) -> int:
     for key in ("html", "md", "csv", "png", "by_day_csv", "all_time_csv", "focus_csv", "focus_parquet"):
         if key in rep.files:
             print(f"  {key:13} {rep.files[key]}")
+    if not rep.latest:
+        print(f"  (an older run's report: the top-level cost_report.* and cost_by_day.csv under "
+              f"{var / 'reports' / cfg.name} still show the latest run)")
     return 0

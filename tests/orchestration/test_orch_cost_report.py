@@ -224,6 +224,36 @@ def test_the_cli_report_of_a_re_execution_covers_its_root_group(tmp_path, capsys
     assert table["launch_usd"].sum() == pytest.approx(launch["dollars"].sum(), rel=1e-9)
 
 
+def test_the_report_of_an_older_run_leaves_the_latest_copies_alone(tmp_path, capsys):
+    """`spotfleet cost-report --run <older run>` writes that run's report into its own folder
+    only: the top-level `cost_report.*` / `cost_by_day.csv` (the README's "latest report")
+    keep the latest run's. Until 2026-11-28 they were overwritten with the older run's."""
+    from pipelines.cli import main
+
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    a1 = _node("a-n0", "pretrain", 1, T0, 0, 100, 100, "completed")
+    _record(eng, "older-run", "pretrain", 1, [a1], "completed")
+    b1 = _node("b-n0", "pretrain", 1, a1[2] + 86_400 * 2, 0, 40, 40, "completed")  # two days later
+    _record(eng, "newer-run", "pretrain", 1, [b1], "completed")
+    var = tmp_path / "var"
+    top = var / "reports" / "demo"
+    args = ["cost-report", "--db-url", str(eng.url), "--var-dir", str(var), "--pipeline", "demo"]
+    assert main(args) == 0  # the latest run: the top-level copies
+    capsys.readouterr()
+    latest_md = (top / "cost_report.md").read_text()
+    latest_days = (top / "cost_by_day.csv").read_text()
+    assert "run newer-ru" in latest_md.splitlines()[0]
+    assert main([*args, "--run", "older"]) == 0
+    out = capsys.readouterr().out
+    assert "run older-ru" in (top / "runs" / "older-run" / "cost_report.md").read_text().splitlines()[0]
+    assert (top / "runs" / "older-run" / "cost_by_day.csv").read_text() != latest_days  # its own period
+    assert (top / "cost_report.md").read_text() == latest_md
+    assert (top / "cost_by_day.csv").read_text() == latest_days
+    assert "still show the latest run" in out
+    assert str(top / "runs" / "older-run" / "cost_by_day.csv") in out
+
+
 def test_the_checks_of_a_re_execution_evaluate_its_run_group(tmp_path, demo_checks):
     """The checks job (no training in it) evaluates the latest recorded run WITH its run group:
     here the latest run is a re-execution that is not in the Dagster instance, so the group
@@ -358,7 +388,11 @@ def test_rendered_report_files(two_runs, tmp_path):
     run_dir = out / "runs" / "run-a"
     for name in ("cost_report.html", "cost_report.md", "cost_report.csv", "cost_report.png"):
         assert (run_dir / name).stat().st_size > 100
-        assert (out / name).exists()
+        assert not (out / name).exists()  # run-a is not the latest run: no top-level copy
+    assert not rep.latest
+    latest = build_report(two_runs, "demo", out, ReportSelection(run_ids=("run-b",)), stage_order=["pretrain"])
+    assert latest.latest and (out / "cost_report.md").read_text() == (out / "runs" / "run-b" / "cost_report.md"
+                                                                      ).read_text()
     assert rep.reconcile[0] == pytest.approx(rep.reconcile[1], rel=1e-9)
     html = (run_dir / "cost_report.html").read_text()
     assert "<table>" in html and "<th>" in html and "###" not in html and "**" not in html
