@@ -7,6 +7,7 @@ the wire format in fleet/providers/, the market in fleet/market/config.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -92,17 +93,37 @@ def planning_zone_stats(stats: Sequence[ZoneStats]) -> list[ZoneStats]:
     mean over all the zone's sessions and per stage (``ZoneStats.restart_latency_for``,
     which the planner asks with the stage's name).
 
+    The zone's preemption rate (``rate_per_hour``, and ``mttp_hours`` = its inverse) is the
+    trace's rate updated by the spot preemptions and held hours of the zone's sessions with
+    the same Gamma-Poisson step as the forecast (``fleet.stats.forecast.posterior_up_rate``,
+    prior worth ``SESSION_PRIOR_HELD_HOURS``): the planner blends this history rate with the
+    forecast's, so the sessions reach both terms. Until 2026-11-28 the history term was the
+    trace's alone and the sessions reached the plan at the forecast's weight only (half).
+    ``rate_ci`` / ``mttp_ci`` stay the trace's intervals.
+
     Session records of the local fleet (cloud ``local``) ran in the market's emulated
     zones: they are matched by (region, zone, instance type); their latency is already in
     market seconds (the local provider reports its sessions in market time). Session
     records of zones the market does not know are left out.
     """
+    import dataclasses
+
+    from fleet.stats.forecast import SESSION_PRIOR_HELD_HOURS, posterior_up_rate
     from fleet.stats.preemption import merge_session_latency
 
     _check_records(stats)
     traces = [st for st in stats if st.source == "trace"]
     measured = [st for st in _sessions_on_market_zones(stats) if st.restart_latency_s is not None]
-    return [st for st in merge_session_latency(traces + measured) if st.source == "trace"]
+    merged = [st for st in merge_session_latency(traces + measured) if st.source == "trace"]
+    evidence = session_evidence(stats)
+    out = []
+    for st in merged:
+        ev = evidence.get(st.key)
+        if ev is not None and math.isfinite(st.rate_per_hour):
+            rate = posterior_up_rate(st.rate_per_hour, ev, SESSION_PRIOR_HELD_HOURS)
+            st = dataclasses.replace(st, rate_per_hour=rate, mttp_hours=1.0 / rate if rate > 0 else math.inf)
+        out.append(st)
+    return out
 
 
 def measured_checkpoint_hours(checkpoints) -> float | None:

@@ -8,7 +8,10 @@ For every candidate zone the planner computes, with the playbook cost model in
 ``checkpointing.costmodel``:
 
 * lambda: preemptions per held hour. With a forecast it blends the forecast rate with
-  the history (``forecast_weight``), otherwise the history alone;
+  the history (``forecast_weight``), otherwise the history alone. In the pipeline both
+  terms carry the fleet's own recorded sessions: the forecast's up-run law and the
+  history's rate are each updated by them (Gamma-Poisson, ``assets.fleet_adapter.
+  planning_zone_stats``);
 * a: the availability (forecast mean when given);
 * R: the restart latency measured in that zone's node sessions of the request's stage
   (``ZoneStats.restart_latency_for(request.name)``: the stage's own sessions, else all the

@@ -43,8 +43,13 @@ def _materialize_planning(cfg, stats_db, tmp_path, instance):  # noqa: ANN001, A
     return result, keys
 
 
-def test_plan_is_the_same_with_recorded_sessions_in_the_statistics():
-    """Session records (with their missing fields) must not change the trace statistics the planner sees."""
+def test_recorded_sessions_update_only_their_zone_s_rate_and_latency():
+    """Session records (with their missing fields) change the statistics the planner sees in
+    their own zone only: R, and the rate by the forecast's Gamma-Poisson step (the history
+    term of the planner's blend; until 2026-11-28 it stayed the trace's, so the sessions
+    reached the plan at the forecast's half weight)."""
+    from fleet.stats.forecast import SESSION_PRIOR_HELD_HOURS
+
     [cfg] = load_pipelines(EXAMPLE_PIPELINES)
     market = cfg.market.model_dump()
     traces = fleet_adapter.market_traces(market)
@@ -53,14 +58,22 @@ def test_plan_is_the_same_with_recorded_sessions_in_the_statistics():
     a = fleet_adapter.planning_zone_stats(only_traces)
     b = fleet_adapter.planning_zone_stats(mixed)
     assert [s.zone for s in a] == [s.zone for s in b] == sorted(t.zone for t in traces)
+    held_h, n = 4 * 55.0 / 3600.0, 2  # 4 spot sessions of 55 s held, 2 ended by the market
     for x, y in zip(a, b, strict=True):
-        assert x.rate_per_hour == y.rate_per_hour and x.restart_latency_s is None
+        assert x.restart_latency_s is None
+        if y.zone == "us-east-1f":
+            post = (x.rate_per_hour * SESSION_PRIOR_HELD_HOURS + n) / (SESSION_PRIOR_HELD_HOURS + held_h)
+            assert y.rate_per_hour == pytest.approx(post, rel=1e-12) and y.rate_per_hour > x.rate_per_hour
+            assert y.mttp_hours == pytest.approx(1.0 / post, rel=1e-12)
+        else:
+            assert x.rate_per_hour == y.rate_per_hour and x.mttp_hours == y.mttp_hours
         # the sessions' measured restart latency (ready - launch = 5 s) reaches their zone only
         assert y.restart_latency_s == (5.0 if y.zone == "us-east-1f" else None)
         assert not any(isinstance(v, float) and math.isnan(v) for v in (y.regain_mean_hours, y.mttp_hours))
     fc = forecast_zones(traces, None, 12.0, n_samples=200, seed=0)
     stage = StageConfig(name="pretrain", script="x.py", work_hours=4.0)
-    a = [dataclasses.replace(x, restart_latency_s=y.restart_latency_s) for x, y in zip(a, b, strict=True)]
+    a = [dataclasses.replace(x, restart_latency_s=y.restart_latency_s, rate_per_hour=y.rate_per_hour,
+                             mttp_hours=y.mttp_hours) for x, y in zip(a, b, strict=True)]
     pa = fleet_adapter.plan_for_stage(stage, a, fc, market, 16.0, True)
     pb = fleet_adapter.plan_for_stage(stage, b, fc, market, 16.0, True)
     assert pa.spot_nodes and pb.spot_nodes
