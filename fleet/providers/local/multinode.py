@@ -75,6 +75,13 @@ from fleet.providers.base import (
 from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
 from fleet.providers.membership import membership_changes
+from fleet.providers.stall import (
+    check_stall_startup,
+    check_stall_timeout,
+    is_stalled,
+    stall_limit_seconds,
+    stall_reason,
+)
 
 try:  # fleet/providers/events.py (shared by local and SkyPilot); older trees: local/
     from fleet.providers.events import EventTail, provider_event
@@ -114,6 +121,7 @@ class _ElasticNode(NodeProcess):
     start_at: float
     batch: str
     end_reason: str | None = None
+    stall: str | None = None  # why the group's progress watchdog killed it
 
 
 @dataclass
@@ -151,6 +159,15 @@ class ElasticStageRun(AttemptRecord):
         self._stats_path: Path | None = None
         self._last_stats: tuple[Any, ...] | None = None
         self.budget_hold: str | None = None  # why replacements are not launched (the budget)
+        # the group's progress watchdog (fleet/providers/stall.py), wall s / steps: only rank 0
+        # reports progress, and a hung worker blocks every rank in the next collective, so
+        # the group is watched as one: its latest training event from any node
+        self._last_event_at: float | None = None
+        self._progress_since_change = False  # a progress event since the last start / node end
+        self._progress_step: int | None = None
+        self._progress_steps: int | None = None
+        self._mean_step_seconds: float | None = None
+        self.stalls = 0
         self.clock = MarketClock.starting(getattr(self.cfg, "market_clock_start_unix", None),
                                           self.cfg.time_scale.factor)
 
@@ -218,6 +235,8 @@ class ElasticStageRun(AttemptRecord):
         if self.elastic.on_demand_nodes > self.spec.num_nodes:
             raise ValueError(f"ElasticConfig.on_demand_nodes={self.elastic.on_demand_nodes} is "
                              f"more than StageSpec.num_nodes={self.spec.num_nodes}")
+        check_stall_timeout(self.spec.stall_timeout_seconds, "StageSpec.stall_timeout_seconds")
+        check_stall_startup(self.spec.stall_startup_seconds, "StageSpec.stall_startup_seconds")
 
     def _max_per_zone(self, zones: list[str]) -> int:
         if self.elastic.max_per_zone:
@@ -259,6 +278,7 @@ class ElasticStageRun(AttemptRecord):
                 self._release_batches()
                 self._pump()
                 self._reap()
+                self._watch_progress(now)
                 alive = [n for n in self._nodes if n.ended_at is None]
                 done = [n for n in self._nodes if n.end_reason == "completed"]
                 unsaved = self._final_save_failure()
@@ -547,7 +567,17 @@ class ElasticStageRun(AttemptRecord):
     def _absorb(self, node: _ElasticNode, event: Event) -> None:
         d = event.data
         step = d.get("step")
+        self._last_event_at = time.time()  # when the controller read it (wall s)
+        if event.kind == "progress" and isinstance(step, int | float):
+            if self._progress_step is not None and int(step) > self._progress_step:
+                self._progress_steps = int(step) - self._progress_step
+            self._progress_step = int(step)
+            m = d.get("mean_step_seconds")
+            if isinstance(m, int | float) and m > 0:
+                self._mean_step_seconds = float(m)
+            self._progress_since_change = True
         if event.kind == "start":
+            self._progress_since_change = False  # workers (re)start: the start-up allowance
             if node.ready_at is None:
                 node.ready_at = event.time
                 self.injector.mark_ready(node.node_id, event.time)
@@ -597,6 +627,56 @@ class ElasticStageRun(AttemptRecord):
                                           exit_code=rc))
             self._record(node)
             self._write_stats()  # its session refines the zone's MTTP and R; the units change
+            self._progress_since_change = False  # the survivors re-form: the start-up allowance
+
+    def _watch_progress(self, now: float) -> None:
+        """The group's progress watchdog: while at least one live node has started
+        training and none is being reclaimed (a notice: the group re-forms), no training
+        event from ANY node for longer than the stall limit (``stall_limit_seconds``, wall s;
+        the start-up allowance until the first progress after a worker start or a node's
+        end) means the group is hung (a deadlocked worker blocks every rank in its next
+        collective): every live node is killed and recorded failed with the reason, and the
+        main loop launches a new group, whose rank 0 restores the latest complete
+        checkpoint. Each stall counts as one failure (``ElasticConfig.max_failures``)."""
+        timeout = self.spec.stall_timeout_seconds
+        alive = [n for n in self._nodes if n.ended_at is None and n.proc is not None
+                 and n.proc.poll() is None]
+        if timeout in (None, 0) or self._last_event_at is None or not alive \
+                or not any(n.ready_at is not None for n in alive) \
+                or any(n.notice_at is not None or n.exit_event is not None for n in alive) \
+                or any(n.exit_event is not None and n.exit_event.data.get("reason") == "completed"
+                       for n in self._nodes):
+            return
+        limit = stall_limit_seconds(timeout, seen_progress=self._progress_since_change,
+                                    mean_step_seconds=self._mean_step_seconds,
+                                    progress_steps=self._progress_steps,
+                                    startup_seconds=self.spec.stall_startup_seconds)
+        if not is_stalled(now, self._last_event_at, limit):
+            return
+        reason = stall_reason(now - self._last_event_at, limit)
+        self.stalls += 1
+        self.failures += 1
+        for node in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(node.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                node.proc.wait(timeout=5)
+        self._pump()  # what they wrote before the kill
+        for node in alive:
+            node.exit_code = node.proc.poll()
+            node.ended_at = time.time()
+            node.end_reason = "failed"
+            node.stall = reason
+            self.injector.close_node(node.node_id)
+            self._record(node)
+            self._emit(provider_event("failed", node_id=node.node_id, zone=node.zone,
+                                      exit_code=node.exit_code, stalled=True,
+                                      reason=f"{reason} (the whole elastic group)",
+                                      last_step=node.last_step,
+                                      last_checkpoint_step=node.last_checkpoint_step))
+        self._last_event_at = None
+        self._progress_since_change = False
+        self._write_stats()
 
     def _record(self, node: _ElasticNode) -> None:
         """Keep the node's session, in market time (the node's own times are wall)."""
@@ -651,9 +731,11 @@ class ElasticStageRun(AttemptRecord):
         tail = ""
         with contextlib.suppress(OSError):
             tail = node.log_path.read_text(encoding="utf-8", errors="replace")[-1500:]
+        stalls = f", {self.stalls} of them group stall(s)" if self.stalls else ""
+        why = f" ({node.stall})" if node.stall else ""
         return (f"stage {self.spec.name!r}: {self.failures} node crash(es) without a preemption "
-                f"notice (ElasticConfig.max_failures={self.elastic.max_failures}); last: "
-                f"{node.node_id} in {node.zone} exit code {node.exit_code}; log {node.log_path}:\n{tail}")
+                f"notice{stalls} (ElasticConfig.max_failures={self.elastic.max_failures}); last: "
+                f"{node.node_id} in {node.zone} exit code {node.exit_code}{why}; log {node.log_path}:\n{tail}")
 
     # -- result -------------------------------------------------------------------------------
     def membership_log(self) -> list[dict[str, Any]]:
