@@ -98,7 +98,8 @@ opt-in too, as are the later rounds' ``hold_start``, ``zone_cost``, ``change_poo
 ``h1_prior_seconds``, ``outage_end``, ``model_check="holds"`` and, for jobs without a deadline
 only, ``no_deadline_wait="set"`` (2026-11-27, docs/fleet-policies.md, *Jobs without a
 deadline*); ``od_exit="bridge"`` is v10 (the default) and ``"reserve"`` v9;
-``launch_guard="restart"`` is v9's and v10's and ``"off"`` v8; ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
+``launch_guard="restart"`` is v9's and v10's and ``"off"`` v8; ``patience_reclaim="other_regions"``
+(session 19, rejected) is opt-in; ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
 
@@ -250,8 +251,10 @@ class SpotfleetParams:
     # with none, not at all). Its wait is a zone's own mean outage, which assumes the zones'
     # outages independent; right after a reclaim in a region the region's zones are down
     # together (the premise of the neighbour rule, whose window it reuses), and waiting on
-    # them spends the slack the next preemption needs. Found on H100 D/W 1.2 without notice
-    # (docs/fleet-policies-tuning-log.md, session 19)
+    # them spends the slack the next preemption needs. Found on H100 D/W 1.2 without notice;
+    # rejected at clause 2 (session 19, docs/fleet-policies-tuning-log.md): where the slack is
+    # ample the region's short outage is worth waiting out (SkyNomad's 6 H100 zones 1.06-1.24x
+    # v10, the shift at D/W 3 with notice 1.09x)
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
