@@ -98,7 +98,8 @@ opt-in too, as are the later rounds' ``hold_start``, ``zone_cost``, ``change_poo
 ``h1_prior_seconds``, ``outage_end``, ``model_check="holds"`` and, for jobs without a deadline
 only, ``no_deadline_wait="set"`` (2026-11-27, docs/fleet-policies.md, *Jobs without a
 deadline*); ``od_exit="bridge"`` is v10 (the default) and ``"reserve"`` v9;
-``launch_guard="restart"`` is v9's and v10's and ``"off"`` v8; ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
+``launch_guard="restart"`` is v9's and v10's and ``"off"`` v8; ``patience_reclaim="other_regions"``
+(session 19, rejected) is opt-in; ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
 
@@ -243,6 +244,18 @@ class SpotfleetParams:
     # Found on the long job shape: after a 71 h drought v9 stayed on on-demand 14-33 h after
     # spot returned (docs/fleet-policies-held-out.md, *Job shapes nobody tuned on*)
 
+    patience_reclaim: str = "wait"  # "wait": v10 (the patience rule may idle for any zone).
+    # "other_regions" (session 19, opt-in): for neighbour_window_hours after a preemption of
+    # this job, the zones of the region that preempted it are tried in their order but never
+    # waited for: the patience rule waits only for the cheapest zone outside that region (and
+    # with none, not at all). Its wait is a zone's own mean outage, which assumes the zones'
+    # outages independent; right after a reclaim in a region the region's zones are down
+    # together (the premise of the neighbour rule, whose window it reuses), and waiting on
+    # them spends the slack the next preemption needs. Found on H100 D/W 1.2 without notice;
+    # rejected at clause 2 (session 19, docs/fleet-policies-tuning-log.md): where the slack is
+    # ample the region's short outage is worth waiting out (SkyNomad's 6 H100 zones 1.06-1.24x
+    # v10, the shift at D/W 3 with notice 1.09x)
+
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
         """``["field=value", ...]`` (benchmark and CLI options) -> params, the rest at their
@@ -290,6 +303,9 @@ LAUNCH_GUARDS = ("off", "restart")
 OD_EXITS = ("reserve", "bridge")
 """The values of ``SpotfleetParams.od_exit`` (see its comment)."""
 
+PATIENCE_RECLAIMS = ("wait", "other_regions")
+"""The values of ``SpotfleetParams.patience_reclaim`` (see its comment)."""
+
 RANK_AFTER_USD = 1e6
 """$ per useful hour added to v6's figure for the zones that the own-evidence ranking
 (any ``model_check``, once it has tripped) makes worthless: they follow every other zone, in v6's order."""
@@ -332,7 +348,8 @@ def budget_interval(t_opt: float, c: float, rem: float, mttp: float, restart: fl
 _CHOICES = {"own_runs": OWN_RUNS, "zone_model": ZONE_MODELS, "zone_cost": ZONE_COSTS,
             "hold_start": HOLD_STARTS, "change_pool": CHANGE_POOLS, "outage_end": OUTAGE_ENDS,
             "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS,
-            "no_deadline_wait": NO_DEADLINE_WAITS, "launch_guard": LAUNCH_GUARDS, "od_exit": OD_EXITS}
+            "no_deadline_wait": NO_DEADLINE_WAITS, "launch_guard": LAUNCH_GUARDS, "od_exit": OD_EXITS,
+            "patience_reclaim": PATIENCE_RECLAIMS}
 """Each option field of :class:`SpotfleetParams` and its allowed values."""
 
 _OWN_EVIDENCE = ("changepoint_emp", "changepoint_updown")
@@ -696,10 +713,28 @@ class SpotfleetPolicy(Policy):
             # they are believed up) and otherwise wait for them, while the expected wait
             # fits ``patience`` times over in the slack to spare
             best = int(np.argmin(eff))
+            reclaim = self._reclaimed_zones(obs) if self.p.patience_reclaim == "other_regions" \
+                else None
+            if reclaim is not None and reclaim[best]:
+                # patience_reclaim="other_regions": the region that just preempted the job is
+                # not waited for; the cheapest zone outside it is (none: no waiting)
+                outside = np.where(reclaim, math.inf, eff)
+                best = int(np.argmin(outside))
+                if not math.isfinite(float(outside[best])):
+                    return launch_action(order, IDLE, interval, obs.tick + 1)
             wait = self.mean_down_hours(obs)[best]  # its mean down time (v5: before the job)
             if spare - reserve > self.p.patience * wait:
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
+
+    def _reclaimed_zones(self, obs: Observation) -> np.ndarray | None:
+        """``patience_reclaim="other_regions"``: per zone, True for the zones of the region
+        that preempted this job within the last ``neighbour_window_hours`` (the neighbour
+        rule's window); None outside that window or without regions."""
+        recent = (obs.tick - self._pre_tick) * obs.gap_hours <= self.p.neighbour_window_hours
+        if not recent or self._pre_region is None or not obs.regions:
+            return None
+        return np.array([r == self._pre_region for r in obs.regions])
 
     @staticmethod
     def _launch_overhead(spec: JobSpec, obs: Observation, z: int) -> float:
