@@ -12,7 +12,9 @@ the provider's clock reads), never market (emulated) seconds.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 #: the least an automatic stall limit is, wall s (a slow step, GC, a periodic save's stall)
 STALL_FLOOR_SECONDS = 120.0
@@ -86,3 +88,46 @@ def stall_reason(silent_seconds: float, limit_seconds: float) -> str:
     """The reason a stalled node's session and provider event carry."""
     return (f"stalled: no progress for {silent_seconds:.1f} s (limit {limit_seconds:g} s); "
             "killed and relaunched")
+
+
+@dataclass
+class ProgressWatch:
+    """What the watchdog knows of one watched unit (a node, or an elastic group as one):
+    when the provider last read a training event of it and its progress rate. Wall s."""
+
+    last_event_at: float | None = None  # when the provider last read a training event
+    progress_step: int | None = None  # step of the latest progress event
+    progress_steps: int | None = None  # steps between the latest two progress events
+    mean_step_seconds: float | None = None  # the unit's own mean step time
+    seen_progress: bool = False  # a progress event since the start (or the last restart())
+
+    def observe(self, kind: str, data: Mapping[str, Any], now: float) -> None:
+        """A training event of kind ``kind`` with ``data`` was read at ``now``."""
+        self.last_event_at = now
+        step = data.get("step")
+        if kind == "progress" and isinstance(step, int | float):
+            if self.progress_step is not None and int(step) > self.progress_step:
+                self.progress_steps = int(step) - self.progress_step
+            self.progress_step = int(step)
+            m = data.get("mean_step_seconds")
+            if isinstance(m, int | float) and m > 0:
+                self.mean_step_seconds = float(m)
+            self.seen_progress = True
+
+    def restart(self) -> None:
+        """The unit's workers start again (an elastic re-formation): the start-up allowance
+        applies until the next progress event."""
+        self.seen_progress = False
+
+    def stalled(self, now: float, timeout: StallTimeout,
+                startup_seconds: float = STALL_STARTUP_SECONDS) -> str | None:
+        """The stall reason (:func:`stall_reason`) when the unit has been silent for longer
+        than its limit (:func:`stall_limit_seconds`) at ``now``, else None."""
+        if self.last_event_at is None:
+            return None
+        limit = stall_limit_seconds(timeout, seen_progress=self.seen_progress,
+                                    mean_step_seconds=self.mean_step_seconds,
+                                    progress_steps=self.progress_steps, startup_seconds=startup_seconds)
+        if not is_stalled(now, self.last_event_at, limit):
+            return None
+        return stall_reason(now - self.last_event_at, limit)

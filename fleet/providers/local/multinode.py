@@ -75,13 +75,7 @@ from fleet.providers.base import (
 from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
 from fleet.providers.membership import membership_changes
-from fleet.providers.stall import (
-    check_stall_startup,
-    check_stall_timeout,
-    is_stalled,
-    stall_limit_seconds,
-    stall_reason,
-)
+from fleet.providers.stall import ProgressWatch, check_stall_startup, check_stall_timeout
 
 try:  # fleet/providers/events.py (shared by local and SkyPilot); older trees: local/
     from fleet.providers.events import EventTail, provider_event
@@ -162,11 +156,7 @@ class ElasticStageRun(AttemptRecord):
         # the group's progress watchdog (fleet/providers/stall.py), wall s / steps: only rank 0
         # reports progress, and a hung worker blocks every rank in the next collective, so
         # the group is watched as one: its latest training event from any node
-        self._last_event_at: float | None = None
-        self._progress_since_change = False  # a progress event since the last start / node end
-        self._progress_step: int | None = None
-        self._progress_steps: int | None = None
-        self._mean_step_seconds: float | None = None
+        self._watch = ProgressWatch()  # restart()ed at each worker start and node end
         self.stalls = 0
         self.clock = MarketClock.starting(getattr(self.cfg, "market_clock_start_unix", None),
                                           self.cfg.time_scale.factor)
@@ -567,17 +557,9 @@ class ElasticStageRun(AttemptRecord):
     def _absorb(self, node: _ElasticNode, event: Event) -> None:
         d = event.data
         step = d.get("step")
-        self._last_event_at = time.time()  # when the controller read it (wall s)
-        if event.kind == "progress" and isinstance(step, int | float):
-            if self._progress_step is not None and int(step) > self._progress_step:
-                self._progress_steps = int(step) - self._progress_step
-            self._progress_step = int(step)
-            m = d.get("mean_step_seconds")
-            if isinstance(m, int | float) and m > 0:
-                self._mean_step_seconds = float(m)
-            self._progress_since_change = True
+        self._watch.observe(event.kind, d, time.time())  # when the controller read it (wall s)
         if event.kind == "start":
-            self._progress_since_change = False  # workers (re)start: the start-up allowance
+            self._watch.restart()  # workers (re)start: the start-up allowance
             if node.ready_at is None:
                 node.ready_at = event.time
                 self.injector.mark_ready(node.node_id, event.time)
@@ -627,7 +609,7 @@ class ElasticStageRun(AttemptRecord):
                                           exit_code=rc))
             self._record(node)
             self._write_stats()  # its session refines the zone's MTTP and R; the units change
-            self._progress_since_change = False  # the survivors re-form: the start-up allowance
+            self._watch.restart()  # the survivors re-form: the start-up allowance
 
     def _watch_progress(self, now: float) -> None:
         """The group's progress watchdog: while at least one live node has started
@@ -641,19 +623,15 @@ class ElasticStageRun(AttemptRecord):
         timeout = self.spec.stall_timeout_seconds
         alive = [n for n in self._nodes if n.ended_at is None and n.proc is not None
                  and n.proc.poll() is None]
-        if timeout in (None, 0) or self._last_event_at is None or not alive \
+        if timeout in (None, 0) or not alive \
                 or not any(n.ready_at is not None for n in alive) \
                 or any(n.notice_at is not None or n.exit_event is not None for n in alive) \
                 or any(n.exit_event is not None and n.exit_event.data.get("reason") == "completed"
                        for n in self._nodes):
             return
-        limit = stall_limit_seconds(timeout, seen_progress=self._progress_since_change,
-                                    mean_step_seconds=self._mean_step_seconds,
-                                    progress_steps=self._progress_steps,
-                                    startup_seconds=self.spec.stall_startup_seconds)
-        if not is_stalled(now, self._last_event_at, limit):
+        reason = self._watch.stalled(now, timeout, self.spec.stall_startup_seconds)
+        if reason is None:
             return
-        reason = stall_reason(now - self._last_event_at, limit)
         self.stalls += 1
         self.failures += 1
         for node in alive:
@@ -674,8 +652,7 @@ class ElasticStageRun(AttemptRecord):
                                       reason=f"{reason} (the whole elastic group)",
                                       last_step=node.last_step,
                                       last_checkpoint_step=node.last_checkpoint_step))
-        self._last_event_at = None
-        self._progress_since_change = False
+        self._watch = ProgressWatch()
         self._write_stats()
 
     def _record(self, node: _ElasticNode) -> None:

@@ -77,13 +77,7 @@ from fleet.providers.decisions import (
 from fleet.providers.events import EventTail, provider_event
 from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
-from fleet.providers.stall import (
-    check_stall_startup,
-    check_stall_timeout,
-    is_stalled,
-    stall_limit_seconds,
-    stall_reason,
-)
+from fleet.providers.stall import ProgressWatch, check_stall_startup, check_stall_timeout
 
 
 @dataclass
@@ -157,11 +151,8 @@ class _Node(NodeProcess):
 
     rank: int
     state_sha256: str | None = None
-    # the progress watchdog (fleet/providers/stall.py), wall s / steps
-    last_event_at: float | None = None  # when the provider last read a training event of it
-    progress_step: int | None = None  # step of its latest progress event
-    progress_steps: int | None = None  # steps between its latest two progress events
-    mean_step_seconds: float | None = None  # its own mean step time, wall s
+    # the progress watchdog (fleet/providers/stall.py): its events' times and progress rate
+    watch: ProgressWatch = field(default_factory=ProgressWatch)
     emergency_saving: bool = False  # an emergency save started and not yet ended
     stall: str | None = None  # why the watchdog killed it
 
@@ -661,19 +652,12 @@ class _StageRun(AttemptRecord):
     def _absorb(self, node: _Node, event: Event) -> None:
         d = event.data
         step = d.get("step")
-        node.last_event_at = time.time()
+        node.watch.observe(event.kind, d, time.time())
         if event.kind == "save_started" and d.get("kind") == "emergency":
             node.emergency_saving = True
         elif event.kind in ("save_committed", "save_failed", "save_spilled") \
                 and d.get("kind") == "emergency":
             node.emergency_saving = False
-        if event.kind == "progress" and isinstance(step, int | float):
-            if node.progress_step is not None and int(step) > node.progress_step:
-                node.progress_steps = int(step) - node.progress_step
-            node.progress_step = int(step)
-            m = d.get("mean_step_seconds")
-            if isinstance(m, int | float) and m > 0:
-                node.mean_step_seconds = float(m)
         if event.kind == "start":
             node.ready_at = node.ready_at or event.time
             self.injector.mark_ready(node.node_id, event.time)
@@ -784,15 +768,13 @@ class _StageRun(AttemptRecord):
         stalled = False
         for node in group:
             if node.ready_at is None or node.ended_at is not None or node.exit_event is not None \
-                    or node.emergency_saving or node.last_event_at is None or self._noticed(node) \
+                    or node.emergency_saving or self._noticed(node) \
                     or node.proc is None or node.proc.poll() is not None:
                 continue
-            limit = stall_limit_seconds(
-                self.spec.stall_timeout_seconds, seen_progress=node.progress_step is not None,
-                mean_step_seconds=node.mean_step_seconds, progress_steps=node.progress_steps,
-                startup_seconds=self.spec.stall_startup_seconds)
-            if is_stalled(now, node.last_event_at, limit):
-                node.stall = stall_reason(now - node.last_event_at, limit)
+            reason = node.watch.stalled(now, self.spec.stall_timeout_seconds,
+                                        self.spec.stall_startup_seconds)
+            if reason is not None:
+                node.stall = reason
                 stalled = True
         return stalled
 
