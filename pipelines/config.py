@@ -97,7 +97,8 @@ class StageConfig(_Strict):
     max_relaunches: int = Field(20, ge=0, description="relaunches after preemptions per attempt")
     stall_timeout_seconds: float | str | None = Field(
         "auto", description="progress watchdog (local fleet), wall seconds: a running node with no "
-                            "training event this long is killed and relaunched from its checkpoint; "
+                            "training event this long is killed and relaunched from its checkpoint (a multi-node "
+                            "stage: no event from any node, the whole group); "
                             "'auto' = max(120, 20 x mean step s x steps per progress); 0 / null: off")
     stall_startup_seconds: float | int = Field(
         600.0, description="the watchdog's limit (wall s) from a node's start to its first progress "
