@@ -233,7 +233,12 @@ class SpotfleetParams:
     # spare slack above the safety net is not tried -- its restart would run the slack out and
     # the net would send the job to on-demand before any progress, spot paid for nothing
     # (the rule moves and leaving on-demand already follow, _affordable_moves and
-    # _leaving_on_demand_pays); found on the heavy job shape (docs/fleet-policies-held-out.md)
+    # _leaving_on_demand_pays); found on the heavy job shape (docs/fleet-policies-held-out.md).
+    # "restart_progress" (session 19, opt-in): a zone is tried only if the spare slack pays its
+    # launch overhead plus one save (checkpoint_hours) plus one tick: without notice the net
+    # counts only saved work, and it looks at tick boundaries, so a launch whose restart (and
+    # transfer) leaves less than a save and a tick of slack is forced to on-demand at the first
+    # boundary after it, with at most the save on the way out kept (docs/fleet-policies-tuning-log.md)
 
     od_exit: str = "bridge"  # "bridge": v10, the default since session 16 (twenty-fifth round,
     # adopted); "reserve": v9 (a job on on-demand stays there while the spare
@@ -297,7 +302,7 @@ MODEL_CHECKS = ("off", "holds", "holds_law", "holds_residual")
 NO_DEADLINE_WAITS = ("cheapest", "set")
 """The values of ``SpotfleetParams.no_deadline_wait`` (see its comment)."""
 
-LAUNCH_GUARDS = ("off", "restart")
+LAUNCH_GUARDS = ("off", "restart", "restart_progress")
 """The values of ``SpotfleetParams.launch_guard`` (see its comment)."""
 
 OD_EXITS = ("reserve", "bridge")
@@ -688,8 +693,12 @@ class SpotfleetPolicy(Policy):
                     or not self._leaving_on_demand_pays(state, obs, order[0], spare, od_price):
                 return Action(ON_DEMAND, None, obs.tick + 1, watch=())
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1)
-        if self.p.launch_guard == "restart":
-            doomed = [z for z in range(obs.n_zones) if self._launch_overhead(spec, obs, z) > spare]
+        if self.p.launch_guard in ("restart", "restart_progress"):
+            # "restart_progress": the spare must also pay a save and the tick in which the net
+            # next looks, or the launch ends on on-demand before progress that keeps it on spot
+            need = spec.checkpoint_hours + g if self.p.launch_guard == "restart_progress" else 0.0
+            doomed = [z for z in range(obs.n_zones)
+                      if self._launch_overhead(spec, obs, z) + need > spare]
             if doomed:
                 eff = eff.copy()
                 eff[doomed] = math.inf  # neither tried nor waited for (the patience rule)
