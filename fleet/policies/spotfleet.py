@@ -99,7 +99,7 @@ opt-in too, as are the later rounds' ``hold_start``, ``zone_cost``, ``change_poo
 only, ``no_deadline_wait="set"`` (2026-11-27, docs/fleet-policies.md, *Jobs without a
 deadline*); ``od_exit="bridge"`` is v10 (the default) and ``"reserve"`` v9;
 ``launch_guard="restart"`` is v9's and v10's and ``"off"`` v8; ``patience_reclaim="other_regions"``
-(session 19, rejected) is opt-in; ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
+and ``launch_guard="restart_progress"`` (session 19, both rejected) are opt-in; ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
 
@@ -233,7 +233,14 @@ class SpotfleetParams:
     # spare slack above the safety net is not tried -- its restart would run the slack out and
     # the net would send the job to on-demand before any progress, spot paid for nothing
     # (the rule moves and leaving on-demand already follow, _affordable_moves and
-    # _leaving_on_demand_pays); found on the heavy job shape (docs/fleet-policies-held-out.md)
+    # _leaving_on_demand_pays); found on the heavy job shape (docs/fleet-policies-held-out.md).
+    # "restart_progress" (session 19, opt-in, rejected at clause 2): a zone is tried only if the
+    # spare slack pays its launch overhead plus one save (checkpoint_hours) plus one tick (the
+    # net looks at tick boundaries and, without notice, counts only saved work). Wrong about the
+    # tick: the net's threshold already holds it, and with a notice (or saves inside the tick)
+    # a job keeps a spare far below a tick on spot for the whole job; at D/W 1.05 the rule sends
+    # it to on-demand from the start (tuning H100 D/W 1.05 with notice 3.64x v10, SkyNomad
+    # h100_6 D/W 1.05 1.37x; docs/fleet-policies-tuning-log.md, session 19)
 
     od_exit: str = "bridge"  # "bridge": v10, the default since session 16 (twenty-fifth round,
     # adopted); "reserve": v9 (a job on on-demand stays there while the spare
@@ -297,7 +304,7 @@ MODEL_CHECKS = ("off", "holds", "holds_law", "holds_residual")
 NO_DEADLINE_WAITS = ("cheapest", "set")
 """The values of ``SpotfleetParams.no_deadline_wait`` (see its comment)."""
 
-LAUNCH_GUARDS = ("off", "restart")
+LAUNCH_GUARDS = ("off", "restart", "restart_progress")
 """The values of ``SpotfleetParams.launch_guard`` (see its comment)."""
 
 OD_EXITS = ("reserve", "bridge")
@@ -688,8 +695,12 @@ class SpotfleetPolicy(Policy):
                     or not self._leaving_on_demand_pays(state, obs, order[0], spare, od_price):
                 return Action(ON_DEMAND, None, obs.tick + 1, watch=())
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1)
-        if self.p.launch_guard == "restart":
-            doomed = [z for z in range(obs.n_zones) if self._launch_overhead(spec, obs, z) > spare]
+        if self.p.launch_guard in ("restart", "restart_progress"):
+            # "restart_progress": the spare must also pay a save and the tick in which the net
+            # next looks, or the launch ends on on-demand before progress that keeps it on spot
+            need = spec.checkpoint_hours + g if self.p.launch_guard == "restart_progress" else 0.0
+            doomed = [z for z in range(obs.n_zones)
+                      if self._launch_overhead(spec, obs, z) + need > spare]
             if doomed:
                 eff = eff.copy()
                 eff[doomed] = math.inf  # neither tried nor waited for (the patience rule)
