@@ -241,6 +241,15 @@ class SpotfleetParams:
     # a job keeps a spare far below a tick on spot for the whole job; at D/W 1.05 the rule sends
     # it to on-demand from the start (tuning H100 D/W 1.05 with notice 3.64x v10, SkyNomad
     # h100_6 D/W 1.05 1.37x; docs/fleet-policies-tuning-log.md, session 19)
+    # "restart_cost" (session 19, opt-in): "restart", and a zone whose launch would be the
+    # job's last spot run -- the spare slack left after its overhead and the failed tries
+    # before it (one probe per zone ahead of it in the order: it lands only if they all fail)
+    # is below one restart, so the guard would refuse the next launch and the rest of the job
+    # runs on on-demand -- is tried only if that is cheaper than on-demand now: spot $ for
+    # the overhead and the work it keeps, the egress, then on-demand for the rest (and its
+    # restart) in the region the checkpoint ends in, against on-demand now for all of it in
+    # the region where on-demand would run now (_last_run_pays). If it empties the order the
+    # job goes on-demand now. Found on H100 D/W 1.2 without notice (start 75)
 
     od_exit: str = "bridge"  # "bridge": v10, the default since session 16 (twenty-fifth round,
     # adopted); "reserve": v9 (a job on on-demand stays there while the spare
@@ -304,7 +313,7 @@ MODEL_CHECKS = ("off", "holds", "holds_law", "holds_residual")
 NO_DEADLINE_WAITS = ("cheapest", "set")
 """The values of ``SpotfleetParams.no_deadline_wait`` (see its comment)."""
 
-LAUNCH_GUARDS = ("off", "restart", "restart_progress")
+LAUNCH_GUARDS = ("off", "restart", "restart_progress", "restart_cost")
 """The values of ``SpotfleetParams.launch_guard`` (see its comment)."""
 
 OD_EXITS = ("reserve", "bridge")
@@ -695,7 +704,7 @@ class SpotfleetPolicy(Policy):
                     or not self._leaving_on_demand_pays(state, obs, order[0], spare, od_price):
                 return Action(ON_DEMAND, None, obs.tick + 1, watch=())
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1)
-        if self.p.launch_guard in ("restart", "restart_progress"):
+        if self.p.launch_guard in ("restart", "restart_progress", "restart_cost"):
             # "restart_progress": the spare must also pay a save and the tick in which the net
             # next looks, or the launch ends on on-demand before progress that keeps it on spot
             need = spec.checkpoint_hours + g if self.p.launch_guard == "restart_progress" else 0.0
@@ -706,6 +715,15 @@ class SpotfleetPolicy(Policy):
                 eff[doomed] = math.inf  # neither tried nor waited for (the patience rule)
                 order = [z for z in order if z not in doomed]
                 interval = self.checkpoint_interval(run_ck[order[0]], state, g) if order else None
+        if self.p.launch_guard == "restart_cost" and order and spec.on_demand_allowed:
+            kept = self._last_run_pays(state, obs, order, spare, run, od_price)
+            if len(kept) < len(order):
+                if not kept:  # every launch costs more than on-demand now
+                    return Action(ON_DEMAND, None, obs.tick + 1, watch=())
+                eff = eff.copy()
+                eff[[z for z in order if z not in kept]] = math.inf
+                order = kept
+                interval = self.checkpoint_interval(run_ck[order[0]], state, g)
         reserve = self.reserve_hours(state, state.elapsed_hours)
         if self.bridge(state, spare, state.elapsed_hours):
             return launch_action(order, ON_DEMAND, interval, obs.tick + 1,
@@ -746,6 +764,53 @@ class SpotfleetPolicy(Policy):
         if not recent or self._pre_region is None or not obs.regions:
             return None
         return np.array([r == self._pre_region for r in obs.regions])
+
+    def _last_run_pays(self, state: JobState, obs: Observation, order: list[int], spare: float,
+                       run: np.ndarray, od_price: float) -> list[int]:
+        """``launch_guard="restart_cost"``: the zones of ``order`` (in order) worth a launch.
+
+        A launch in ``z`` that lands after ``k`` failed tries (the zones kept ahead of it,
+        ``probe_seconds`` each) leaves ``s = spare - k probe - overhead`` of spare slack. When
+        ``s`` is below one restart the launch guard refuses every launch after this one: the
+        job's spot run ends at the next preemption or, without a notice, once the saves and
+        the unsaved work have spent ``s`` (at most ``s`` plus the tick the net lets run, as
+        :meth:`_leaving_on_demand_pays` counts it), and the rest runs on on-demand where the
+        checkpoint then is, ``z``'s region. The work kept ``u`` is the smallest of the work
+        left, the useful part of ``z``'s expected run (:meth:`_eff`'s) and, without a
+        notice, ``s`` plus one tick. ``z`` is kept when
+        ``spot(z) (u + overhead) + egress + od(z's region) (rem - u + restart)`` (the last
+        term only when ``u < rem``) is below ``od_price (rem + restart)``, on-demand now
+        where it would run now. Any other zone (``s`` at least a restart) is kept."""
+        spec = state.spec
+        g = obs.gap_hours
+        rem = max(spec.work_hours - state.done_hours, 1e-3)
+        probe_h = spec.probe_seconds / 3600.0
+        price = obs.spot_prices(spec)
+        od = obs.on_demand_prices(spec)
+        od_now = od_price * (rem + spec.restart_hours)
+        kept: list[int] = []
+        for z in order:
+            over = self._launch_overhead(spec, obs, z)
+            s = spare - len(kept) * probe_h - over
+            if s >= spec.restart_hours:
+                kept.append(z)
+                continue
+            r = float(run[z])
+            u = rem if r >= rem + over else max(0.0, r - over - self._lost_per_preemption(spec, r))
+            if not spec.notice_saves:
+                u = min(u, max(0.0, s + g))
+            u = min(u, rem)
+            extra = obs.migration_usd if obs.moves_region(z) else 0.0
+            if obs.regions:
+                od_z = float(min(od[y] for y in range(obs.n_zones) if obs.regions[y] == obs.regions[z]))
+            else:
+                od_z = od_price
+            cost = float(price[z]) * (u + over) + extra
+            if u < rem:
+                cost += od_z * (rem - u + spec.restart_hours)
+            if cost < od_now:
+                kept.append(z)
+        return kept
 
     @staticmethod
     def _launch_overhead(spec: JobSpec, obs: Observation, z: int) -> float:
