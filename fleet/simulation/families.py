@@ -86,6 +86,10 @@ fresh data for the twenty-fifth round, run once for it.
 ``reliable_break_holdout250`` / ``all_break_holdout250`` — seeds 250-254, and ``volatile_short250``
 (the 2 h job on the volatile markets of the same seeds): session 17, run once to measure v10 on
 every regime on data nobody had looked at; no candidate was chosen on them.
+``volatile_holdout260`` / ``available_holdout260`` / ``shift_holdout260`` /
+``reliable_break_holdout260`` / ``all_break_holdout260`` — seeds 260-264: session 19, fresh data
+for clause 3 of the candidate ``launch_guard="restart_cost"``, defined before any run on them
+(docs/fleet-policies-tuning-log.md, the session-19 pre-registration), run once for it.
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -338,6 +342,13 @@ FAMILIES: dict[str, Family] = {
     **_shift_family("reliable_break_holdout250", "held-out shift that breaks each region's most "
                     "reliable zone", range(250, 255), "reliable_break_config"),
     **_shift_family("all_break_holdout250", "held-out shift that breaks every zone", range(250, 255),
+                    "all_break_config"),
+    # session 19: fresh seeds for clause 3 of launch_guard="restart_cost", run once
+    **_held_out_pair("260", range(260, 265)),
+    **_shift_family("shift_holdout260", "held-out regime shift", range(260, 265)),
+    **_shift_family("reliable_break_holdout260", "held-out shift that breaks each region's most "
+                    "reliable zone", range(260, 265), "reliable_break_config"),
+    **_shift_family("all_break_holdout260", "held-out shift that breaks every zone", range(260, 265),
                     "all_break_config"),
 }
 
