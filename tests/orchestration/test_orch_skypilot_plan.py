@@ -64,6 +64,9 @@ def test_a_skypilot_stage_is_planned_on_spot_with_catalog_prices_and_becomes_a_v
     assert plan.spot_nodes == 2 and plan.on_demand_nodes == 0, plan.explain()
     assert plan.price_source.startswith("skypilot:") and "skypilot-catalog-v8" in plan.price_source
     assert plan.failover_order and set(plan.failover_order) <= set(PIPELINE["stages"][0]["resources"]["zones"])
+    # the stage's zones the market has no statistics for are named, not silently dropped
+    for z in set(PIPELINE["stages"][0]["resources"]["zones"]) - set(plan.failover_order):
+        assert f"not planned {z}: no preemption statistics for this zone" in plan.explain()
 
     stage = cfg.stages[0]
     spec = plan.apply(StageSpec(
