@@ -139,15 +139,46 @@ def measured_checkpoint_hours(checkpoints) -> float | None:
     return None if c is None else c / 3600.0
 
 
+def pipeline_price_book(provider: str, market: MarketConfig | dict[str, Any],
+                        accelerators: Sequence[str], cloud: str = "aws"):
+    """The prices a pipeline's plan scores zones with.
+
+    The local fleet bills its market's prices (``MarketConfig.price_book``). A SkyPilot
+    pipeline runs on the cloud's instance types, so it is priced from the SkyPilot catalog
+    validation reads (``pipelines.validation.find_catalog_dir``: ``$SPOTFLEET_CATALOG_DIR``,
+    ``~/.sky/catalogs/v8``, ``../shared/data/skypilot-catalog-v8``; read offline), its
+    stages' accelerators only, with the market's p3.2xlarge prices kept as overrides.
+    Until 2026-11-28 a SkyPilot pipeline was planned with the built-in V100 table alone:
+    every zone of an A10G stage was rejected for "no price" and the plan (0 spot + N
+    on-demand) turned the ``spot: true`` stage into an all on-demand launch (user audit).
+    Without a catalog folder it is the market's book, as before.
+    """
+    m = _market(market)
+    if provider != "skypilot":
+        return m.price_book()
+    from pipelines.validation import find_catalog_dir
+
+    catalog = find_catalog_dir()
+    if catalog is None:
+        return m.price_book()
+    from fleet.market.prices import PriceBook
+
+    return PriceBook.from_skypilot(catalog, cloud=cloud, accelerators=sorted(set(accelerators)), overrides={
+        "spot": {"p3.2xlarge": {"*": m.spot_price_per_hour}},
+        "on_demand": {"p3.2xlarge": {"*": m.on_demand_price_per_hour}}})
+
+
 def plan_for_stage(stage: StageConfig, stats: list[ZoneStats], forecasts: list[Any],
                    market: MarketConfig | dict[str, Any], deadline_hours: float | None,
-                   on_demand_fallback: bool, ckpt_hours: float | None = None) -> FleetPlan:
+                   on_demand_fallback: bool, ckpt_hours: float | None = None,
+                   prices: Any = None) -> FleetPlan:
     """The fleet plan of one stage (``fleet.planning.planner.plan_stage``), typed.
 
     The train asset applies it to the stage's StageSpec (``FleetPlan.apply``): failover
     order, spot or not, and the priors (MTTP per zone, R, checkpoint time, interval).
     ``ckpt_hours``: the checkpoint time measured in the statistics DB, None when nothing
     was (the plan then scores with the default and exports no checkpoint-time prior).
+    ``prices``: the pipeline's ``pipeline_price_book`` (default: the market's book).
     """
     from fleet.planning.planner import StageRequest, plan_stage
 
@@ -157,6 +188,6 @@ def plan_for_stage(stage: StageConfig, stats: list[ZoneStats], forecasts: list[A
         accelerator=r.accelerator, accelerator_count=r.count, num_nodes=r.nodes,
         candidate_zones=tuple(r.zones), allow_on_demand=on_demand_fallback,
         **({"ckpt_hours": ckpt_hours} if ckpt_hours else {}))
-    plan = plan_stage(req, stats, forecasts, _market(market).price_book())
+    plan = plan_stage(req, stats, forecasts, prices if prices is not None else _market(market).price_book())
     plan.checkpoint_measured = bool(ckpt_hours)
     return plan

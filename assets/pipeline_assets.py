@@ -221,13 +221,19 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         ckpts = read_table(stats_db.engine(), CheckpointRecord, p)
         total_work = sum(s.work_hours for s in cfg.stages)
         plans: dict[str, FleetPlan] = {}
+        try:  # a SkyPilot pipeline is priced from the catalog (its instance types), not the V100 table
+            book = fleet_adapter.pipeline_price_book(
+                cfg.provider, cfg.market, [s.resources.accelerator for s in cfg.stages],
+                next((c for s in cfg.stages for c in s.resources.clouds), "aws"))
+        except (OSError, ValueError, KeyError) as exc:
+            raise config_failure(context, f"cannot read the SkyPilot catalog's prices: {exc}") from None
         for s in cfg.stages:
             ckpt_h = fleet_adapter.measured_checkpoint_hours(
                 ckpts[ckpts["stage"] == s.name] if len(ckpts) and "stage" in ckpts else None)
             share = cfg.deadline_hours * s.work_hours / total_work
             try:
                 plans[s.name] = fleet_adapter.plan_for_stage(
-                    s, stats, preemption_forecast, cfg.market, share, cfg.on_demand_fallback, ckpt_h)
+                    s, stats, preemption_forecast, cfg.market, share, cfg.on_demand_fallback, ckpt_h, book)
             except ValueError as exc:
                 raise config_failure(context, f"cannot plan stage {s.name}: {exc}") from None
             context.log.info(plans[s.name].explain())
@@ -462,14 +468,18 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     context.log_event(AssetMaterialization(
         asset_key=sessions_key, description=f"{stage.name} attempt {attempt} recorded",
         metadata={"stage": stage.name, "attempt": attempt, "sessions": len(sessions), "preemptions": preempted}))
+    if not completed:
+        # what a re-execution resumes from: the run GROUP's latest committed checkpoint (an
+        # earlier attempt's, or the one this attempt's nodes restored), not only what this
+        # attempt's nodes committed themselves (none, for a node that crashed after its restore)
+        last_ckpt = group_resume_step(eng, cfg.name, stage.name, [*runs, context.run.run_id, root_run], sessions)
     if interrupted is not None and not completed:
         # Dagster would retry an interrupted step (its RetryPolicy), launching new nodes after
         # the operator pressed Terminate: fail it without a retry instead
-        last_ckpt = max((s.last_checkpoint_step or 0 for s in sessions), default=0)
         raise Failure(
             description=(f"stage {stage.name} attempt {attempt} {redact(result.get('error')).rstrip('.')}. Not "
                          f"retried. Re-execute the run (UI: Re-execute > From failure) to resume "
-                         f"from the latest checkpoint (step {last_ckpt} in this attempt's nodes)."),
+                         f"from {resume_point(last_ckpt)}."),
             allow_retries=False,
             metadata={"sessions": len(sessions), "terminated": True, "last_checkpoint_step": last_ckpt})
     if not completed and BUDGET_STOP in str(result.get("error") or ""):
@@ -478,7 +488,6 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
                       metadata={"budget_usd": cfg.budget_usd, "budget_left_at_attempt_start_usd":
                                 round(float(spec.budget_left_usd or 0.0), 4), "sessions": len(sessions)})
     if not completed:
-        last_ckpt = max((s.last_checkpoint_step or 0 for s in sessions), default=0)
         raise Failure(
             description=lost_attempt_message(stage.name, attempt, train_retry_policy(cfg).max_retries,
                                              redact(result.get("error")), last_ckpt),
@@ -552,18 +561,42 @@ def _already_complete(context: AssetExecutionContext, cfg: PipelineConfig, stage
     return MaterializeResult(metadata=meta)
 
 
-def lost_attempt_message(stage: str, attempt: int, max_retries: int, error: str, last_checkpoint_step: int) -> str:
+def group_resume_step(eng, pipeline: str, stage: str, runs: list[str], sessions) -> int | None:
+    """The step a retry or re-execution of ``stage`` resumes from: the highest checkpoint step
+    recorded for the run group (every run shares the root's checkpoint prefix) or committed
+    or restored by ``sessions``; None when nothing was ever committed (it starts over).
+
+    A node that restored step 120 and crashed before its next save committed nothing itself:
+    "the latest checkpoint (step 0 in this attempt's nodes)" was what the last attempt's
+    failure said (and ``last_checkpoint_step`` = 0 its metadata) while the re-execution
+    resumed from 120 (user audit, 2026-11-28)."""
+    from infra.db.recorder import latest_checkpoint_step
+
+    steps = [latest_checkpoint_step(eng, pipeline, stage, run_id=r) for r in dict.fromkeys(runs)]
+    steps += [s.last_checkpoint_step for s in sessions] + [s.first_step or None for s in sessions]
+    return max((int(x) for x in steps if x is not None), default=None)
+
+
+def resume_point(step: int | None) -> str:
+    """Where a re-execution resumes, in words (``group_resume_step``)."""
+    if step is None:
+        return "the start (step 0): no checkpoint of this stage was committed in this run group"
+    return f"the latest checkpoint (step {step}, the run group's latest committed checkpoint)"
+
+
+def lost_attempt_message(stage: str, attempt: int, max_retries: int, error: str,
+                         last_checkpoint_step: int | None) -> str:
     """The failure text of a lost attempt: whether Dagster retries it, or it was the last one
-    (``attempt`` counts from 1; the step's RetryPolicy allows ``max_retries`` retries)."""
+    (``attempt`` counts from 1; the step's RetryPolicy allows ``max_retries`` retries;
+    ``last_checkpoint_step``: ``group_resume_step``)."""
     head = f"stage {stage} attempt {attempt} lost: {error}. "
     if attempt <= max_retries:
         return head + (f"Dagster retries it (attempt {attempt + 1} of {max_retries + 1}, RetryPolicy with "
-                       "backoff); the retry resumes from the latest checkpoint.")
+                       f"backoff); the retry resumes from {resume_point(last_checkpoint_step)}.")
     return head + (f"This was the last attempt ({attempt} of {max_retries + 1}, RetryPolicy max_retries="
                    f"{max_retries}): Dagster does not retry it and the stage failed. Re-execute the run "
                    "from failure (UI: Re-execute > From failure) after the market or the error above "
-                   f"allows it; the re-execution resumes from the latest checkpoint (step {last_checkpoint_step} "
-                   "in this attempt's nodes).")
+                   f"allows it; the re-execution resumes from {resume_point(last_checkpoint_step)}.")
 
 
 def _stage_env(cfg: PipelineConfig, stage: StageConfig, fleet: FleetResource) -> dict[str, str]:

@@ -72,8 +72,12 @@ def describe_event(e: Event) -> str | None:
                 f"(last checkpoint {d.get('last_checkpoint_step')})")
     if k == "failed" and d.get("origin") == "provider":
         why = f": {d['reason']}" if d.get("reason") else " without a preemption notice"
-        return (f"[{node}] FAILED in {d.get('zone')} (exit code {d.get('exit_code')}, last "
-                f"checkpoint {d.get('last_checkpoint_step')}){why}")
+        ckpt = d.get("last_checkpoint_step")
+        if ckpt is None and d.get("resumed_from_step"):  # committed none itself, resumed one
+            last = f"no checkpoint committed by this node, it resumed from step {d['resumed_from_step']}"
+        else:
+            last = f"last checkpoint {ckpt}"
+        return f"[{node}] FAILED in {d.get('zone')} (exit code {d.get('exit_code')}, {last}){why}"
     if k == "relaunch":
         return f"relaunch {d.get('from_zone')} -> {d.get('to_zone')} ({d.get('reason', '')})"
     if k == "decision":

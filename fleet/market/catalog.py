@@ -10,8 +10,8 @@ Two details make it work inside one Python process:
 * ``sky.catalog.common`` resolves the catalog directory when it is imported, and each
   cloud's ``*_catalog`` module creates its lazy data frames at import time. If SkyPilot
   was already imported (another test, a provider), ``offline_catalog`` points those
-  module attributes at the new home and rebuilds the AWS frames, and restores them on
-  exit.
+  module attributes at the new home and rebuilds the AWS frames and the accelerator
+  registry's frame, and restores them on exit.
 * ``sky.Resources(...).validate()`` and the optimizer ask which clouds are enabled
   (credentials). ``enable_clouds`` patches ``sky.check.get_cached_enabled_clouds_or_refresh``
   and ``sky.check.check`` the way SkyPilot's own test fixtures do.
@@ -91,6 +91,13 @@ def offline_catalog(home_dir: str | Path, source_dir: str | Path,
                 patch(aws_mod, attr, common.read_catalog(fname, pull_frequency_hours=pull))
         if hasattr(aws_mod, "_user_df"):
             patch(aws_mod, "_user_df", None)
+        # the accelerator registry's frame (``Resources.validate`` canonicalizes names with
+        # it) is made at its import too: imported under an earlier offline_catalog whose home
+        # is gone (PriceBook.from_skypilot's temporary one), it downloaded the file instead
+        import sky.utils.accelerator_registry as acc_mod  # noqa: PLC0415
+
+        if hasattr(acc_mod, "_accelerator_df"):
+            patch(acc_mod, "_accelerator_df", common.read_catalog("common/accelerators.csv"))
         if enable_clouds is not None:
             import sky.check
             from sky.utils import registry

@@ -397,6 +397,13 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
     n_spot_wanted = req.num_nodes - req.on_demand_core
     on_demand_cost = req.work_hours * req.num_nodes * od_price
 
+    # candidate zones no statistics record describes are not scored, so they are in no
+    # failover order: say so (a SkyPilot stage listing catalog zones its market lacks ran in
+    # the others only, without a word in the plan, until 2026-11-28)
+    known = {st.zone for st in stats}
+    unseen = [f"not planned {z}: no preemption statistics for this zone (neither the market's "
+              "traces nor recorded sessions); it is left out of the failover order"
+              for z in req.candidate_zones if z not in known]
     if not cands:
         if rejected and all(r["reason"].startswith("no price") for r in rejected):
             reasons.append(f"no zone has a spot price for {req.accelerator} (every zone rejected "
@@ -407,7 +414,7 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
         if not math.isfinite(od_price) and stats:
             reasons.append(f"no on-demand price for {itype} in any region of the traces: the "
                            "cost of this plan is unknown")
-        reasons += [f"rejected {r['zone']}: {r['reason']}" for r in rejected]
+        reasons += [f"rejected {r['zone']}: {r['reason']}" for r in rejected] + unseen
         return FleetPlan(
             stage=req.name, accelerator=req.accelerator, instance_type=itype,
             num_nodes=req.num_nodes, spot_nodes=0, on_demand_nodes=req.num_nodes, zones=[],
@@ -509,6 +516,7 @@ def plan_stage(request: StageRequest, stats: Sequence[ZoneStats],
                            "failover targets, cheapest c_eff first")
     for r in rejected:
         reasons.append(f"rejected {r['zone']}: {r['reason']}")
+    reasons += unseen
     return FleetPlan(
         stage=req.name, accelerator=req.accelerator, instance_type=best.instance_type,
         num_nodes=req.num_nodes, spot_nodes=spot_nodes, on_demand_nodes=od_nodes,

@@ -836,8 +836,12 @@ class _StageRun(AttemptRecord):
                                           last_checkpoint_step=node.last_checkpoint_step))
             elif outcome == "failed" and (node.exit_code not in (0, None) or (
                     node.exit_event is not None and node.exit_event.data.get("reason") == "error")):
+                # the node's own latest commit, and the checkpoint it restored (the run log's
+                # "last checkpoint None" read as if nothing was saved when it had resumed one)
                 self._emit(provider_event("failed", node_id=node.node_id, zone=node.zone,
-                                          exit_code=node.exit_code))
+                                          exit_code=node.exit_code, last_step=node.last_step,
+                                          last_checkpoint_step=node.last_checkpoint_step,
+                                          resumed_from_step=node.first_step))
         return outcome
 
     def _record(self, node: _Node, reason: str) -> None:
