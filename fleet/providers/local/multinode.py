@@ -613,17 +613,20 @@ class ElasticStageRun(AttemptRecord):
 
     def _watch_progress(self, now: float) -> None:
         """The group's progress watchdog: while at least one live node has started
-        training and none is being reclaimed (a notice: the group re-forms), no training
-        event from ANY node for longer than the stall limit (``stall_limit_seconds``, wall s;
-        the start-up allowance until the first progress after a worker start or a node's
-        end) means the group is hung (a deadlocked worker blocks every rank in its next
-        collective): every live node is killed and recorded failed with the reason, and the
-        main loop launches a new group, whose rank 0 restores the latest complete
-        checkpoint. Each stall counts as one failure (``ElasticConfig.max_failures``)."""
+        training, at least ``ElasticConfig.min_nodes`` are alive (fewer wait in the rendezvous
+        for replacements, silent by design) and none is being reclaimed (a notice: the group
+        re-forms), no training event from ANY node for longer than the stall limit
+        (``stall_limit_seconds``, wall s; the start-up allowance until the first progress
+        after a worker start or a node's end) means the group is hung (a deadlocked worker
+        blocks every rank in its next collective): every live node is killed and recorded
+        failed with the reason, and the main loop launches a new group, whose rank 0
+        restores the latest complete checkpoint. Each stall counts as one failure
+        (``ElasticConfig.max_failures``)."""
         timeout = self.spec.stall_timeout_seconds
         alive = [n for n in self._nodes if n.ended_at is None and n.proc is not None
                  and n.proc.poll() is None]
         if timeout in (None, 0) or not alive \
+                or len(alive) < self.elastic.min_nodes \
                 or not any(n.ready_at is not None for n in alive) \
                 or any(n.notice_at is not None or n.exit_event is not None for n in alive) \
                 or any(n.exit_event is not None and n.exit_event.data.get("reason") == "completed"
