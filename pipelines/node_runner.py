@@ -74,6 +74,11 @@ def describe_event(e: Event) -> str | None:
         why = f": {d['reason']}" if d.get("reason") else " without a preemption notice"
         return (f"[{node}] FAILED in {d.get('zone')} (exit code {d.get('exit_code')}, last "
                 f"checkpoint {d.get('last_checkpoint_step')}){why}")
+    if k == "terminating":
+        return (f"Terminate: {', '.join(d.get('nodes') or []) or 'no node'} asked to save now "
+                f"(preemption notice); killed if still running after {_g(d.get('grace_seconds'))} s")
+    if k == "cancelled" and d.get("nodes"):
+        return "stage stopped: " + "; ".join(d["nodes"])
     if k == "relaunch":
         return f"relaunch {d.get('from_zone')} -> {d.get('to_zone')} ({d.get('reason', '')})"
     if k == "decision":
@@ -160,21 +165,30 @@ def main() -> int:
 
         # SIGINT: what Dagster's Pipes client forwards when the run is terminated (UI
         # "Terminate", SIGTERM/SIGINT to the run worker, Ctrl-C on `spotfleet main`);
-        # SIGTERM: a process manager. Either stops the stage: its nodes are killed, their
-        # sessions recorded up to now, and the result reported below (not retried).
+        # SIGTERM: a process manager. Either stops the stage gracefully (provider.terminate:
+        # each node gets a preemption notice, makes its emergency save and exits, killed
+        # after the stage's terminate_grace_seconds), its sessions recorded up to the stop
+        # and the result reported below (not retried). A second signal, or the run worker
+        # gone, kills the nodes at once (provider.cancel).
         terminated: list[str] = []
+        force = threading.Event()
         run_done = threading.Event()
 
         def keep_cancelling() -> None:
             # the stage may not be registered with the provider yet (building the market):
-            # cancel until run_stage returns, so a signal that came early is not lost
+            # ask until run_stage returns, so a signal that came early is not lost
             while not run_done.is_set():
-                provider.cancel(spec.name)
+                if force.is_set():
+                    provider.cancel(spec.name)
+                else:
+                    provider.terminate(spec.name)
                 run_done.wait(0.1)
 
         def on_term(signum, _frame):
             first = not terminated
             terminated.append(f"got {signal.Signals(signum).name} (the run was terminated)")
+            if not first:
+                force.set()  # a second Terminate: kill at once
             if first:  # nothing here that takes a lock the interrupted frame may hold
                 threading.Thread(target=keep_cancelling, daemon=True, name="cancel-stage").start()
 
@@ -187,6 +201,7 @@ def main() -> int:
             # and billing its nodes; its parent changing (reparented) stops the stage too
             while not run_done.wait(PARENT_POLL_SECONDS):
                 if os.getppid() != parent:
+                    force.set()  # nobody is left to wait for a save to be reported
                     if not terminated:
                         terminated.append("lost its parent (the run worker was killed)")
                         keep_cancelling()
@@ -211,8 +226,10 @@ def main() -> int:
         finally:
             run_done.set()
         if terminated and not (result is not None and result.completed and error is None):
+            how = ("its nodes were killed at once (a second Terminate)" if force.is_set() and len(terminated) > 1
+                   else "its nodes were stopped")
             error = (f"{TERMINATED_PREFIX} the node runner {terminated[0]}; "
-                     f"its nodes were stopped and billed up to the stop. {error or ''}").strip()
+                     f"{how} and billed up to the stop. {error or ''}").strip()
             pipes.log.warning(f"stage {spec.name} attempt {attempt}: {error}")
         sessions = list(result.sessions) if result is not None else list(provider.sessions())
         sessions = [s for s in sessions if s.stage == spec.name and s.attempt == attempt] or sessions
