@@ -229,3 +229,20 @@ def test_grace_zero_kills_at_once_as_before(tmp_path):
     events = read_events(tmp_path / "w" / "t" / "attempt-1" / "events" / f"{s.node_id}.jsonl")
     assert not [e for e in events if e.kind in ("notice", "save_started") and
                 e.data.get("kind", "emergency") == "emergency"]
+
+
+def test_terminate_after_the_last_step_still_completes(tmp_path):
+    """A Terminate that lands after the node reported its last step (its ``exit`` event,
+    ``completed``) does not turn the finished stage into a cancelled one."""
+    standin = str(Path(__file__).parent / "standin_trainer.py")
+    prov = LocalFleetProvider(_cfg(tmp_path, "signal"))
+    spec = StageSpec(name="t", command=[sys.executable, standin, "--steps", "20", "--step-sleep", "0.01"],
+                     checkpoint_uri=str(tmp_path / "ckpt"), use_spot=False)
+
+    def on_event(ev) -> None:
+        if ev.kind == "exit" and ev.data.get("reason") == "completed":
+            prov.terminate("t")  # on the provider's thread: before it sees the process end
+
+    out = _run(prov, spec, 1, on_event)
+    assert "result" in out, out
+    assert out["result"].completed and [s.end_reason for s in prov.sessions()] == ["completed"]

@@ -765,8 +765,9 @@ class _StageRun(AttemptRecord):
                 self._finish(group, cancelled=True)
                 return "cancelled"
             if self._stop_at is not None:  # Terminate: notice, wait for the saves, then kill
-                if self._graceful_stop(group):
-                    return "cancelled"
+                outcome = self._graceful_stop(group)
+                if outcome is not None:
+                    return outcome
                 time.sleep(self.cfg.poll_seconds)
                 continue
             self._maybe_move(group)
@@ -802,7 +803,7 @@ class _StageRun(AttemptRecord):
                 return self._finish(group)
             time.sleep(self.cfg.poll_seconds)
 
-    def _graceful_stop(self, group: list[_Node]) -> bool:
+    def _graceful_stop(self, group: list[_Node]) -> str | None:
         """One poll of an operator's Terminate (``request_stop``) for the running group.
 
         First poll: every running node gets a preemption notice with the stage's grace
@@ -812,8 +813,9 @@ class _StageRun(AttemptRecord):
         until every node has stopped or the grace has passed; the ones still running (hung,
         or a save slower than the grace) are SIGKILLed -- the injector kills them at the
         deadline too. A save torn by that kill never commits (its manifest is not
-        written), so the latest checkpoint stays the previous one. True once the group is
-        finished (recorded ``cancelled``, ``_stop_lines`` filled)."""
+        written), so the latest checkpoint stays the previous one. The outcome once the group is
+        finished: ``cancelled`` (recorded so, ``_stop_lines`` filled), or ``completed`` when
+        every node had already finished its last step; None while it waits."""
         now = time.time()
         if self._stop_deadline is None:
             grace = terminate_grace_seconds(self.spec.terminate_grace_seconds, self.injector.grace_seconds)
@@ -838,7 +840,7 @@ class _StageRun(AttemptRecord):
         running = [n for n in group if n.proc is not None and n.ended_at is None
                    and n.exit_event is None and n.proc.poll() is None]
         if running and now < self._stop_deadline:
-            return False
+            return None
         for node in running:
             node.stop_killed = True
             self._kill(node)
@@ -847,6 +849,9 @@ class _StageRun(AttemptRecord):
         for node in group:
             if node.ended_at is None and node.exit_event is not None:
                 node.ended_at = node.exit_event.time
+        if group and all(n.exit_event is not None and n.exit_event.data.get("reason") == "completed"
+                         for n in group):
+            return self._finish(group)  # the last step was done before the Terminate: completed
         self._finish(group, cancelled=True)
         grace = self._stop_grace or 0.0
         for node in group:
@@ -859,7 +864,7 @@ class _StageRun(AttemptRecord):
                 node.node_id, grace_seconds=grace, stopped_by_itself=by_itself,
                 last_step=node.last_step, checkpoint_step=node.last_checkpoint_step,
                 saved_at_stop=saved, save_failed=node.save_failed, started=node.ready_at is not None))
-        return True
+        return "cancelled"
 
     def _maybe_move(self, group: list[_Node]) -> None:
         """Ask the policy again while the group runs (its recheck time came, or a watched
