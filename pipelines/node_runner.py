@@ -34,6 +34,10 @@ PROGRESS_LOG_EVERY_SECONDS = 2.0
 TERMINATED_PREFIX = "terminated:"
 #: how often the runner checks that its parent (the run worker / fork server) is alive
 PARENT_POLL_SECONDS = 0.5
+#: a second SIGINT / SIGTERM this soon after the first is the same Terminate (Ctrl-C on
+#: ``spotfleet main`` reaches the runner's process group AND is forwarded by the Pipes
+#: client), not a second one; a later one kills the nodes at once
+SAME_TERMINATE_SECONDS = 1.5
 
 
 def _g(x: Any) -> str:
@@ -184,10 +188,14 @@ def main() -> int:
                     provider.terminate(spec.name)
                 run_done.wait(0.1)
 
+        first_at: list[float] = []
+
         def on_term(signum, _frame):
             first = not terminated
             terminated.append(f"got {signal.Signals(signum).name} (the run was terminated)")
-            if not first:
+            if first:
+                first_at.append(time.monotonic())
+            elif not first_at or time.monotonic() - first_at[0] >= SAME_TERMINATE_SECONDS:
                 force.set()  # a second Terminate: kill at once
             if first:  # nothing here that takes a lock the interrupted frame may hold
                 threading.Thread(target=keep_cancelling, daemon=True, name="cancel-stage").start()
@@ -226,8 +234,8 @@ def main() -> int:
         finally:
             run_done.set()
         if terminated and not (result is not None and result.completed and error is None):
-            how = ("its nodes were killed at once (a second Terminate)" if force.is_set() and len(terminated) > 1
-                   else "its nodes were stopped")
+            how = ("its nodes were killed at once (a second Terminate)"
+                   if force.is_set() and len(terminated) > 1 and first_at else "its nodes were stopped")
             error = (f"{TERMINATED_PREFIX} the node runner {terminated[0]}; "
                      f"{how} and billed up to the stop. {error or ''}").strip()
             pipes.log.warning(f"stage {spec.name} attempt {attempt}: {error}")
