@@ -308,15 +308,13 @@ def _check_stores(context: AssetExecutionContext, cfg: PipelineConfig, fleet: Fl
 
 
 def _terminate_wait_seconds(cfg: PipelineConfig, spec: StageSpec) -> float:
-    """The grace a Terminate gives the stage's nodes (the local fleet's notice window for
-    ``"auto"``: ``market.grace_seconds``, else the cloud's window x the fleet's grace scale)
-    plus the Pipes margin: how long the Pipes client waits for the node runner."""
-    from fleet.emulation.injector import CLOUD_GRACE_SECONDS
-    from fleet.providers.local.provider import LocalFleetConfig
-    from fleet.providers.terminate import pipes_wait_seconds, terminate_grace_seconds
+    """How long the Pipes client waits for the node runner after a Terminate: the grace its
+    nodes get for their emergency saves (``"auto"``: the local fleet's notice window) plus
+    the Pipes margin."""
+    from fleet.providers.registry import terminate_grace_wall_seconds
+    from fleet.providers.terminate import pipes_wait_seconds
 
-    window = cfg.market.grace_seconds or CLOUD_GRACE_SECONDS.get(cfg.market.cloud, 120.0) * LocalFleetConfig.grace_scale
-    grace = terminate_grace_seconds(spec.terminate_grace_seconds, window) if cfg.provider == "local" else 0.0
+    grace = terminate_grace_wall_seconds(cfg.provider, spec.terminate_grace_seconds, cfg.market)
     return pipes_wait_seconds(grace, 20.0)
 
 

@@ -49,6 +49,17 @@ def test_grace_auto_is_the_notice_window_and_zero_kills_at_once():
     assert terminate_grace_seconds(check_terminate_grace(0), 6.0) == 0.0
 
 
+def test_the_grace_a_pipeline_stage_gets_per_provider():
+    from fleet.providers.registry import terminate_grace_wall_seconds
+
+    # "auto" on the local fleet: the market's notice window (grace_seconds, else the cloud's x 0.05)
+    assert terminate_grace_wall_seconds("local", "auto", {"cloud": "signal", "grace_seconds": 2}) == 2.0
+    assert terminate_grace_wall_seconds("local", "auto", {"cloud": "aws"}) == pytest.approx(6.0)
+    assert terminate_grace_wall_seconds("local", 45.0, {"cloud": "aws"}) == 45.0
+    # SkyPilot's terminate is its cancel: no grace of ours (docs/providers.md)
+    assert terminate_grace_wall_seconds("skypilot", "auto", None) == 0.0
+
+
 def _pipeline(**stage_extra):
     stage = {"name": "s", "script": "examples/train_example.py", **stage_extra}
     return {"pipelines": [{"name": "p", "checkpoint_uri": "file:///tmp/terminate19/ck", "stages": [stage]}]}

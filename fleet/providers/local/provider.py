@@ -171,6 +171,19 @@ class _Node(NodeProcess):
     stop_killed: bool = False  # killed by the Terminate (not stopped by itself)
 
 
+def notice_window_seconds(market: Any = None) -> float:
+    """The preemption-notice window (wall s) the local fleet of ``market`` (a MarketConfig
+    or its dict; None: the defaults) gives a node: ``grace_seconds``, else the cloud's window
+    x ``LocalFleetConfig.grace_scale`` (what ``local_provider_from_options`` builds)."""
+    from fleet.emulation.injector import CLOUD_GRACE_SECONDS
+    from fleet.market.config import MarketConfig
+
+    m = market if isinstance(market, MarketConfig) else MarketConfig.model_validate(market or {})
+    if m.grace_seconds is not None:
+        return float(m.grace_seconds)
+    return CLOUD_GRACE_SECONDS.get(m.cloud, 120.0) * LocalFleetConfig.grace_scale
+
+
 def local_provider_from_options(options: dict[str, Any]) -> LocalFleetProvider:
     """The local provider from the JSON-able options the ``train_<stage>`` asset sends
     (``market``: a MarketConfig dict, ``workdir``, ``extra_env``,
