@@ -313,6 +313,17 @@ def _check_stores(context: AssetExecutionContext, cfg: PipelineConfig, fleet: Fl
                                              + "\n".join(p.line() for p in problems)))
 
 
+def _terminate_wait_seconds(cfg: PipelineConfig, spec: StageSpec) -> float:
+    """How long the Pipes client waits for the node runner after a Terminate: the grace its
+    nodes get for their emergency saves (``"auto"``: the local fleet's notice window) plus
+    the Pipes margin."""
+    from fleet.providers.registry import terminate_grace_wall_seconds
+    from fleet.providers.terminate import pipes_wait_seconds
+
+    grace = terminate_grace_wall_seconds(cfg.provider, spec.terminate_grace_seconds, cfg.market)
+    return pipes_wait_seconds(grace, 20.0)
+
+
 def _resolve_command(stage: StageConfig, python: str, cwd: str, context: Any = None) -> list[str]:
     argv = stage.argv(python)
     if stage.script is not None:
@@ -387,7 +398,8 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
         env={"SPOTFLEET_JOB_ID": f"{cfg.name}/{stage.name}/{root_run}", **_stage_env(cfg, stage, fleet)},
         max_relaunches=stage.max_relaunches, policy=stage.policy,
         stall_timeout_seconds=stage.stall_timeout_seconds,
-        stall_startup_seconds=stage.stall_startup_seconds)
+        stall_startup_seconds=stage.stall_startup_seconds,
+        terminate_grace_seconds=stage.terminate_grace_seconds)
     if plan is not None:
         spec = plan.apply(spec)
     zones, use_spot = list(spec.zones), spec.use_spot
@@ -428,6 +440,8 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
                              "market_clock_start_unix": market_clock_start(context)},
         "inject_preemptions_at_steps": cfg.market.inject_preemptions_at_steps.get(stage.name, []),
         "lose_attempt_at_step": cfg.market.lose_attempt_at_step.get(stage.name),
+        # how long the Pipes client waits for the runner after a Terminate (its nodes' saves)
+        "terminate_wait_seconds": _terminate_wait_seconds(cfg, spec),
     }
     env = {"PYTHONUNBUFFERED": "1"}
     if fleet.pipes_channel == "s3":

@@ -103,6 +103,11 @@ class StageConfig(_Strict):
     stall_startup_seconds: float | int = Field(
         600.0, description="the watchdog's limit (wall s) from a node's start to its first progress "
                            "event (the first steps may be slow)")
+    terminate_grace_seconds: float | str = Field(
+        "auto", description="an operator's Terminate (local fleet), wall seconds: each running node "
+                            "gets a preemption notice (emergency save) and is killed if still running "
+                            "this long after; 'auto' = the fleet's notice window (market.grace_seconds); "
+                            "0 = kill at once (losing the steps since the last checkpoint)")
     env: dict[str, str] = Field(default_factory=dict)
     policy: str = Field(
         DEFAULT_POLICY, description="fleet policy that places and moves the stage's nodes, by its "
@@ -124,6 +129,13 @@ class StageConfig(_Strict):
         from fleet.providers.stall import check_stall_timeout
 
         return check_stall_timeout(v)
+
+    @field_validator("terminate_grace_seconds", mode="before")
+    @classmethod
+    def _terminate_grace(cls, v: object) -> object:
+        from fleet.providers.terminate import check_terminate_grace
+
+        return check_terminate_grace(v)
 
     @field_validator("stall_startup_seconds", mode="before")
     @classmethod

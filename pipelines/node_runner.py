@@ -34,6 +34,10 @@ PROGRESS_LOG_EVERY_SECONDS = 2.0
 TERMINATED_PREFIX = "terminated:"
 #: how often the runner checks that its parent (the run worker / fork server) is alive
 PARENT_POLL_SECONDS = 0.5
+#: a second SIGINT / SIGTERM this soon after the first is the same Terminate (Ctrl-C on
+#: ``spotfleet main`` reaches the runner's process group AND is forwarded by the Pipes
+#: client), not a second one; a later one kills the nodes at once
+SAME_TERMINATE_SECONDS = 1.5
 
 
 def _g(x: Any) -> str:
@@ -78,6 +82,11 @@ def describe_event(e: Event) -> str | None:
         else:
             last = f"last checkpoint {ckpt}"
         return f"[{node}] FAILED in {d.get('zone')} (exit code {d.get('exit_code')}, {last}){why}"
+    if k == "terminating":
+        return (f"Terminate: {', '.join(d.get('nodes') or []) or 'no node'} asked to save now "
+                f"(preemption notice); killed if still running after {_g(d.get('grace_seconds'))} s")
+    if k == "cancelled" and d.get("nodes"):
+        return "stage stopped: " + "; ".join(d["nodes"])
     if k == "relaunch":
         return f"relaunch {d.get('from_zone')} -> {d.get('to_zone')} ({d.get('reason', '')})"
     if k == "decision":
@@ -164,21 +173,34 @@ def main() -> int:
 
         # SIGINT: what Dagster's Pipes client forwards when the run is terminated (UI
         # "Terminate", SIGTERM/SIGINT to the run worker, Ctrl-C on `spotfleet main`);
-        # SIGTERM: a process manager. Either stops the stage: its nodes are killed, their
-        # sessions recorded up to now, and the result reported below (not retried).
+        # SIGTERM: a process manager. Either stops the stage gracefully (provider.terminate:
+        # each node gets a preemption notice, makes its emergency save and exits, killed
+        # after the stage's terminate_grace_seconds), its sessions recorded up to the stop
+        # and the result reported below (not retried). A second signal, or the run worker
+        # gone, kills the nodes at once (provider.cancel).
         terminated: list[str] = []
+        force = threading.Event()
         run_done = threading.Event()
 
         def keep_cancelling() -> None:
             # the stage may not be registered with the provider yet (building the market):
-            # cancel until run_stage returns, so a signal that came early is not lost
+            # ask until run_stage returns, so a signal that came early is not lost
             while not run_done.is_set():
-                provider.cancel(spec.name)
+                if force.is_set():
+                    provider.cancel(spec.name)
+                else:
+                    provider.terminate(spec.name)
                 run_done.wait(0.1)
+
+        first_at: list[float] = []
 
         def on_term(signum, _frame):
             first = not terminated
             terminated.append(f"got {signal.Signals(signum).name} (the run was terminated)")
+            if first:
+                first_at.append(time.monotonic())
+            elif not first_at or time.monotonic() - first_at[0] >= SAME_TERMINATE_SECONDS:
+                force.set()  # a second Terminate: kill at once
             if first:  # nothing here that takes a lock the interrupted frame may hold
                 threading.Thread(target=keep_cancelling, daemon=True, name="cancel-stage").start()
 
@@ -191,6 +213,7 @@ def main() -> int:
             # and billing its nodes; its parent changing (reparented) stops the stage too
             while not run_done.wait(PARENT_POLL_SECONDS):
                 if os.getppid() != parent:
+                    force.set()  # nobody is left to wait for a save to be reported
                     if not terminated:
                         terminated.append("lost its parent (the run worker was killed)")
                         keep_cancelling()
@@ -215,8 +238,10 @@ def main() -> int:
         finally:
             run_done.set()
         if terminated and not (result is not None and result.completed and error is None):
+            how = ("its nodes were killed at once (a second Terminate)"
+                   if force.is_set() and len(terminated) > 1 and first_at else "its nodes were stopped")
             error = (f"{TERMINATED_PREFIX} the node runner {terminated[0]}; "
-                     f"its nodes were stopped and billed up to the stop. {error or ''}").strip()
+                     f"{how} and billed up to the stop. {error or ''}").strip()
             pipes.log.warning(f"stage {spec.name} attempt {attempt}: {error}")
         sessions = list(result.sessions) if result is not None else list(provider.sessions())
         sessions = [s for s in sessions if s.stage == spec.name and s.attempt == attempt] or sessions

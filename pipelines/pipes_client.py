@@ -9,6 +9,10 @@ re-raises -- out of the Pipes session, so the runner's ``stage_result`` (the nod
 sessions it stopped, billed up to the stop) was thrown away and the attempt was never
 recorded. This client does the same forwarding, lets the session close normally (every
 message read), and raises :class:`StageInterrupted` carrying the completed invocation.
+The runner stops its stage gracefully (each node saves, up to the stage's
+``terminate_grace_seconds``), so the client waits the extras' ``terminate_wait_seconds``
+(grace + margin) rather than Dagster's 20 s; a second interrupt while it waits is
+forwarded too, and the runner then kills its nodes at once.
 
 ``_start`` is the one hook: ``Popen`` here, the fork server in
 ``pipelines/commands/main_fleet.py``.
@@ -17,6 +21,7 @@ message read), and raises :class:`StageInterrupted` carrying the completed invoc
 from __future__ import annotations
 
 import signal
+import time
 from subprocess import PIPE, Popen, TimeoutExpired
 
 from dagster import PipesSubprocessClient
@@ -59,12 +64,26 @@ class StagePipesClient(PipesSubprocessClient):
             except DagsterExecutionInterruptedError as exc:
                 if not self.forward_termination:
                     raise
-                context.log.info("[pipes] execution interrupted, sending SIGINT to subprocess.")
+                context.log.info("[pipes] execution interrupted, sending SIGINT to subprocess "
+                                 "(its nodes are asked to save, then stopped).")
                 process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(timeout=self.termination_timeout_seconds)
-                except TimeoutExpired:
-                    raise exc from None  # as Dagster's: the runner did not stop in time
+                # the runner's nodes make their emergency saves (up to the stage's Terminate
+                # grace): wait that long, not Dagster's 20 s
+                wait = max(float(self.termination_timeout_seconds),
+                           float((extras or {}).get("terminate_wait_seconds") or 0.0))
+                deadline = time.monotonic() + wait
+                while True:
+                    try:
+                        process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                        break
+                    except TimeoutExpired:
+                        raise exc from None  # as Dagster's: the runner did not stop in time
+                    except DagsterExecutionInterruptedError:
+                        # a second Terminate: the runner kills its nodes at once (no save)
+                        context.log.warning("[pipes] interrupted again: the node runner kills its "
+                                            "nodes at once.")
+                        process.send_signal(signal.SIGINT)
+                        deadline = min(deadline, time.monotonic() + float(self.termination_timeout_seconds))
                 interrupted = exc
         invocation = PipesClientCompletedInvocation(pipes_session)
         if interrupted is not None:

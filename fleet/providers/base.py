@@ -61,6 +61,10 @@ class StageSpec:
     #: the watchdog's limit (wall s) from a node's ``start`` event (after its restore) to its
     #: first ``progress`` event
     stall_startup_seconds: float = 600.0
+    #: an operator's Terminate (fleet/providers/terminate.py), WALL seconds: each running node
+    #: gets a preemption notice (emergency save) and is killed if still running this long
+    #: after; "auto": the fleet's notice window; 0: kill at once
+    terminate_grace_seconds: float | str = "auto"
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,15 @@ class FleetProvider(abc.ABC):
 
     @abc.abstractmethod
     def cancel(self, stage: str) -> None:
-        """Stop every node of a running stage."""
+        """Stop every node of a running stage (kill at once)."""
+
+    def terminate(self, stage: str) -> None:
+        """An operator's Terminate: stop the stage gracefully -- every running node is asked
+        to save (the notice of a preemption) and killed if it has not stopped after the
+        stage's ``terminate_grace_seconds`` (fleet/providers/terminate.py). Idempotent; a
+        later ``cancel`` kills at once. This default (a provider that cannot ask its nodes to
+        save) is ``cancel``."""
+        self.cancel(stage)
 
     def sessions(self) -> Iterator[NodeSession]:
         """All node sessions recorded so far (for statistics)."""

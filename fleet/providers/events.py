@@ -24,6 +24,9 @@ process' ``notice``:
                   not a preemption); data: from_zone, to_zone, spot
     stats         the statistics exported to the training process changed (market
                   seconds); data: mttp_seconds, restart_seconds, interval_seconds, zone
+    terminating   an operator's Terminate: each running node got a preemption notice and is
+                  killed if still running after the grace; data: stage, grace_seconds
+                  (wall s), nodes
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from typing import Any
 from checkpointing.events import Event
 
 PROVIDER_EVENT_KINDS = ("launch", "notice_sent", "preempted", "relaunch", "waiting",
-                        "completed", "failed", "cancelled", "decision", "moved", "stats")
+                        "completed", "failed", "cancelled", "decision", "moved", "stats",
+                        "terminating")
 
 
 def provider_event(kind: str, node_id: str | None = None, **data: Any) -> Event:

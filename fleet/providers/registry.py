@@ -55,6 +55,19 @@ def wall_seconds(kind: str, market_seconds: float, market: Any = None) -> float:
     return wall_seconds_of_market(market_seconds, market)
 
 
+def terminate_grace_wall_seconds(kind: str, grace: Any, market: Any = None) -> float:
+    """The grace (wall s) an operator's Terminate gives each node of a stage on provider
+    ``kind`` (``grace``: the stage's ``terminate_grace_seconds``; ``market``: the local
+    fleet's MarketConfig or dict, whose notice window ``"auto"`` means). 0 where the
+    provider's ``terminate`` is ``cancel`` (SkyPilot: docs/providers.md)."""
+    if kind != "local":
+        return 0.0
+    from fleet.providers.local.provider import notice_window_seconds
+    from fleet.providers.terminate import terminate_grace_seconds
+
+    return terminate_grace_seconds(grace, notice_window_seconds(market))
+
+
 def preempt_node_now(provider: FleetProvider, stage: str, node_id: str) -> bool:
     """Fault injection: notice + kill one node of a running stage now.
 

@@ -15,6 +15,7 @@ DagsterInstance). What must hold:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -122,7 +123,10 @@ def test_terminate_mid_stage_stops_records_and_resumes(tmp_path, monkeypatch):
         data = ct.load(eng, "term")
         [att] = data.attempts.to_dict("records")
         assert att["status"] == "failed" and att["error"].startswith("terminated:")
-        [s] = data.sessions.to_dict("records")
+        # the market (seed 4, replayed on the wall clock) may preempt an earlier node of the
+        # attempt before the Terminate: the Terminate stops the last one
+        *before, s = data.sessions.sort_values("launched_at").to_dict("records")
+        assert all(b["end_reason"] == "preempted" for b in before), before
         assert s["end_reason"] == "cancelled" and s["last_checkpoint_step"] >= 40
         # billed up to the stop: not zero, and no longer than the run lasted (market seconds:
         # 30 wall s per market hour -> x120)
@@ -188,3 +192,171 @@ def test_a_run_worker_killed_outright_leaves_no_training_behind(tmp_path):
     assert _processes_with(str(tmp_path)) == []
     steps = [int(p.parent.name.split("-")[1]) for p in ckpts.glob("*/*/ckpt-*/MANIFEST.json")]
     assert max(steps) < 300, "the orphaned stage trained on to its last step"
+
+
+# ------------------------------------------------- Terminate is a graceful stop (2026-11-28)
+
+def _node_pids(marker: str) -> list[int]:
+    """The training processes of this test (a node carries SPOTFLEET_NODE_ID)."""
+    out = []
+    for pid in _processes_with(marker):
+        try:
+            if b"SPOTFLEET_NODE_ID=" in Path(f"/proc/{pid}/environ").read_bytes():
+                out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def _uninterrupted_sha(tmp_path: Path) -> str:
+    """state_sha256 of the stage's training run once, never interrupted."""
+    import subprocess
+    import sys
+
+    from checkpointing.events import read_events
+
+    repo = Path(__file__).resolve().parents[2]
+    args = PIPELINE["stages"][0]["args"]
+    ev = tmp_path / "ref-events.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTFLEET_")}
+    env.update(SPOTFLEET_EVENTS_FILE=str(ev), SPOTFLEET_NODE_ID="ref")
+    subprocess.run([sys.executable, str(repo / "examples" / "train_example.py"), *args,
+                    "--checkpoint-uri", str(tmp_path / "ref")], env=env, check=True, timeout=300,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return [e for e in read_events(ev) if e.kind == "exit"][-1].data["state_sha256"]
+
+
+def _completed_sha(var: Path) -> str | None:
+    from checkpointing.events import read_events
+
+    for f in var.glob("**/events/*.jsonl"):
+        for e in read_events(f):
+            if e.kind == "exit" and e.data.get("reason") == "completed":
+                return e.data.get("state_sha256")
+    return None
+
+
+def _setup(tmp_path, monkeypatch, **stage_extra):
+    from dagster._core.definitions.reconstruct import ReconstructableJob
+
+    # the job definition is cached per process: one built for an earlier test's YAML / var
+    ReconstructableJob.get_definition.cache_clear()
+    ReconstructableJob.get_repository_definition.cache_clear()
+    cfg, var = tmp_path / "term.yaml", tmp_path / "var"
+    pipeline = {**PIPELINE, "stages": [{**PIPELINE["stages"][0], **stage_extra}]}
+    cfg.write_text(yaml.safe_dump({"pipelines": [pipeline]}, sort_keys=False))
+    monkeypatch.setenv(ENV_YAML, str(cfg))
+    monkeypatch.setenv(ENV_VAR_DIR, str(var))
+    for k in ("SPOTFLEET_DB_URL", "SPOTFLEET_VAR_DIR", "SPOTFLEET_FORK_SERVER"):
+        monkeypatch.delenv(k, raising=False)
+    (tmp_path / "dagster_home").mkdir()
+    return var
+
+
+def test_terminate_saves_the_step_reached_and_the_reexecution_loses_nothing(tmp_path, monkeypatch):
+    """Terminate between two periodic checkpoints (40 and 80): the node gets the notice,
+    saves the step it reached (the emergency checkpoint) and exits within the stage's grace
+    ("auto": the market's 2 s notice window); the attempt records that step and says so;
+    "Re-execute > From failure" resumes at exactly that step (0 steps lost) and ends
+    bit-identical to an uninterrupted run. Before: the node was SIGKILLed at once, the
+    session kept the last periodic checkpoint and the re-execution redid every step since."""
+    from dagster import DagsterInstance, ReexecutionOptions, execute_job, reconstructable
+    from dagster._core.definitions.reconstruct import ReconstructableJob
+
+    from assets import cost_tables as ct
+    from infra.db.session import make_engine
+
+    var = _setup(tmp_path, monkeypatch)
+    job = reconstructable(define_term_job)
+    sent: list[float] = []
+
+    def terminate_past_40() -> None:
+        deadline = time.time() + 120
+        ckpts = var / "checkpoints" / "term"
+        while time.time() < deadline:
+            if any(int(p.parent.name.split("-")[1]) >= 40 for p in ckpts.glob("*/*/ckpt-*/MANIFEST.json")):
+                time.sleep(0.4)  # ~13 steps of 30 ms past the checkpoint
+                sent.append(time.time())
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    with DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster_home")) as instance:
+        t = threading.Thread(target=terminate_past_40, daemon=True)
+        t.start()
+        root = execute_job(job, instance=instance)
+        t.join(timeout=1)
+        assert sent, "no checkpoint at step >= 40 appeared"
+        assert not root.success
+        events = root.all_events
+        assert not [e for e in events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+        [failure] = [e.event_specific_data.error.message for e in events
+                     if e.event_type_value == "STEP_FAILURE"]
+        assert _processes_with(str(tmp_path)) == []
+
+        data = ct.load(make_engine(f"sqlite:///{var / 'spotfleet.db'}"), "term")
+        # the market may have preempted an earlier node of the attempt: the Terminate hit the last
+        s = data.sessions.sort_values("launched_at").to_dict("records")[-1]
+        kept = int(s["last_checkpoint_step"])
+        assert s["end_reason"] == "cancelled" and int(s["last_step"]) == kept and kept > 40, s
+        assert f"saved an emergency checkpoint at step {kept}" in failure and "0 steps lost" in failure
+        assert "terminated: the node runner got SIGINT" in failure and "Re-execute" in failure
+        [att] = data.attempts.to_dict("records")
+        assert att["status"] == "failed" and f"emergency checkpoint at step {kept}" in att["error"]
+
+        ReconstructableJob.get_definition.cache_clear()
+        ReconstructableJob.get_repository_definition.cache_clear()
+        options = ReexecutionOptions.from_failure(run_id=root.run_id, instance=instance)
+        with execute_job(job, instance=instance, reexecution_options=options) as rerun:
+            assert rerun.success
+            rerun_id = rerun.run_id
+    data = ct.load(make_engine(f"sqlite:///{var / 'spotfleet.db'}"), "term")
+    mine = data.sessions[data.sessions["run_id"] == rerun_id].sort_values("launched_at")
+    trained = mine[mine["first_step"].notna()]
+    assert int(trained["first_step"].iloc[0]) == kept  # resumed at the emergency save
+    assert int(trained["last_step"].iloc[-1]) == 300
+    assert _completed_sha(var) == _uninterrupted_sha(tmp_path)
+
+
+def test_a_second_terminate_kills_at_once(tmp_path, monkeypatch):
+    """A hung node (SIGSTOP) under a 120 s Terminate grace: the first Terminate asks it to
+    save, a second one kills it at once -- the run ends in seconds, not after the grace --
+    and the attempt is still recorded, saying the nodes were killed at once."""
+    from dagster import DagsterInstance, execute_job, reconstructable
+
+    from assets import cost_tables as ct
+    from infra.db.session import make_engine
+
+    var = _setup(tmp_path, monkeypatch, terminate_grace_seconds=120)
+    job = reconstructable(define_term_job)
+    sent: list[float] = []
+
+    def stop_then_terminate_twice() -> None:
+        deadline = time.time() + 120
+        ckpts = var / "checkpoints" / "term"
+        while time.time() < deadline and not list(ckpts.glob("*/*/ckpt-*/MANIFEST.json")):
+            time.sleep(0.05)
+        time.sleep(0.3)  # past the checkpoint's events
+        for pid in _node_pids(str(tmp_path)):
+            with contextlib.suppress(ProcessLookupError):  # a node the market just preempted
+                os.kill(pid, signal.SIGSTOP)  # hung: it will never make its save
+        sent.append(time.time())
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(3.0)  # a human's second click (one within 1.5 s is the same Terminate)
+        os.kill(os.getpid(), signal.SIGINT)  # the second Terminate
+
+    with DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster_home")) as instance:
+        t = threading.Thread(target=stop_then_terminate_twice, daemon=True)
+        t.start()
+        root = execute_job(job, instance=instance)
+        ended = time.time()
+        t.join(timeout=1)
+        assert sent and not root.success
+        assert ended - sent[0] < 60, "the second Terminate waited for the 120 s grace"
+        [failure] = [e.event_specific_data.error.message for e in root.all_events
+                     if e.event_type_value == "STEP_FAILURE"]
+        assert "killed at once (a second Terminate)" in failure
+        assert _processes_with(str(tmp_path)) == []
+    data = ct.load(make_engine(f"sqlite:///{var / 'spotfleet.db'}"), "term")
+    s = data.sessions.sort_values("launched_at").to_dict("records")[-1]
+    assert s["end_reason"] == "cancelled" and s["ended_at"] > s["launched_at"]

@@ -78,6 +78,7 @@ from fleet.providers.events import EventTail, provider_event
 from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
 from fleet.providers.stall import ProgressWatch, check_stall_startup, check_stall_timeout
+from fleet.providers.terminate import check_terminate_grace, stop_summary, terminate_grace_seconds
 
 
 @dataclass
@@ -155,6 +156,23 @@ class _Node(NodeProcess):
     watch: ProgressWatch = field(default_factory=ProgressWatch)
     emergency_saving: bool = False  # an emergency save started and not yet ended
     stall: str | None = None  # why the watchdog killed it
+    # an operator's Terminate (fleet/providers/terminate.py)
+    emergency_step: int | None = None  # step of its latest committed emergency save
+    save_failed: str | None = None  # why its latest emergency save was not made
+    stop_killed: bool = False  # killed by the Terminate (not stopped by itself)
+
+
+def notice_window_seconds(market: Any = None) -> float:
+    """The preemption-notice window (wall s) the local fleet of ``market`` (a MarketConfig
+    or its dict; None: the defaults) gives a node: ``grace_seconds``, else the cloud's window
+    x ``LocalFleetConfig.grace_scale`` (what ``local_provider_from_options`` builds)."""
+    from fleet.emulation.injector import CLOUD_GRACE_SECONDS
+    from fleet.market.config import MarketConfig
+
+    m = market if isinstance(market, MarketConfig) else MarketConfig.model_validate(market or {})
+    if m.grace_seconds is not None:
+        return float(m.grace_seconds)
+    return CLOUD_GRACE_SECONDS.get(m.cloud, 120.0) * LocalFleetConfig.grace_scale
 
 
 def local_provider_from_options(options: dict[str, Any]) -> LocalFleetProvider:
@@ -221,6 +239,23 @@ class LocalFleetProvider(FleetProvider):
         if run is not None:
             run.cancel()
 
+    def terminate(self, stage: str) -> None:
+        """An operator's Terminate: each running node of the stage gets a preemption notice
+        now (``PreemptionInjector.preempt_now``: the same signal / metadata endpoint a
+        preemption uses), makes its emergency save and exits; one still running after the
+        stage's ``terminate_grace_seconds`` is SIGKILLed. No relaunch; the sessions are
+        recorded ``cancelled`` and ``run_stage`` raises ``AttemptFailed`` saying what each
+        node saved. Multi-node (elastic) stages are cancelled at once."""
+        with self._lock:
+            run = self._runs.get(stage)
+        if run is None:
+            return
+        stop = getattr(run, "request_stop", None)
+        if stop is None:
+            run.cancel()
+        else:
+            stop()
+
     def preempt_now(self, stage: str, node_id: str, grace_seconds: float | None = None) -> bool:
         """Fault injection: deliver a preemption notice to one node of a running stage now.
 
@@ -254,6 +289,12 @@ class _StageRun(AttemptRecord):
         self.provider = provider
         self.cfg = provider.config
         self._cancelled = threading.Event()
+        #: set by cancel() and request_stop(): launch nothing more, end the waits
+        self._halt = threading.Event()
+        self._stop_at: float | None = None  # when a graceful stop (Terminate) was asked, wall s
+        self._stop_deadline: float | None = None  # when its grace ends for the running group
+        self._stop_grace: float | None = None
+        self._stop_lines: list[str] = []  # what each node saved (the AttemptFailed message)
         self._injector_msgs: queue.Queue[tuple[str, str, float | None]] = queue.Queue()
         self._nodes: list[_Node] = []
         self._progress: dict[str, Any] = {}
@@ -276,6 +317,23 @@ class _StageRun(AttemptRecord):
 
     def cancel(self) -> None:
         self._cancelled.set()
+        self._halt.set()
+
+    def request_stop(self) -> None:
+        """A graceful stop (an operator's Terminate); idempotent. A grace of 0 cancels."""
+        if self._stop_at is not None:
+            return
+        if self.spec.terminate_grace_seconds == 0:
+            self.cancel()
+            return
+        self._stop_at = time.time()
+        self._halt.set()
+
+    def _cancelled_error(self) -> AttemptFailed:
+        how = (f" (Terminate: each node was asked to save, grace {self._stop_grace:g} s)"
+               if self._stop_grace is not None else "")
+        lines = "; ".join(self._stop_lines)
+        return AttemptFailed(f"stage {self.spec.name!r} was cancelled{how}" + (f": {lines}" if lines else ""))
 
     # -- setup ----------------------------------------------------------------------------
     def _workdir(self) -> Path:
@@ -308,6 +366,7 @@ class _StageRun(AttemptRecord):
             raise ValueError(f"StageSpec.command[0]={exe!r} is not an executable on PATH")
         check_stall_timeout(self.spec.stall_timeout_seconds, "StageSpec.stall_timeout_seconds")
         check_stall_startup(self.spec.stall_startup_seconds, "StageSpec.stall_startup_seconds")
+        check_terminate_grace(self.spec.terminate_grace_seconds, "StageSpec.terminate_grace_seconds")
 
     # -- statistics for the training process (market seconds; fleet/contract.py) -----------
     def _market(self, wall_seconds: float) -> float:
@@ -390,7 +449,7 @@ class _StageRun(AttemptRecord):
         tgt, failed = driver.try_launch(t, d, lambda z: z in up, location)
         if failed:
             probe_s = driver.job_spec(self._progress_now()).probe_seconds
-            self._cancelled.wait(self.cfg.time_scale.to_wall(failed * probe_s))
+            self._halt.wait(self.cfg.time_scale.to_wall(failed * probe_s))
         key = (None if tgt is None else (tgt.zone, tgt.spot), location)
         if key == self._last_decision_key:
             return tgt  # unchanged: no event
@@ -431,9 +490,9 @@ class _StageRun(AttemptRecord):
         group_index = 0
         try:
             while True:
-                if self._cancelled.is_set():
+                if self._halt.is_set():
                     self._emit(provider_event("cancelled", stage=self.spec.name))
-                    raise AttemptFailed(f"stage {self.spec.name!r} was cancelled")
+                    raise self._cancelled_error()
                 now = time.time()
                 if driver is None:
                     launch = Launch(od_zone, spot=False, reason="StageSpec.use_spot is False")
@@ -468,8 +527,9 @@ class _StageRun(AttemptRecord):
                 if outcome == "completed":
                     return self._result(True)
                 if outcome == "cancelled":
-                    self._emit(provider_event("cancelled", stage=self.spec.name))
-                    raise AttemptFailed(f"stage {self.spec.name!r} was cancelled")
+                    self._emit(provider_event("cancelled", stage=self.spec.name,
+                                              grace_seconds=self._stop_grace, nodes=self._stop_lines))
+                    raise self._cancelled_error()
                 if outcome == "preempted":
                     relaunches += 1
                     if driver is not None:
@@ -594,7 +654,7 @@ class _StageRun(AttemptRecord):
                                       spot=node.spot, price_per_hour=price, reason=launch.reason,
                                       relaunch=relaunches, rank=node.rank))
         # emulated allocation + preparation of the VM(s)
-        if self._cancelled.wait(self.cfg.allocation_seconds + self.cfg.preparation_seconds):
+        if self._halt.wait(self.cfg.allocation_seconds + self.cfg.preparation_seconds):
             for node in group:
                 node.ended_at = time.time()
                 self._record(node, "cancelled")
@@ -658,6 +718,10 @@ class _StageRun(AttemptRecord):
         elif event.kind in ("save_committed", "save_failed", "save_spilled") \
                 and d.get("kind") == "emergency":
             node.emergency_saving = False
+            if event.kind == "save_committed" and isinstance(step, int | float):
+                node.emergency_step = int(step)
+            elif event.kind == "save_failed":
+                node.save_failed = str(d.get("reason") or "its emergency save failed")
         if event.kind == "start":
             node.ready_at = node.ready_at or event.time
             self.injector.mark_ready(node.node_id, event.time)
@@ -697,6 +761,12 @@ class _StageRun(AttemptRecord):
                     self._kill(node)
                 self._finish(group, cancelled=True)
                 return "cancelled"
+            if self._stop_at is not None:  # Terminate: notice, wait for the saves, then kill
+                outcome = self._graceful_stop(group)
+                if outcome is not None:
+                    return outcome
+                time.sleep(self.cfg.poll_seconds)
+                continue
             self._maybe_move(group)
             if self._stalled(group):  # hung: kill the group, relaunch as after a failure
                 for node in group:
@@ -729,6 +799,69 @@ class _StageRun(AttemptRecord):
                 self._pump(group)
                 return self._finish(group)
             time.sleep(self.cfg.poll_seconds)
+
+    def _graceful_stop(self, group: list[_Node]) -> str | None:
+        """One poll of an operator's Terminate (``request_stop``) for the running group.
+
+        First poll: every running node gets a preemption notice with the stage's grace
+        (``PreemptionInjector.preempt_now``: what a preemption sends, so the training process
+        makes its emergency save and exits); a node that has not started training yet (no
+        ``start`` event: nothing since its restore to save) is killed at once. Then: wait
+        until every node has stopped or the grace has passed; the ones still running (hung,
+        or a save slower than the grace) are SIGKILLed -- the injector kills them at the
+        deadline too. A save torn by that kill never commits (its manifest is not
+        written), so the latest checkpoint stays the previous one. The outcome once the group is
+        finished: ``cancelled`` (recorded so, ``_stop_lines`` filled), or ``completed`` when
+        every node had already finished its last step; None while it waits."""
+        now = time.time()
+        if self._stop_deadline is None:
+            grace = terminate_grace_seconds(self.spec.terminate_grace_seconds, self.injector.grace_seconds)
+            self._stop_grace = grace
+            self._stop_deadline = now + grace
+            for node in group:
+                if node.proc is None or node.ended_at is not None or node.exit_event is not None \
+                        or node.proc.poll() is not None:
+                    continue
+                if node.ready_at is None or grace <= 0:
+                    node.stop_killed = True
+                    self._kill(node)
+                    continue
+                inj = self.injector.nodes.get(node.node_id)
+                if inj is not None and inj.state == "running":
+                    with contextlib.suppress(ValueError):  # it ended meanwhile
+                        self.injector.preempt_now(node.node_id, grace)
+                # else: a preemption notice is already on its way; the deadline below holds too
+            self._drain_injector(group)
+            self._emit(provider_event("terminating", stage=self.spec.name, grace_seconds=grace,
+                                      nodes=[n.node_id for n in group]))
+        running = [n for n in group if n.proc is not None and n.ended_at is None
+                   and n.exit_event is None and n.proc.poll() is None]
+        if running and now < self._stop_deadline:
+            return None
+        for node in running:
+            node.stop_killed = True
+            self._kill(node)
+        time.sleep(self.cfg.poll_seconds)
+        self._pump(group)
+        for node in group:
+            if node.ended_at is None and node.exit_event is not None:
+                node.ended_at = node.exit_event.time
+        if group and all(n.exit_event is not None and n.exit_event.data.get("reason") == "completed"
+                         for n in group):
+            return self._finish(group)  # the last step was done before the Terminate: completed
+        self._finish(group, cancelled=True)
+        grace = self._stop_grace or 0.0
+        for node in group:
+            by_itself = not node.stop_killed and (
+                node.exit_event is not None or (node.exit_code is not None and node.exit_code >= 0))
+            saved = by_itself and node.last_checkpoint_step is not None and (
+                node.emergency_step == node.last_checkpoint_step
+                or node.last_checkpoint_step >= (node.last_step or 0))
+            self._stop_lines.append(stop_summary(
+                node.node_id, grace_seconds=grace, stopped_by_itself=by_itself,
+                last_step=node.last_step, checkpoint_step=node.last_checkpoint_step,
+                saved_at_stop=saved, save_failed=node.save_failed, started=node.ready_at is not None))
+        return "cancelled"
 
     def _maybe_move(self, group: list[_Node]) -> None:
         """Ask the policy again while the group runs (its recheck time came, or a watched
