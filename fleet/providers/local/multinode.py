@@ -76,6 +76,7 @@ from fleet.providers.local.clock import MarketClock
 from fleet.providers.local.node_process import NodeProcess
 from fleet.providers.membership import membership_changes
 from fleet.providers.stall import ProgressWatch, check_stall_startup, check_stall_timeout
+from fleet.providers.terminate import check_terminate_grace, stop_summary, terminate_grace_seconds
 
 try:  # fleet/providers/events.py (shared by local and SkyPilot); older trees: local/
     from fleet.providers.events import EventTail, provider_event
@@ -158,6 +159,11 @@ class ElasticStageRun(AttemptRecord):
         # the group is watched as one: its latest training event from any node
         self._watch = ProgressWatch()  # restart()ed at each worker start and node end
         self.stalls = 0
+        # an operator's Terminate (request_stop, fleet/providers/terminate.py), wall s
+        self._stop_at: float | None = None
+        self._stop_deadline: float | None = None
+        self._stop_grace: float | None = None
+        self._emergency_step: int | None = None  # the group's latest committed emergency save
         self.clock = MarketClock.starting(getattr(self.cfg, "market_clock_start_unix", None),
                                           self.cfg.time_scale.factor)
 
@@ -168,6 +174,18 @@ class ElasticStageRun(AttemptRecord):
     # -- controls (tests, drills, the Dagster fault injection) --------------------------
     def cancel(self) -> None:
         self._cancelled.set()
+
+    def request_stop(self) -> None:
+        """A graceful stop (an operator's Terminate); idempotent. A grace of 0 cancels. Every
+        live node gets the preemption notice a zone reclaim gives it, so the group leaves at
+        one agreed step and rank 0 writes the emergency checkpoint (as when every zone is
+        reclaimed at once); nothing is relaunched (``_graceful_stop``)."""
+        if self._stop_at is not None:
+            return
+        if self.spec.terminate_grace_seconds == 0:
+            self.cancel()
+            return
+        self._stop_at = time.time()
 
     def reclaim_zone(self, *zones: str, grace_seconds: float | None = None) -> list[str]:
         """The cloud takes ``zones`` back now: every node there gets the notice (killed
@@ -227,6 +245,7 @@ class ElasticStageRun(AttemptRecord):
                              f"more than StageSpec.num_nodes={self.spec.num_nodes}")
         check_stall_timeout(self.spec.stall_timeout_seconds, "StageSpec.stall_timeout_seconds")
         check_stall_startup(self.spec.stall_startup_seconds, "StageSpec.stall_startup_seconds")
+        check_terminate_grace(self.spec.terminate_grace_seconds, "StageSpec.terminate_grace_seconds")
 
     def _max_per_zone(self, zones: list[str]) -> int:
         if self.elastic.max_per_zone:
@@ -268,6 +287,11 @@ class ElasticStageRun(AttemptRecord):
                 self._release_batches()
                 self._pump()
                 self._reap()
+                if self._stop_at is not None:  # Terminate: notices, wait for the save, no relaunch
+                    if self._graceful_stop(now):
+                        return self._result()
+                    time.sleep(self.cfg.poll_seconds)
+                    continue
                 self._watch_progress(now)
                 alive = [n for n in self._nodes if n.ended_at is None]
                 done = [n for n in self._nodes if n.end_reason == "completed"]
@@ -568,6 +592,8 @@ class ElasticStageRun(AttemptRecord):
                 node.first_step = int(r) if r is not None else 0
         elif event.kind == "save_committed" and step is not None:
             node.last_checkpoint_step = int(step)
+            if d.get("kind") == "emergency":
+                self._emergency_step = max(int(step), self._emergency_step or 0)
             stall = d.get("stall_seconds")
             if d.get("kind") in ("periodic", "insurance") and isinstance(stall, int | float):
                 self._stalls.append(self.cfg.time_scale.to_trace(float(stall)))  # C, market s
@@ -594,6 +620,8 @@ class ElasticStageRun(AttemptRecord):
                 node.end_reason = "completed"
             elif rc == EXIT_FINAL_SAVE_FAILED:
                 node.end_reason = "failed"  # rank 0: every step trained, final checkpoint lost
+            elif self._stop_at is not None:
+                node.end_reason = "cancelled"  # an operator's Terminate: not the market's preemption
             elif node.notice_at is not None or rc == rt.EXIT_PREEMPTED:
                 node.end_reason = "preempted"
                 self.preemptions += 1
@@ -610,6 +638,64 @@ class ElasticStageRun(AttemptRecord):
             self._record(node)
             self._write_stats()  # its session refines the zone's MTTP and R; the units change
             self._watch.restart()  # the survivors re-form: the start-up allowance
+
+    def _graceful_stop(self, now: float) -> bool:
+        """One poll of an operator's Terminate (``request_stop``). First poll: every live node
+        that has started training gets a preemption notice with the stage's grace
+        (``PreemptionInjector.preempt_now``, as a zone reclaim: the group leaves at one agreed
+        step and rank 0 writes the emergency checkpoint); a node not training yet is killed at
+        once. Then wait until every node has ended or the grace has passed, and kill what is
+        still running (hung, or a save slower than the grace; a save torn by the kill never
+        commits). True: the stage had completed (every step done before the Terminate);
+        otherwise raises ``AttemptFailed`` saying what the group saved, once it is stopped."""
+        alive = [n for n in self._nodes if n.ended_at is None]
+        if self._stop_deadline is None:
+            grace = terminate_grace_seconds(self.spec.terminate_grace_seconds, self.injector.grace_seconds)
+            self._stop_grace, self._stop_deadline = grace, now + grace
+            for node in alive:
+                if node.proc is None or node.ready_at is None or grace <= 0:
+                    self._stop_node(node)
+                    continue
+                inj = self.injector.nodes.get(node.node_id)
+                if inj is not None and inj.state == "running":
+                    with contextlib.suppress(ValueError):  # it ended meanwhile
+                        self.injector.preempt_now(node.node_id, grace)
+            self._emit(provider_event("terminating", stage=self.spec.name, grace_seconds=grace,
+                                      nodes=[n.node_id for n in alive]))
+            return False
+        if alive and now < self._stop_deadline:
+            return False
+        killed = any(n.exit_event is None for n in alive)  # still running, not just tearing down
+        for node in alive:
+            self._stop_node(node)
+        self._pump()
+        if any(n.end_reason == "completed" for n in self._nodes):
+            return True
+        last = max((n.last_step or 0 for n in self._nodes), default=0)
+        ckpt = max((n.last_checkpoint_step for n in self._nodes if n.last_checkpoint_step is not None),
+                   default=None)
+        line = stop_summary(
+            f"group {self.run_id}", grace_seconds=self._stop_grace or 0.0, stopped_by_itself=not killed,
+            last_step=last, checkpoint_step=ckpt,
+            saved_at_stop=not killed and ckpt is not None and self._emergency_step == ckpt and ckpt >= last,
+            save_failed=None, started=any(n.ready_at is not None for n in self._nodes))
+        self._emit(provider_event("cancelled", stage=self.spec.name, nodes=[line]))
+        raise AttemptFailed(f"stage {self.spec.name!r} was cancelled (Terminate: every node was asked "
+                            f"to save, grace {self._stop_grace or 0.0:g} s): {line}")
+
+    def _stop_node(self, node: _ElasticNode) -> None:
+        """Kill one node of a stopping group and record it ``cancelled``."""
+        if node.proc is not None and node.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(node.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                node.proc.wait(timeout=5)
+        if node.ended_at is None:
+            node.ended_at = time.time()
+            node.exit_code = node.proc.poll() if node.proc is not None else None
+            node.end_reason = "cancelled"
+            self.injector.close_node(node.node_id)
+            self._record(node)
 
     def _watch_progress(self, now: float) -> None:
         """The group's progress watchdog: while at least one live node has started

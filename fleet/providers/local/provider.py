@@ -245,7 +245,9 @@ class LocalFleetProvider(FleetProvider):
         preemption uses), makes its emergency save and exits; one still running after the
         stage's ``terminate_grace_seconds`` is SIGKILLed. No relaunch; the sessions are
         recorded ``cancelled`` and ``run_stage`` raises ``AttemptFailed`` saying what each
-        node saved. Multi-node (elastic) stages are cancelled at once."""
+        node saved. Multi-node (elastic) stages stop the same way as a group: every node gets
+        the notice, the group leaves at one agreed step and rank 0 writes the emergency
+        checkpoint (``ElasticStageRun.request_stop``)."""
         with self._lock:
             run = self._runs.get(stage)
         if run is None:
