@@ -8,7 +8,7 @@ Pipelines come from ``$SPOTFLEET_PIPELINES`` (YAML file(s), ':'-separated) or th
 example ``pipelines/examples/two_stage.yaml``. Each pipeline gets its own assets
 (key prefix = pipeline name), a job that materializes its whole graph, and an
 hourly (``schedule_cron``) refresh of its statistics and cost report; one automation
-sensor refreshes those assets whenever a run lands.
+sensor refreshes those assets whenever a training attempt records its node sessions.
 """
 
 from __future__ import annotations
