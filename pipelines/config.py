@@ -123,6 +123,21 @@ class StageConfig(_Strict):
     def _policy(cls, v: str) -> str:
         return check_policy_name(v, "policy")
 
+    @field_validator("args", "command", mode="before")
+    @classmethod
+    def _argv(cls, v: object, info) -> object:  # noqa: ANN001 - pydantic's ValidationInfo
+        """A YAML argv may hold numbers (``args: [--steps, 200]``): they are the same argv words
+        as their text; anything else that is not a string is an error naming the field."""
+        if not isinstance(v, list):
+            return v
+        out = []
+        for i, x in enumerate(v):
+            if isinstance(x, bool) or not isinstance(x, str | int | float):
+                raise ValueError(f"{info.field_name}[{i}]={x!r} is not an argv word; write it as a string, "
+                                 f"e.g. {info.field_name}: [--steps, \"200\"]")
+            out.append(x if isinstance(x, str) else str(x))
+        return out
+
     @field_validator("stall_timeout_seconds", mode="before")
     @classmethod
     def _stall_timeout(cls, v: object) -> object:
