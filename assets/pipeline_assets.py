@@ -578,7 +578,7 @@ def _already_complete(context: AssetExecutionContext, cfg: PipelineConfig, stage
 def group_resume_step(eng, pipeline: str, stage: str, runs: list[str], sessions) -> int | None:
     """The step a retry or re-execution of ``stage`` resumes from: the highest checkpoint step
     recorded for the run group (every run shares the root's checkpoint prefix) or committed
-    or restored by ``sessions``; None when nothing was ever committed (it starts over).
+    by ``sessions``; None when nothing was ever committed (it starts over).
 
     A node that restored step 120 and crashed before its next save committed nothing itself:
     "the latest checkpoint (step 0 in this attempt's nodes)" was what the last attempt's
@@ -586,8 +586,11 @@ def group_resume_step(eng, pipeline: str, stage: str, runs: list[str], sessions)
     resumed from 120 (user audit, 2026-11-28)."""
     from infra.db.recorder import latest_checkpoint_step
 
+    # not the sessions' first_step: an elastic group that resumed from a peer's hand-off
+    # starts at a step no checkpoint holds (the hand-off dies with the attempt); a restored
+    # checkpoint of the run group is in its checkpoint records
     steps = [latest_checkpoint_step(eng, pipeline, stage, run_id=r) for r in dict.fromkeys(runs)]
-    steps += [s.last_checkpoint_step for s in sessions] + [s.first_step or None for s in sessions]
+    steps += [s.last_checkpoint_step for s in sessions]
     return max((int(x) for x in steps if x is not None), default=None)
 
 

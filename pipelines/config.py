@@ -126,13 +126,14 @@ class StageConfig(_Strict):
     @field_validator("args", "command", mode="before")
     @classmethod
     def _argv(cls, v: object, info) -> object:  # noqa: ANN001 - pydantic's ValidationInfo
-        """A YAML argv may hold numbers (``args: [--steps, 200]``): they are the same argv words
-        as their text; anything else that is not a string is an error naming the field."""
+        """A YAML argv may hold integers (``args: [--steps, 200]``): they are the argv words of
+        their decimal text; anything else that is not a string (a float, whose text YAML does
+        not keep: ``1.10`` -> ``1.1``; a mapping, a bool) is an error naming the field."""
         if not isinstance(v, list):
             return v
         out = []
         for i, x in enumerate(v):
-            if isinstance(x, bool) or not isinstance(x, str | int | float):
+            if isinstance(x, bool) or not isinstance(x, str | int):
                 raise ValueError(f"{info.field_name}[{i}]={x!r} is not an argv word; write it as a string, "
                                  f"e.g. {info.field_name}: [--steps, \"200\"]")
             out.append(x if isinstance(x, str) else str(x))

@@ -81,3 +81,44 @@ def test_the_stall_knobs_are_checked_for_an_elastic_stage_too(tmp_path):
     with pytest.raises(ValueError, match="StageSpec.stall_timeout_seconds=-1.0 is not a stall limit"):
         run._validate(list(ZONES))
     assert isinstance(run.spec, StageSpec)
+
+
+class _Running:
+    """A live process as the controller sees it (``poll()`` None); never signalled here."""
+
+    pid = 2 ** 22 + 7  # not a process group of this machine: a kill attempt fails the test
+
+    def poll(self):  # noqa: ANN201
+        return None
+
+
+def test_a_late_replacement_after_a_long_wait_below_min_nodes_is_not_a_stall(tmp_path):
+    """Reviewer's case (2026-11-28): min_nodes = 2, one node lost, the survivor waits in the
+    rendezvous (unwatched) for longer than the start-up allowance until a replacement starts.
+    The silence clock must restart when the watch resumes; it kept the last event before the
+    wait, so the healthy group was killed as 'stalled' the moment the replacement started."""
+    from fleet.providers.events import EventTail
+    from fleet.providers.local.multinode import ElasticConfig, _ElasticNode
+
+    run = make_run(tmp_path / "work", tmp_path / "ckpt", nodes=2, zones=ZONES,
+                   elastic=ElasticConfig(min_nodes=2))
+
+    def node(i: int, ready: float | None) -> _ElasticNode:
+        n = _ElasticNode(node_id=f"n{i}", zone=ZONES[i % 2], region="us-east-1", spot=True, price=1.0,
+                         launched_at=0.0, log_path=tmp_path / f"{i}.log", events_path=tmp_path / f"{i}.jsonl",
+                         tail=EventTail(tmp_path / f"{i}.jsonl"), slot=i, start_at=0.0, batch="b",
+                         ready_at=ready)
+        n.proc = _Running()
+        return n
+
+    a, b = node(0, 1.0), node(1, 1.0)
+    run._nodes = [a, b]
+    run._watch.observe("progress", {"step": 10, "mean_step_seconds": 0.01}, 100.0)
+    a.ended_at, a.end_reason = 150.0, "preempted"  # lost; the survivor waits for a second node
+    run._watch.restart()
+    for now in (200.0, 500.0, 900.0):  # below min_nodes: not watched, however long
+        run._watch_progress(now)
+    c = node(2, None)  # the replacement's process starts (not training yet)
+    run._nodes.append(c)
+    run._watch_progress(910.0)  # watched again: 10 s of silence, not 810 s
+    assert run.stalls == 0 and b.ended_at is None and c.ended_at is None

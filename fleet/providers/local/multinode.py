@@ -164,6 +164,7 @@ class ElasticStageRun(AttemptRecord):
         self._stop_deadline: float | None = None
         self._stop_grace: float | None = None
         self._emergency_step: int | None = None  # the group's latest committed emergency save
+        self._stop_killed: set[str] = set()  # nodes the stop killed while they still ran
         self.clock = MarketClock.starting(getattr(self.cfg, "market_clock_start_unix", None),
                                           self.cfg.time_scale.factor)
 
@@ -620,7 +621,7 @@ class ElasticStageRun(AttemptRecord):
                 node.end_reason = "completed"
             elif rc == EXIT_FINAL_SAVE_FAILED:
                 node.end_reason = "failed"  # rank 0: every step trained, final checkpoint lost
-            elif self._stop_at is not None:
+            elif self._stop_at is not None and (node.notice_at is None or node.notice_at >= self._stop_at):
                 node.end_reason = "cancelled"  # an operator's Terminate: not the market's preemption
             elif node.notice_at is not None or rc == rt.EXIT_PREEMPTED:
                 node.end_reason = "preempted"
@@ -653,8 +654,10 @@ class ElasticStageRun(AttemptRecord):
             grace = terminate_grace_seconds(self.spec.terminate_grace_seconds, self.injector.grace_seconds)
             self._stop_grace, self._stop_deadline = grace, now + grace
             for node in alive:
+                if node.exit_event is not None:
+                    continue  # done (e.g. completed, waiting in the agents' exit barrier): let it end
                 if node.proc is None or node.ready_at is None or grace <= 0:
-                    self._stop_node(node)
+                    self._stop_node(node, killed=node.proc is not None and node.proc.poll() is None)
                     continue
                 inj = self.injector.nodes.get(node.node_id)
                 if inj is not None and inj.state == "running":
@@ -665,26 +668,37 @@ class ElasticStageRun(AttemptRecord):
             return False
         if alive and now < self._stop_deadline:
             return False
-        killed = any(n.exit_event is None for n in alive)  # still running, not just tearing down
         for node in alive:
-            self._stop_node(node)
+            self._stop_node(node, killed=node.exit_event is None)  # else: only tearing down
         self._pump()
-        if any(n.end_reason == "completed" for n in self._nodes):
+        unsaved = self._final_save_failure()
+        if unsaved is not None:  # every step trained, the final checkpoint not committed
+            raise AttemptFailed(unsaved)
+        if any(n.end_reason == "completed" or (n.exit_event is not None
+                                               and n.exit_event.data.get("reason") == "completed")
+               for n in self._nodes):
             return True
+        # killed: by this stop, or by the injector at the notice deadline (a signal's exit code)
+        killed = any(n.node_id in self._stop_killed or (
+            n.ready_at is not None and n.ended_at is not None and n.ended_at >= (self._stop_at or 0.0)
+            and n.exit_event is None and (n.exit_code or 0) < 0) for n in self._nodes)
         last = max((n.last_step or 0 for n in self._nodes), default=0)
         ckpt = max((n.last_checkpoint_step for n in self._nodes if n.last_checkpoint_step is not None),
                    default=None)
         line = stop_summary(
             f"group {self.run_id}", grace_seconds=self._stop_grace or 0.0, stopped_by_itself=not killed,
             last_step=last, checkpoint_step=ckpt,
-            saved_at_stop=not killed and ckpt is not None and self._emergency_step == ckpt and ckpt >= last,
+            saved_at_stop=ckpt is not None and self._emergency_step == ckpt and ckpt >= last,
             save_failed=None, started=any(n.ready_at is not None for n in self._nodes))
         self._emit(provider_event("cancelled", stage=self.spec.name, nodes=[line]))
         raise AttemptFailed(f"stage {self.spec.name!r} was cancelled (Terminate: every node was asked "
                             f"to save, grace {self._stop_grace or 0.0:g} s): {line}")
 
-    def _stop_node(self, node: _ElasticNode) -> None:
-        """Kill one node of a stopping group and record it ``cancelled``."""
+    def _stop_node(self, node: _ElasticNode, killed: bool = False) -> None:
+        """Kill one node of a stopping group and record it ``cancelled`` (``killed``: it was
+        still running, not only tearing down: the stop message says so)."""
+        if killed:
+            self._stop_killed.add(node.node_id)
         if node.proc is not None and node.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(node.proc.pid, signal.SIGKILL)
@@ -717,6 +731,10 @@ class ElasticStageRun(AttemptRecord):
                 or any(n.notice_at is not None or n.exit_event is not None for n in alive) \
                 or any(n.exit_event is not None and n.exit_event.data.get("reason") == "completed"
                        for n in self._nodes):
+            # not watched now: the silence clock restarts when the watch resumes (a late
+            # replacement after a long outage is not a stall of the group)
+            if self._watch.last_event_at is not None:
+                self._watch.last_event_at = now
             return
         reason = self._watch.stalled(now, timeout, self.spec.stall_startup_seconds)
         if reason is None:

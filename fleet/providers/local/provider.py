@@ -961,6 +961,9 @@ class _StageRun(AttemptRecord):
                 continue
             if outcome == "failed" and node.exit_code == 0:
                 reason = "cancelled"
+            if outcome == "cancelled" and self._stop_at is not None and node.notice_at is not None \
+                    and node.notice_at < self._stop_at:
+                reason = "preempted"  # the market's notice came before the Terminate: its preemption
             self._record(node, reason)
             if outcome == "preempted":
                 self._emit(provider_event("preempted", node_id=node.node_id, zone=node.zone,
