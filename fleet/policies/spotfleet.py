@@ -100,7 +100,7 @@ only, ``no_deadline_wait="set"`` (2026-11-27, docs/fleet-policies.md, *Jobs with
 deadline*); ``od_exit="bridge"`` is v10 (the default) and ``"reserve"`` v9;
 ``launch_guard="restart"`` is v9's and v10's and ``"off"`` v8; ``patience_reclaim="other_regions"``
 and ``launch_guard="restart_progress"`` (session 19, both rejected) are opt-in, as is
-``launch_guard="restart_cost"`` (session 19: passed its pre-registered clauses 1-3, not adopted yet); ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
+``launch_guard="restart_cost"`` (session 19: passed its pre-registered clauses 1-3 and the seen-family check, not adopted yet); ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
 
@@ -253,8 +253,9 @@ class SpotfleetParams:
     # job goes on-demand now. Found on H100 D/W 1.2 without notice (start 75); passed clause 2
     # of the session-19 verdict rule (tuning set and SkyNomad h100_6: geometric mean 0.9989, no
     # cell wholly above 1.01) and clause 3 (fresh seeds 260-264, the report families, SkyNomad:
-    # 0.985-1.0037 of v10, no new strict miss); not adopted yet: the check on every seen
-    # held-out family and the tables with it as the default remain (tuning log, session 19)
+    # 0.985-1.0037 of v10, no new strict miss) and the check on every seen held-out family
+    # (600 cells, none wholly above 1.00); not adopted yet: the tables with it as the default
+    # remain (tuning log, session 19)
 
     od_exit: str = "bridge"  # "bridge": v10, the default since session 16 (twenty-fifth round,
     # adopted); "reserve": v9 (a job on on-demand stays there while the spare
