@@ -699,17 +699,23 @@ class ElasticStageRun(AttemptRecord):
         still running, not only tearing down: the stop message says so)."""
         if killed:
             self._stop_killed.add(node.node_id)
+        self._kill_process(node)
+        if node.ended_at is None:
+            node.ended_at = time.time()
+            node.exit_code = node.proc.poll() if node.proc is not None else None
+            node.end_reason = "cancelled"
+            if self.injector is not None:
+                self.injector.close_node(node.node_id)
+            self._record(node)
+
+    @staticmethod
+    def _kill_process(node: _ElasticNode) -> None:
+        """SIGKILL the node's process group if it still runs, and reap it (up to 5 s)."""
         if node.proc is not None and node.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(node.proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.proc.wait(timeout=5)
-        if node.ended_at is None:
-            node.ended_at = time.time()
-            node.exit_code = node.proc.poll() if node.proc is not None else None
-            node.end_reason = "cancelled"
-            self.injector.close_node(node.node_id)
-            self._record(node)
 
     def _watch_progress(self, now: float) -> None:
         """The group's progress watchdog: while at least one live node has started
@@ -742,10 +748,7 @@ class ElasticStageRun(AttemptRecord):
         self.stalls += 1
         self.failures += 1
         for node in alive:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(node.proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                node.proc.wait(timeout=5)
+            self._kill_process(node)
         self._pump()  # what they wrote before the kill
         for node in alive:
             node.exit_code = node.proc.poll()
@@ -782,18 +785,7 @@ class ElasticStageRun(AttemptRecord):
 
     def _kill_all(self) -> None:
         for node in self._nodes:
-            if node.proc is not None and node.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(node.proc.pid, signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    node.proc.wait(timeout=5)
-            if node.ended_at is None:
-                node.ended_at = time.time()
-                node.exit_code = node.proc.poll() if node.proc is not None else None
-                node.end_reason = "cancelled"
-                if self.injector is not None:
-                    self.injector.close_node(node.node_id)
-                self._record(node)
+            self._stop_node(node)
 
     def _final_save_failure(self) -> str | None:
         """The error of a rank 0 that trained every step but could not commit the final
