@@ -1,4 +1,4 @@
-"""spotfleet's own deadline policy (v10): Uniform Progress's robust core, priced and probed.
+"""spotfleet's own deadline policy (v11): Uniform Progress's robust core, priced and probed.
 
 Why this shape: the previous spotfleet (run-length forecast + a slack reserve from the
 observed market + a 5 h on-demand exit rule) was tuned on the 9-zone V100 set and lost
@@ -86,6 +86,17 @@ what the baselines ignore and a live controller knows:
   forced there later; v10 stays only while :meth:`SpotfleetPolicy.bridge` would send it there
   now (``od_exit="bridge"``). Found on a 48 h job: after a 71 h drought v9 stayed on on-demand
   14-33 h after spot returned. Volatile markets 1-3 % cheaper; elsewhere v10 is v9.
+* **A last spot run must beat on-demand now (v11).** A launch after which the spare slack
+  (less its overhead and the failed tries of the zones ahead of it) would be below one
+  restart is the job's last spot run: the guard refuses the next one and the rest runs on
+  on-demand, in the region the launch took the checkpoint to. It is made only if its spot
+  $, the egress and that on-demand remainder cost less than on-demand now
+  (``launch_guard="restart_cost"``, :meth:`SpotfleetPolicy._last_run_pays`). Found on H100
+  D/W 1.2 without notice, where v10 launched across regions with 0.215 h of spare slack,
+  kept 0.117 h of work and finished on on-demand in the dearer region the move had taken
+  the checkpoint to; elsewhere v11 is v10 but for a few starts
+  (0.4-0.8 % cheaper when every zone breaks without a notice, 1.5 % on SkyNomad's 6 H100
+  zones at D/W 1.05).
 
 Parameters (``SpotfleetParams``) are structural, not fitted: the lookback of the
 statistics, the move margin, how often to reconsider, the least launch belief worth a
@@ -97,10 +108,11 @@ zone model (``"history"`` = v5; the rejected thirteenth and fourteenth rounds'
 opt-in too, as are the later rounds' ``hold_start``, ``zone_cost``, ``change_pool``,
 ``h1_prior_seconds``, ``outage_end``, ``model_check="holds"`` and, for jobs without a deadline
 only, ``no_deadline_wait="set"`` (2026-11-27, docs/fleet-policies.md, *Jobs without a
-deadline*); ``od_exit="bridge"`` is v10 (the default) and ``"reserve"`` v9;
-``launch_guard="restart"`` is v9's and v10's and ``"off"`` v8; ``patience_reclaim="other_regions"``
-and ``launch_guard="restart_progress"`` (session 19, both rejected) are opt-in, as is
-``launch_guard="restart_cost"`` (session 19: passed its pre-registered clauses 1-3 and the seen-family check, not adopted yet); ``model_check="holds_residual"`` is v8's and v9's check, ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
+deadline*); ``od_exit="bridge"`` is v10's and v11's (the default) and ``"reserve"`` v9's;
+``launch_guard="restart_cost"`` is v11 (the default since session 20), ``"restart"`` v9's and
+v10's and ``"off"`` v8; ``patience_reclaim="other_regions"`` and ``launch_guard="restart_progress"``
+(session 19, both rejected) are opt-in; ``model_check="holds_residual"`` is v8's to v11's check,
+``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
 
@@ -227,9 +239,10 @@ class SpotfleetParams:
     # (market_view.holds_reject_run_law, residual=True): a few short runs in a calm history
     # no longer make a short hold in a zone that was already up unsurprising
 
-    launch_guard: str = "restart"  # "restart": v9, the default since session 15 (twenty-fourth
-    # round, adopted); "off": v8 (a launch from idle or after a preemption tries the ranked zones
-    # whatever the slack). "restart": a
+    launch_guard: str = "restart_cost"  # "restart_cost": v11, the default since session 20
+    # (passed the session-19 verdict rule, see below); "restart": v9 and v10, the default in
+    # sessions 15-19 (twenty-fourth round, adopted); "off": v8 (a launch from idle or after a
+    # preemption tries the ranked zones whatever the slack). "restart": a
     # spot zone whose launch overhead (restart, plus the transfer across regions) exceeds the
     # spare slack above the safety net is not tried -- its restart would run the slack out and
     # the net would send the job to on-demand before any progress, spot paid for nothing
@@ -242,7 +255,7 @@ class SpotfleetParams:
     # a job keeps a spare far below a tick on spot for the whole job; at D/W 1.05 the rule sends
     # it to on-demand from the start (tuning H100 D/W 1.05 with notice 3.64x v10, SkyNomad
     # h100_6 D/W 1.05 1.37x; docs/fleet-policies-tuning-log.md, session 19)
-    # "restart_cost" (session 19, opt-in): "restart", and a zone whose launch would be the
+    # "restart_cost" (session 19, v11 since session 20): "restart", and a zone whose launch would be the
     # job's last spot run -- the spare slack left after its overhead and the failed tries
     # before it (one probe per zone ahead of it in the order: it lands only if they all fail)
     # is below one restart, so the guard would refuse the next launch and the rest of the job
@@ -254,10 +267,10 @@ class SpotfleetParams:
     # of the session-19 verdict rule (tuning set and SkyNomad h100_6: geometric mean 0.9989, no
     # cell wholly above 1.01) and clause 3 (fresh seeds 260-264, the report families, SkyNomad:
     # 0.985-1.0037 of v10, no new strict miss) and the check on every seen held-out family
-    # (600 cells, none wholly above 1.00); not adopted yet: the tables with it as the default
-    # remain (tuning log, session 19)
+    # (600 cells, none wholly above 1.00); adopted in session 20 as v11, with the results
+    # tables re-run on it (tuning log, session 20)
 
-    od_exit: str = "bridge"  # "bridge": v10, the default since session 16 (twenty-fifth round,
+    od_exit: str = "bridge"  # "bridge": v10 and v11, the default since session 16 (twenty-fifth round,
     # adopted); "reserve": v9 (a job on on-demand stays there while the spare
     # slack is below reserve_hours, whatever the odds of being forced later). "bridge":
     # it stays only while the bridge rule would put it there
@@ -266,7 +279,7 @@ class SpotfleetParams:
     # Found on the long job shape: after a 71 h drought v9 stayed on on-demand 14-33 h after
     # spot returned (docs/fleet-policies-held-out.md, *Job shapes nobody tuned on*)
 
-    patience_reclaim: str = "wait"  # "wait": v10 (the patience rule may idle for any zone).
+    patience_reclaim: str = "wait"  # "wait": v10 and v11 (the patience rule may idle for any zone).
     # "other_regions" (session 19, opt-in): for neighbour_window_hours after a preemption of
     # this job, the zones of the region that preempted it are tried in their order but never
     # waited for: the patience rule waits only for the cheapest zone outside that region (and

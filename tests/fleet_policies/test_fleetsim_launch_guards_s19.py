@@ -1,5 +1,6 @@
-"""The two session-19 launch guards (opt-in ``SpotfleetParams.launch_guard`` values; the default
-``"restart"`` is v9's and v10's: no spot launch whose overhead the spare slack cannot pay).
+"""The two session-19 launch guards (``SpotfleetParams.launch_guard`` values; ``"restart"`` is
+v9's and v10's: no spot launch whose overhead the spare slack cannot pay; ``"restart_cost"`` is
+v11's, the default since session 20).
 
 Both come from the tuning set's H100 D/W 1.2 without notice (start 75): after the second
 preemption 0.215 h of spare slack was left, v10 launched in europe-west1-c (0.15 h of restart
@@ -7,7 +8,7 @@ and transfer), kept 0.117 h of work and was forced to on-demand two ticks later,
 region the move had taken the checkpoint to (docs/fleet-policies-tuning-log.md, session 19).
 
 * ``"restart_progress"`` (rejected, clause 2): the spare must also pay one save and one tick.
-* ``"restart_cost"`` (passed clauses 1-3, not adopted yet): a launch that would be the job's
+* ``"restart_cost"`` (passed clauses 1-3 and the seen-family check; adopted in session 20, v11): a launch that would be the job's
   last spot run is tried only if it is cheaper than on-demand now, its forced on-demand
   remainder priced in the region the checkpoint ends in.
 """
@@ -53,8 +54,15 @@ def _run(guard: str, market: Market):
     return r, dict(tl)
 
 
-def test_default_is_v10_restart():
-    assert SpotfleetParams().launch_guard == "restart"
+def test_default_is_v11_restart_cost():
+    assert SpotfleetParams().launch_guard == "restart_cost"
+
+
+def test_the_default_policy_goes_to_on_demand_at_once_where_v10_launched():
+    """The default (v11) makes the restart_cost decision, not v10's, on the market it was found on."""
+    tl: list = []
+    r = simulate(SpotfleetPolicy(), TWO_REGIONS, SPEC, HIST, timeline=tl)
+    assert r == _run("restart_cost", TWO_REGIONS)[0] and dict(tl)[HIST] == -1
 
 
 def test_restart_guard_launches_and_is_forced_off_two_ticks_later():

@@ -4,9 +4,11 @@
 reproducible bit for bit, as is v8 (``model_check="holds_residual"``, session 13,
 ``launch_guard="off"``), and v9 (``launch_guard="restart"``, session 15; v8's decisions on these
 markets: its guard binds only where the spare slack is below a restart,
-``test_fleetsim_launch_guard.py``), each with ``od_exit="reserve"``; the default is v10
-(``od_exit="bridge"``, session 16) as pinned at its adoption (v9 but for one start, where it
-leaves on-demand sooner: ``test_fleetsim_od_exit.py``).
+``test_fleetsim_launch_guard.py``), each with ``od_exit="reserve"``; v10
+(``od_exit="bridge"``, session 16) is as pinned at its adoption (v9 but for one start, where it
+leaves on-demand sooner: ``test_fleetsim_od_exit.py``); the default is v11
+(``launch_guard="restart_cost"``, session 20) as pinned at its adoption (v10 at every pinned
+start: it binds only on a job's last spot run, ``test_fleetsim_launch_guards_s19.py``).
 
 The other rejected v6 candidates were removed from ``SpotfleetParams`` (their figures
 reproduce at commit e1c45df, docs/fleet-policies-tuning-log.md); ``own_runs`` and the
@@ -16,7 +18,7 @@ other zone models stay opt-in and must never move the default policy.
 from __future__ import annotations
 
 import pytest
-from v5_pins import V5, V6, V7, V8, V9, V10, assert_reproduces
+from v5_pins import V5, V6, V7, V8, V9, V10, V11, assert_reproduces
 
 from fleet.policies.spotfleet import SpotfleetParams
 
@@ -39,15 +41,20 @@ V9_SETTINGS = {
                           od_exit="reserve"),
 }
 V10_SETTINGS = {
-    "default": None,
-    "explicit default": SpotfleetParams(),
     "v10": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_residual", launch_guard="restart",
                            od_exit="bridge"),
+}
+V11_SETTINGS = {
+    "default": None,
+    "explicit default": SpotfleetParams(),
+    "v11": SpotfleetParams(zone_model="changepoint_updown", model_check="holds_residual",
+                           launch_guard="restart_cost", od_exit="bridge"),
 }
 
 
 PINNED = {"v5": (V5, V5_SETTINGS), "v6": (V6, V6_SETTINGS), "v7": (V7, V7_SETTINGS),
-          "v8": (V8, V8_SETTINGS), "v9": (V9, V9_SETTINGS), "v10, the default": (V10, V10_SETTINGS)}
+          "v8": (V8, V8_SETTINGS), "v9": (V9, V9_SETTINGS), "v10": (V10, V10_SETTINGS),
+          "v11, the default": (V11, V11_SETTINGS)}
 """Each version's pins and the settings that must reproduce them."""
 
 CASES = [(version, setting, regime, notice)

@@ -1,10 +1,11 @@
-"""spotfleet v5's to v10's decisions and costs on small synthetic markets, pinned.
+"""spotfleet v5's to v11's decisions and costs on small synthetic markets, pinned.
 
 v5 (``zone_model="history"``), v6 (``zone_model="changepoint_updown"``, ``model_check="off"``,
 session 9), v7 (``model_check="holds_law"``, session 12) and v8 (``model_check="holds_residual"``,
 session 13, ``launch_guard="off"``) and v9 (``launch_guard="restart"``, session 15), each with
-``od_exit="reserve"``, must stay reproducible bit for bit, and the default (v10,
-``od_exit="bridge"``, session 16) must not move unnoticed; ``test_fleetsim_v5_pins.py``
+``od_exit="reserve"``, and v10 (``od_exit="bridge"``, session 16, ``launch_guard="restart"``)
+must stay reproducible bit for bit, and the default (v11, ``launch_guard="restart_cost"``,
+session 20) must not move unnoticed; ``test_fleetsim_v5_pins.py``
 checks both here, in one place.
 """
 
@@ -91,6 +92,11 @@ V9 = dict(V8)
 # sooner (the same locations per decision; the failed launch tries shift its progress)
 V10 = {**V9, ("volatile", 0.0): [*V9[("volatile", 0.0)][:2], (1655, 20.52284158413, "f3af66682d04ca4e")]}
 
+# session 20: v11 (the default, launch_guard="restart_cost") recorded at its adoption: v10's
+# decisions and costs at every pinned start (the rule binds only where a launch would be the
+# job's last spot run; tests/fleet_policies/test_fleetsim_launch_guards_s19.py pins where it does)
+V11 = dict(V10)
+
 
 def pinned_market(regime: str):
     """The 8-day synthetic market (seed 2) the pins were recorded on; ``"shift"``: the
@@ -114,7 +120,7 @@ def pinned_spec(notice: float) -> JobSpec:
 def assert_reproduces(pins: dict, regime: str, notice: float,
                       params: SpotfleetParams | None) -> None:
     """``SpotfleetPolicy(params)`` makes the pinned decisions and pays the pinned cost at
-    every pinned start (``pins``: ``V5`` ... ``V10``)."""
+    every pinned start (``pins``: ``V5`` ... ``V11``)."""
     m, spec = pinned_market(regime), pinned_spec(notice)
     starts = spread_starts(m, spec, 3, PIN_WARMUP_HOURS[regime])
     assert [int(s) for s in starts] == [s for s, _, _ in pins[(regime, notice)]]
