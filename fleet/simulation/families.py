@@ -90,6 +90,11 @@ every regime on data nobody had looked at; no candidate was chosen on them.
 ``reliable_break_holdout260`` / ``all_break_holdout260`` — seeds 260-264: session 19, fresh data
 for clause 3 of the candidate ``launch_guard="restart_cost"``, defined before any run on them
 (docs/fleet-policies-tuning-log.md, the session-19 pre-registration), run once for it.
+``volatile_holdout270`` / ``available_holdout270`` / ``shift_holdout270`` /
+``reliable_break_holdout270`` / ``all_break_holdout270`` — seeds 270-274, and ``volatile_short270``
+(the 2 h job on the volatile markets of the same seeds): session 20, defined before any run on
+them to measure v11 (adopted that session) out of sample, with v10 beside it; run once, no
+candidate is chosen on them.
 
 Every cell: D/W in ``RATIOS``, notice 0 or 120 s, the same start times for every policy,
 the exact omniscient bound per start (notice-independent), ``mean cost / mean bound``
@@ -350,6 +355,13 @@ FAMILIES: dict[str, Family] = {
                     "reliable zone", range(260, 265), "reliable_break_config"),
     **_shift_family("all_break_holdout260", "held-out shift that breaks every zone", range(260, 265),
                     "all_break_config"),
+    # session 20: v11 out of sample, every regime on fresh seeds, run once (no candidate)
+    **_held_out_pair("270", range(270, 275)),
+    **_shift_family("shift_holdout270", "held-out regime shift", range(270, 275)),
+    **_shift_family("reliable_break_holdout270", "held-out shift that breaks each region's most "
+                    "reliable zone", range(270, 275), "reliable_break_config"),
+    **_shift_family("all_break_holdout270", "held-out shift that breaks every zone", range(270, 275),
+                    "all_break_config"),
 }
 
 
@@ -400,6 +412,9 @@ FAMILIES.update(_shape_families())
 FAMILIES["volatile_short250"] = _shaped(
     _synthetic("volatile", "held-out synthetic volatile (seeds 250-254)", _holdout("volatile_config", range(250, 255))),
     "short", "volatile_short250")
+FAMILIES["volatile_short270"] = _shaped(
+    _synthetic("volatile", "held-out synthetic volatile (seeds 270-274)", _holdout("volatile_config", range(270, 275))),
+    "short", "volatile_short270")
 FAMILIES["volatile_long240"] = _shaped(
     _synthetic("volatile", "held-out synthetic volatile (seeds 240-244)", _holdout("volatile_config", range(240, 245))),
     "long", "volatile_long240", _holdout("volatile_config", range(240, 245), 20.0))
