@@ -138,6 +138,10 @@ def read_stats_fields(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"mttp_seconds": out[0], "restart_seconds": out[1], "loss_units": units}
 
 
+class RestoreNotCalled(RuntimeError):
+    """The loop started at step 0 without ``restore()`` over this job's committed checkpoints."""
+
+
 class TrainingSession:
     """Preemption-tolerant training loop helper. See the module docstring for usage.
 
@@ -251,6 +255,8 @@ class TrainingSession:
         self._last_tau: float | None = None
         self._delta: float | None = None
         self._finished = False
+        #: restore() was called (or the first step checked that nothing needed restoring)
+        self._restore_checked = False
         self.exit_code: int | None = None
         self._refresh_stats(force=True)
 
@@ -380,6 +386,7 @@ class TrainingSession:
 
         Returns 0 (and leaves every object untouched) when nothing was saved yet.
         """
+        self._restore_checked = True
         self.claim_prefix()
         outcome, primary_newest, from_spill = self._restore_outcome()
         if outcome is not None and outcome.skipped:
@@ -411,6 +418,28 @@ class TrainingSession:
     def _noticed(self) -> bool:
         return self.guard is not None and self.guard.notice is not None
 
+    def _check_restore_called(self) -> None:
+        """The loop's first step without ``restore()``: refuse to train from step 0 over
+        checkpoints this job already committed (the run would silently start over, and its
+        final checkpoint would not be the prefix's newest, so a next stage or restart loads
+        the old one). ``ElasticSession`` sets ``_restore_checked`` (it restores itself)."""
+        if self._restore_checked or self.state.step != 0 or self.saver.last_committed is not None:
+            return
+        self._restore_checked = True
+        self.claim_prefix()  # another job's checkpoints: JobConflict, as from restore()
+        saved = [c for c in list_checkpoints(self.store) if c.step > 0]
+        if saved:
+            newest = max(saved, key=lambda c: c.step)
+            raise RestoreNotCalled(
+                f"the training loop started at step 0 without session.restore(), but "
+                f"{self.store.location} already holds {len(saved)} checkpoint(s) of this job, the "
+                f"newest at step {newest.step} ({newest.location}). Training on would start over "
+                "from step 0, under that newer-step checkpoint, which a restart or the next stage "
+                "would then load instead of this run's. Fix: call "
+                "`start = session.restore()` before the loop and run `for step in range(start, "
+                "total)`; to really start over, point SPOTFLEET_CHECKPOINT_URI (or store=) at a "
+                "fresh location")
+
     def _emit_start(self, resumed: int | None) -> None:
         if self._started:
             return
@@ -424,6 +453,7 @@ class TrainingSession:
     def step(self) -> Iterator[StepHandle]:
         """Wrap one training step: time it; afterwards run the policy (and saves)."""
         if not self._started:
+            self._check_restore_called()
             self._emit_start(None)
         handle = StepHandle(step=self.state.step)
         t0 = time.perf_counter()
@@ -436,7 +466,15 @@ class TrainingSession:
 
         ``seconds`` is the step's duration. Returns the policy's decision.
         """
+        if not self._started:
+            self._check_restore_called()
+            self._emit_start(None)
         self.state.step += 1
+        if self.total_steps is not None and self.state.step == self.total_steps + 1:
+            log.warning("step %d is past total_steps=%d: does the loop start at 0 instead of at the "
+                        "step session.restore() returned (start = session.restore(); for step in "
+                        "range(start, total))? The session counts from the restored step",
+                        self.state.step, self.total_steps)
         step = self.state.step
         self.policy.record_step(step, seconds)
         self._step_times.append(seconds)
