@@ -47,7 +47,7 @@ from checkpointing.guard import PreemptionGuard
 from checkpointing.identity import ENV_JOB_ID, JobIdentity, check_job
 from checkpointing.intervals import group_loss_mttp_seconds
 from checkpointing.lease import DEFAULT_TTL_SECONDS, ENV_LEASE_TTL, PrefixLease
-from checkpointing.manifest import CheckpointInfo, list_checkpoints
+from checkpointing.manifest import CheckpointInfo, list_checkpoints, read_blob
 from checkpointing.outcome import (
     DEFAULT_FINAL_SAVE_TIMEOUT_SECONDS,
     ENV_FINAL_SAVE_TIMEOUT_SECONDS,
@@ -81,14 +81,16 @@ from checkpointing.saver import (
     DEFAULT_SHARD_BYTES,
     DEFAULT_WAIT_LIMIT_SECONDS,
     SPILL_FIXED_SECONDS,
+    STATE_BLOB,
     AsyncSaver,
     SaveResult,
     restore_preferring_spill,
     restore_state,
 )
+from checkpointing.snapshot import loads_header
 from checkpointing.spill import open_spill
 from checkpointing.stores.base import CheckpointStore, open_store
-from checkpointing.torch_state import Stateful, TrainingState
+from checkpointing.torch_state import Stateful, TrainingState, structure_change
 
 log = logging.getLogger("checkpointing.session")
 
@@ -354,7 +356,7 @@ class TrainingSession:
             lease.check_available()
         spill = self.saver.spill_store  # a spilled checkpoint would be restored too
         check_job(ident, list_checkpoints(self.store) + (list_checkpoints(spill) if spill else []),
-                  self.store.location)
+                  self.store.location, explain=self._structure_change)
         if lease is not None:
             lease.acquire()
             lease.start_heartbeat()
@@ -363,6 +365,20 @@ class TrainingSession:
         self.saver.job_meta = ident.to_meta()
         self.identity = ident
         return ident
+
+    def _structure_change(self, info: CheckpointInfo) -> dict[str, str]:
+        """Which model / optimizer fields differ between checkpoint ``info`` (its state
+        header: names, shapes, dtypes, hyperparameters; no tensor data is read) and this
+        process's objects, for ``JobConflict``'s message."""
+        header = None
+        for store in (self.store, self.saver.spill_store):
+            if store is not None and info.location.startswith(store.location):
+                header = read_blob(store, info, STATE_BLOB)
+                break
+        if header is None:
+            return {}
+        skeleton, specs, _ = loads_header(header)
+        return structure_change(skeleton, specs, self.state)
 
     def _release_lease(self) -> None:
         """Release the prefix lease, waiting at most ``LEASE_RELEASE_WAIT_SECONDS``: on a
