@@ -811,18 +811,25 @@ def save_training_state(store: CheckpointStore | str, *, step: int, kind: SaveKi
 def load_training_state(store: CheckpointStore | str, *, model: torch.nn.Module | None = None,
                         optimizer: torch.optim.Optimizer | None = None, scheduler: Any | None = None,
                         stateful: dict[str, Stateful] | None = None,
-                        rng: bool = True) -> TrainingState | None:
+                        rng: bool | None = None) -> TrainingState | None:
     """Load the latest complete checkpoint into the given objects (falling back on
     corruption). Returns the ``TrainingState`` (``.step``, ``.extras``,
     ``.data_position``), or None when the store holds no loadable checkpoint.
 
     Pass only ``model=`` to initialise a new stage from another stage's weights
-    (optimizer and scheduler state in the checkpoint are then ignored).
+    (optimizer and scheduler state in the checkpoint are then ignored, and so are its
+    RNG states: the new stage keeps its own seed). ``rng``: restore the global RNGs as
+    they were at the save; default (None): only when resuming, i.e. when an optimizer,
+    scheduler or ``stateful`` object is passed too. (Until 2026-11-28 the default was
+    True, so a weights-only load replaced the new stage's seeded RNG with the old
+    stage's, silently: user audit, session 20.)
     """
     store = open_store(store) if isinstance(store, str) else store
     outcome = restore_state(store)
     if outcome is None:
         return None
+    if rng is None:
+        rng = optimizer is not None or scheduler is not None or bool(stateful)
     state = TrainingState(model=model, optimizer=optimizer, scheduler=scheduler,
                           stateful=dict(stateful or {}), rng=rng)
     state.apply(outcome.value)
