@@ -186,6 +186,10 @@ def materialize_cost_report(context: AssetExecutionContext, cfg, stats_db, fleet
         meta["spot_wins"] = MetadataValue.bool(be.spot_wins)
     if len(rep.stage_break_even) > 1:  # stages differ in C and R: the verdict per stage
         meta["break_even_by_stage"] = MetadataValue.md(rr.md_table(rep.stage_break_even))
+    if rep.time_note:  # the local fleet bills its emulated market clock
+        meta["time_basis"] = MetadataValue.text(
+            f"market time: one market hour = {cfg.market.wall_seconds_per_market_hour:g} wall s "
+            "(local fleet); every hour, minute and second of this report is on that clock")
     meta["unpriced_sessions"] = MetadataValue.int(len(rep.unpriced))
     if not rep.unpriced.empty:
         ids = ", ".join(str(x) for x in rep.unpriced["node_id"])
