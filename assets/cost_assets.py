@@ -209,6 +209,8 @@ def stage_metadata(engine, pipeline: str, stage: str, run_ids: list[str]) -> dic
     data = ct.for_runs(ct.load(engine, pipeline, root_of={r: run_ids[0] for r in run_ids}), run_ids)
     h = ct.stage_history(data, stage)
     att = ct.attempts_table(data, stage)
+    ss = data.sessions[data.sessions["stage"] == stage] if not data.sessions.empty else data.sessions
+    resumed = sorted(int(x) for x in ss.get("first_step", []) if x == x and x > 0)
     members = ct.load_membership(engine, pipeline)
     changes = ct.membership_table(members[members["stage"] == stage] if not members.empty else members,
                                   run_ids)
@@ -229,6 +231,9 @@ def stage_metadata(engine, pipeline: str, stage: str, run_ids: list[str]) -> dic
         "on_demand_sessions": MetadataValue.int(h.on_demand_sessions),
         "cost_usd": _f(h.cost_usd, 4),
         "zones_used": MetadataValue.text(h.zones or "none"),
+        # every session of the stage that started from a checkpoint, all attempts (as
+        # `spotfleet main` prints it); the last attempt's alone: this_attempt_resumed_from_steps
+        "resumed_from_steps": MetadataValue.text(", ".join(str(x) for x in resumed) or "none"),
         "attempt_history": MetadataValue.md(rr.md_table(att, total=True)),
         **elastic,
     }
