@@ -186,6 +186,10 @@ def materialize_cost_report(context: AssetExecutionContext, cfg, stats_db, fleet
         meta["spot_wins"] = MetadataValue.bool(be.spot_wins)
     if len(rep.stage_break_even) > 1:  # stages differ in C and R: the verdict per stage
         meta["break_even_by_stage"] = MetadataValue.md(rr.md_table(rep.stage_break_even))
+    if rep.time_note:  # the local fleet bills its emulated market clock
+        meta["time_basis"] = MetadataValue.text(
+            f"market time: one market hour = {cfg.market.wall_seconds_per_market_hour:g} wall s "
+            "(local fleet); every hour, minute and second of this report is on that clock")
     meta["unpriced_sessions"] = MetadataValue.int(len(rep.unpriced))
     if not rep.unpriced.empty:
         ids = ", ".join(str(x) for x in rep.unpriced["node_id"])
@@ -205,6 +209,8 @@ def stage_metadata(engine, pipeline: str, stage: str, run_ids: list[str]) -> dic
     data = ct.for_runs(ct.load(engine, pipeline, root_of={r: run_ids[0] for r in run_ids}), run_ids)
     h = ct.stage_history(data, stage)
     att = ct.attempts_table(data, stage)
+    ss = data.sessions[data.sessions["stage"] == stage] if not data.sessions.empty else data.sessions
+    resumed = sorted(int(x) for x in ss.get("first_step", []) if x == x and x > 0)
     members = ct.load_membership(engine, pipeline)
     changes = ct.membership_table(members[members["stage"] == stage] if not members.empty else members,
                                   run_ids)
@@ -225,6 +231,9 @@ def stage_metadata(engine, pipeline: str, stage: str, run_ids: list[str]) -> dic
         "on_demand_sessions": MetadataValue.int(h.on_demand_sessions),
         "cost_usd": _f(h.cost_usd, 4),
         "zones_used": MetadataValue.text(h.zones or "none"),
+        # every session of the stage that started from a checkpoint, all attempts (as
+        # `spotfleet main` prints it); the last attempt's alone: this_attempt_resumed_from_steps
+        "resumed_from_steps": MetadataValue.text(", ".join(str(x) for x in resumed) or "none"),
         "attempt_history": MetadataValue.md(rr.md_table(att, total=True)),
         **elastic,
     }

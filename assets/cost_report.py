@@ -70,6 +70,8 @@ class CostReport:
         default_factory=lambda: pd.DataFrame(columns=ct.STAGE_BREAK_EVEN_COLS))
     #: the report is the latest recorded run's (its group): the top-level copies were written
     latest: bool = True
+    #: which clock its times are on (``time_basis``): the market clock's note, or None (wall)
+    time_note: str | None = None
 
     @property
     def run_label(self) -> str:
@@ -80,6 +82,23 @@ def _run_label(run_ids: tuple[str, ...]) -> str:
     if not run_ids:
         return "no recorded run"
     return "run " + ", ".join(r[:8] for r in run_ids)
+
+
+#: the report's time note when the run has local-fleet sessions (their clock is emulated)
+MARKET_TIME_NOTE = (
+    "Times are MARKET time: the local fleet emulates the spot market on a compressed clock "
+    "(one market hour = the pipeline's market.wall_seconds_per_market_hour wall seconds) and "
+    "bills market hours, so every hour, minute and second below (spot, useful and tax hours, "
+    "C, R, preemptions per hour) and the UTC days are on that clock, not the wall clock "
+    "(docs/database.md, \"Units\").")
+
+
+def time_basis(sessions: pd.DataFrame) -> str | None:
+    """The note that says which clock the report's times are on: the market clock when any
+    of ``sessions`` ran on the local fleet, else None (a real cloud's time is wall time)."""
+    if sessions.empty or "provider" not in sessions:
+        return None
+    return MARKET_TIME_NOTE if (sessions["provider"] == "local").any() else None
 
 
 def _stage_rows(data: ct.CostData, order: list[str]) -> pd.DataFrame:
@@ -139,7 +158,7 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
                   by_zone=by_zone, stages=stages, be=be, budget=budget, budget_enforced=budget_enforced,
                   period_label=period_label, by_day=by_day, all_time=all_time,
                   membership=membership, elastic_nodes=elastic_nodes, unpriced=unpriced,
-                  stage_be=stage_be, period_runs=period_runs,
+                  stage_be=stage_be, period_runs=period_runs, time_note=time_basis(run.sessions),
                   as_of=(as_of or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d %H:%M:%S UTC"),
                   rebuild=(f"spotfleet cost-report --pipeline {pipeline} --run {run_ids[0][:8]} "
                            f"--var-dir {out_dir.parent.parent}" if run_ids else None))
@@ -176,7 +195,7 @@ def build_report(engine, pipeline: str, out_dir: Path, selection: ReportSelectio
     sessions_usd = float(run.sessions["cost_usd"].sum()) if not run.sessions.empty else 0.0
     return CostReport(pipeline, run_ids, table, tot, by_stage, by_zone, stages, by_day, all_time, period, be,
                       budget, md_page, files, focus_rows, (lines_usd, sessions_usd), membership,
-                      elastic_nodes, unpriced, stage_be, is_latest)
+                      elastic_nodes, unpriced, stage_be, is_latest, time_basis(run.sessions))
 
 
 def _write(path: Path, text: str) -> Path:

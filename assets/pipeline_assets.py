@@ -513,7 +513,7 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     meta.update({
         "attempt": MetadataValue.int(attempt),
         "final_step": MetadataValue.int(int(result.get("final_step") or 0)),
-        "resumed_from_steps": MetadataValue.text(", ".join(str(x) for x in resumed) or "none"),
+        "this_attempt_resumed_from_steps": MetadataValue.text(", ".join(str(x) for x in resumed) or "none"),
         "this_attempt_sessions": MetadataValue.int(len(sessions)),
         "this_attempt_preemptions": MetadataValue.int(preempted),
         "this_attempt_cost_usd": MetadataValue.float(round(sum(

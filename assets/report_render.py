@@ -256,13 +256,15 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
                     image_uri: str | None = None, membership: pd.DataFrame | None = None,
                     elastic_nodes: pd.DataFrame | None = None, unpriced: pd.DataFrame | None = None,
                     stage_be: pd.DataFrame | None = None, period_runs: int | None = None,
-                    as_of: str | None = None, rebuild: str | None = None) -> str:
+                    as_of: str | None = None, rebuild: str | None = None,
+                    time_note: str | None = None) -> str:
     """The whole report as markdown: run, period and all-time sections, each its own table.
     ``unpriced``: the run's node sessions recorded without a price (``cost_tables.unpriced_sessions``),
     shown first: every $ figure below is then a lower bound. ``period_runs``: the distinct
     runs that billed in the period (the period table's total; its rows count per day).
     ``as_of``: when the report was written; the period and all-time tables then say that runs
-    recorded later are not in them, and ``rebuild`` (a command) how to get them."""
+    recorded later are not in them, and ``rebuild`` (a command) how to get them.
+    ``time_note``: what clock the hours and days are on (``cost_report.time_basis``)."""
     money = ["spend_usd", "on_demand_usd", "savings_usd", "savings_pct"]
     taxes = [f"{c}_usd" for c in CATEGORIES if c != "useful"] + ["fallback_usd"]
     saved = tot["savings_usd"]
@@ -284,6 +286,8 @@ def markdown_report(*, pipeline: str, run_label: str, table: pd.DataFrame, tot: 
            f"Spend **${tot['spend_usd']:,.2f}** vs **${tot['on_demand_usd']:,.2f}** on-demand for the same "
            f"useful work: {verdict}. Taxes ${tot['taxes_usd']:,.2f}.", ""]
     out += unpriced_lines(unpriced)
+    if time_note:
+        out += [f"_{time_note}_", ""]
     if budget is not None:
         out += [budget_line(budget, budget_enforced), ""]
     if image_uri:

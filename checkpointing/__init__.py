@@ -19,6 +19,7 @@ from typing import Any
 _EXPORTS = {
     "TrainingSession": "checkpointing.session",
     "StepHandle": "checkpointing.session",
+    "RestoreNotCalled": "checkpointing.session",
     "save_training_state": "checkpointing.session",
     "load_training_state": "checkpointing.session",
     "CheckpointMismatch": "checkpointing.torch_state",

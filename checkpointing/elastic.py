@@ -397,6 +397,7 @@ class ElasticSession:
             keep_periodic=self.keep_periodic, events=self.events, guard=None,
             progress_every=self.progress_every, rng=False, **self._session_kwargs)
         self.session.state.step = self.step
+        self.session._restore_checked = True  # this group restored (or handed over) its state
         self.session.policy.on_restore(self.step)
         self.session.report_interval()  # the insurance interval this group starts with
         if restored is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,12 +107,27 @@ class JobIdentity:
         return f"job {self.job_id!r} (fingerprint {self.fingerprint}{'; ' + shown if shown else ''})"
 
 
-def differing_parts(a: JobIdentity, b: JobIdentity) -> list[str]:
-    """Human-readable list of what differs between two identities' fingerprints."""
+def derived_job_id(ident: JobIdentity) -> bool:
+    """The job id was derived from the configuration (no ``SPOTFLEET_JOB_ID`` / ``job_id``)."""
+    return bool(ident.fingerprint) and ident.job_id == f"fp-{ident.fingerprint[:12]}"
+
+
+def differing_parts(a: JobIdentity, b: JobIdentity,
+                    detail: dict[str, str] | None = None) -> list[str]:
+    """Human-readable list of what differs between two identities' fingerprints (``a``: the
+    checkpoint's, ``b``: this process's); ``detail`` names the changed fields of a part."""
     out: list[str] = []
+    detail = detail or {}
     for key in ("model", "optimizer", "scheduler"):
         if a.parts.get(key) != b.parts.get(key):
-            out.append(f"{key} structure")
+            if key == "scheduler":
+                out.append(f"scheduler: {a.parts.get(key)} in the checkpoint, {b.parts.get(key)} now")
+            elif detail.get(key):
+                out.append(f"{key} structure ({detail[key]})")
+            elif key == "optimizer" and detail.get("model"):
+                out.append("optimizer structure (the shapes of the model's parameters)")
+            else:
+                out.append(f"{key} structure")
     ca, cb = a.parts.get("config") or {}, b.parts.get("config") or {}
     for key in sorted(set(ca) | set(cb)):
         if ca.get(key) != cb.get(key):
@@ -120,32 +135,49 @@ def differing_parts(a: JobIdentity, b: JobIdentity) -> list[str]:
     return out
 
 
-def check_job(me: JobIdentity, checkpoints: Iterable[Any], location: str) -> None:
+def check_job(me: JobIdentity, checkpoints: Iterable[Any], location: str,
+              explain: Callable[[Any], dict[str, str]] | None = None) -> None:
     """Raise ``JobConflict`` if any checkpoint (``CheckpointInfo``) on ``location`` was written
-    by another job, or by this job with another configuration."""
+    by another job, or by this job with another configuration.
+
+    ``explain(info)`` may name the changed fields of the model / optimizer
+    (``{"model": "0.weight: [32, 8] in the checkpoint, [64, 8] now"}``); they are named in
+    the message of a changed configuration, and of "another job" when both job ids were
+    derived from the configurations (``fp-...``: no job id set, so a changed model IS
+    another job id)."""
     legacy = 0
     for info in checkpoints:
         theirs = JobIdentity.from_meta(getattr(info, "meta", None))
         if theirs is None:
             legacy += 1
             continue
+        if theirs.job_id == me.job_id and theirs.fingerprint == me.fingerprint:
+            continue
+        detail: dict[str, str] = {}
+        if explain is not None and theirs.fingerprint != me.fingerprint:
+            try:
+                detail = explain(info) or {}
+            except Exception as exc:  # the message must still come out
+                log.debug("could not compare %s with this process's state: %s", info.name, exc)
+        what = "; ".join(differing_parts(theirs, me, detail)) or "fingerprint"
         if theirs.job_id != me.job_id:
+            # both ids derived from the configuration (no job id set): say what changed
+            differs = (f" The two configurations differ in: {what}."
+                       if derived_job_id(theirs) and derived_job_id(me) else "")
             raise JobConflict(
                 f"checkpoint prefix {location} belongs to another job: {info.name} (step {info.step}) "
-                f"was written by {theirs.describe()}, but this process is {me.describe()}. "
+                f"was written by {theirs.describe()}, but this process is {me.describe()}.{differs} "
                 "Two jobs must not share a checkpoint prefix (resuming would train on the other "
                 "job's state). Fix: give this job its own SPOTFLEET_CHECKPOINT_URI; or, if this run "
                 f"IS a continuation of that job, set SPOTFLEET_JOB_ID={theirs.job_id} and use its "
                 "configuration.")
-        if theirs.fingerprint != me.fingerprint:
-            what = "; ".join(differing_parts(theirs, me)) or "fingerprint"
-            raise JobConflict(
-                f"checkpoint prefix {location} holds job {me.job_id!r} with another configuration: "
-                f"{info.name} (step {info.step}) was written with fingerprint {theirs.fingerprint}, "
-                f"this process has {me.fingerprint} (differs in: {what}). Resuming would mix two "
-                "configurations. Fix: rerun with the configuration the checkpoints were written "
-                "with, or start the changed configuration on a fresh SPOTFLEET_CHECKPOINT_URI "
-                "(or with another SPOTFLEET_JOB_ID and prefix).")
+        raise JobConflict(
+            f"checkpoint prefix {location} holds job {me.job_id!r} with another configuration: "
+            f"{info.name} (step {info.step}) was written with fingerprint {theirs.fingerprint}, "
+            f"this process has {me.fingerprint} (differs in: {what}). Resuming would mix two "
+            "configurations. Fix: rerun with the configuration the checkpoints were written "
+            "with, or start the changed configuration on a fresh SPOTFLEET_CHECKPOINT_URI "
+            "(or with another SPOTFLEET_JOB_ID and prefix).")
     if legacy:
         log.warning("%d checkpoint(s) in %s carry no job identity (written by an older spotfleet); "
                     "accepting them as this job's", legacy, location)

@@ -47,7 +47,7 @@ from checkpointing.guard import PreemptionGuard
 from checkpointing.identity import ENV_JOB_ID, JobIdentity, check_job
 from checkpointing.intervals import group_loss_mttp_seconds
 from checkpointing.lease import DEFAULT_TTL_SECONDS, ENV_LEASE_TTL, PrefixLease
-from checkpointing.manifest import CheckpointInfo, list_checkpoints
+from checkpointing.manifest import CheckpointInfo, list_checkpoints, read_blob
 from checkpointing.outcome import (
     DEFAULT_FINAL_SAVE_TIMEOUT_SECONDS,
     ENV_FINAL_SAVE_TIMEOUT_SECONDS,
@@ -81,14 +81,16 @@ from checkpointing.saver import (
     DEFAULT_SHARD_BYTES,
     DEFAULT_WAIT_LIMIT_SECONDS,
     SPILL_FIXED_SECONDS,
+    STATE_BLOB,
     AsyncSaver,
     SaveResult,
     restore_preferring_spill,
     restore_state,
 )
+from checkpointing.snapshot import loads_header
 from checkpointing.spill import open_spill
 from checkpointing.stores.base import CheckpointStore, open_store
-from checkpointing.torch_state import Stateful, TrainingState
+from checkpointing.torch_state import Stateful, TrainingState, structure_change
 
 log = logging.getLogger("checkpointing.session")
 
@@ -136,6 +138,10 @@ def read_stats_fields(path: str | os.PathLike[str]) -> dict[str, Any]:
     if units is not None and (isinstance(units, bool) or not isinstance(units, int) or units < 1):
         raise ValueError(f"{ENV_STATS_FILE}={path}: loss_units={units!r} must be an integer >= 1")
     return {"mttp_seconds": out[0], "restart_seconds": out[1], "loss_units": units}
+
+
+class RestoreNotCalled(RuntimeError):
+    """The loop started at step 0 without ``restore()`` over this job's committed checkpoints."""
 
 
 class TrainingSession:
@@ -251,6 +257,8 @@ class TrainingSession:
         self._last_tau: float | None = None
         self._delta: float | None = None
         self._finished = False
+        #: restore() was called (or the first step checked that nothing needed restoring)
+        self._restore_checked = False
         self.exit_code: int | None = None
         self._refresh_stats(force=True)
 
@@ -348,7 +356,7 @@ class TrainingSession:
             lease.check_available()
         spill = self.saver.spill_store  # a spilled checkpoint would be restored too
         check_job(ident, list_checkpoints(self.store) + (list_checkpoints(spill) if spill else []),
-                  self.store.location)
+                  self.store.location, explain=self._structure_change)
         if lease is not None:
             lease.acquire()
             lease.start_heartbeat()
@@ -357,6 +365,20 @@ class TrainingSession:
         self.saver.job_meta = ident.to_meta()
         self.identity = ident
         return ident
+
+    def _structure_change(self, info: CheckpointInfo) -> dict[str, str]:
+        """Which model / optimizer fields differ between checkpoint ``info`` (its state
+        header: names, shapes, dtypes, hyperparameters; no tensor data is read) and this
+        process's objects, for ``JobConflict``'s message."""
+        header = None
+        for store in (self.store, self.saver.spill_store):
+            if store is not None and info.location.startswith(store.location):
+                header = read_blob(store, info, STATE_BLOB)
+                break
+        if header is None:
+            return {}
+        skeleton, specs, _ = loads_header(header)
+        return structure_change(skeleton, specs, self.state)
 
     def _release_lease(self) -> None:
         """Release the prefix lease, waiting at most ``LEASE_RELEASE_WAIT_SECONDS``: on a
@@ -380,6 +402,7 @@ class TrainingSession:
 
         Returns 0 (and leaves every object untouched) when nothing was saved yet.
         """
+        self._restore_checked = True
         self.claim_prefix()
         outcome, primary_newest, from_spill = self._restore_outcome()
         if outcome is not None and outcome.skipped:
@@ -411,6 +434,28 @@ class TrainingSession:
     def _noticed(self) -> bool:
         return self.guard is not None and self.guard.notice is not None
 
+    def _check_restore_called(self) -> None:
+        """The loop's first step without ``restore()``: refuse to train from step 0 over
+        checkpoints this job already committed (the run would silently start over, and its
+        final checkpoint would not be the prefix's newest, so a next stage or restart loads
+        the old one). ``ElasticSession`` sets ``_restore_checked`` (it restores itself)."""
+        if self._restore_checked or self.state.step != 0 or self.saver.last_committed is not None:
+            return
+        self._restore_checked = True
+        self.claim_prefix()  # another job's checkpoints: JobConflict, as from restore()
+        saved = [c for c in list_checkpoints(self.store) if c.step > 0]
+        if saved:
+            newest = max(saved, key=lambda c: c.step)
+            raise RestoreNotCalled(
+                f"the training loop started at step 0 without session.restore(), but "
+                f"{self.store.location} already holds {len(saved)} checkpoint(s) of this job, the "
+                f"newest at step {newest.step} ({newest.location}). Training on would start over "
+                "from step 0, under that newer-step checkpoint, which a restart or the next stage "
+                "would then load instead of this run's. Fix: call "
+                "`start = session.restore()` before the loop and run `for step in range(start, "
+                "total)`; to really start over, point SPOTFLEET_CHECKPOINT_URI (or store=) at a "
+                "fresh location")
+
     def _emit_start(self, resumed: int | None) -> None:
         if self._started:
             return
@@ -424,6 +469,7 @@ class TrainingSession:
     def step(self) -> Iterator[StepHandle]:
         """Wrap one training step: time it; afterwards run the policy (and saves)."""
         if not self._started:
+            self._check_restore_called()
             self._emit_start(None)
         handle = StepHandle(step=self.state.step)
         t0 = time.perf_counter()
@@ -436,7 +482,15 @@ class TrainingSession:
 
         ``seconds`` is the step's duration. Returns the policy's decision.
         """
+        if not self._started:
+            self._check_restore_called()
+            self._emit_start(None)
         self.state.step += 1
+        if self.total_steps is not None and self.state.step == self.total_steps + 1:
+            log.warning("step %d is past total_steps=%d: does the loop start at 0 instead of at the "
+                        "step session.restore() returned (start = session.restore(); for step in "
+                        "range(start, total))? The session counts from the restored step",
+                        self.state.step, self.total_steps)
         step = self.state.step
         self.policy.record_step(step, seconds)
         self._step_times.append(seconds)
@@ -757,18 +811,25 @@ def save_training_state(store: CheckpointStore | str, *, step: int, kind: SaveKi
 def load_training_state(store: CheckpointStore | str, *, model: torch.nn.Module | None = None,
                         optimizer: torch.optim.Optimizer | None = None, scheduler: Any | None = None,
                         stateful: dict[str, Stateful] | None = None,
-                        rng: bool = True) -> TrainingState | None:
+                        rng: bool | None = None) -> TrainingState | None:
     """Load the latest complete checkpoint into the given objects (falling back on
     corruption). Returns the ``TrainingState`` (``.step``, ``.extras``,
     ``.data_position``), or None when the store holds no loadable checkpoint.
 
     Pass only ``model=`` to initialise a new stage from another stage's weights
-    (optimizer and scheduler state in the checkpoint are then ignored).
+    (optimizer and scheduler state in the checkpoint are then ignored, and so are its
+    RNG states: the new stage keeps its own seed). ``rng``: restore the global RNGs as
+    they were at the save; default (None): only when resuming, i.e. when an optimizer,
+    scheduler or ``stateful`` object is passed too. (Until 2026-11-28 the default was
+    True, so a weights-only load replaced the new stage's seeded RNG with the old
+    stage's, silently: user audit, session 20.)
     """
     store = open_store(store) if isinstance(store, str) else store
     outcome = restore_state(store)
     if outcome is None:
         return None
+    if rng is None:
+        rng = optimizer is not None or scheduler is not None or bool(stateful)
     state = TrainingState(model=model, optimizer=optimizer, scheduler=scheduler,
                           stateful=dict(stateful or {}), rng=rng)
     state.apply(outcome.value)

@@ -163,3 +163,82 @@ def state_sha256(*objs: Any) -> str:
     for obj in objs:
         _hash_obj(h, obj.state_dict() if hasattr(obj, "state_dict") else obj)
     return h.hexdigest()
+
+
+#: how many changed fields a structure-change message names before "+N more"
+MAX_NAMED_FIELDS = 4
+
+
+def _listed(items: list[str]) -> str:
+    shown = items[:MAX_NAMED_FIELDS]
+    more = len(items) - len(shown)
+    return "; ".join(shown) + (f"; +{more} more" if more > 0 else "")
+
+
+def _saved_tensor(value: Any, specs: list[Any]) -> tuple[list[int], str] | None:
+    from checkpointing.snapshot import TensorRef
+
+    if isinstance(value, TensorRef) and 0 <= value.index < len(specs):
+        spec = specs[value.index]
+        return list(spec.shape), str(spec.dtype)
+    return None
+
+
+def _model_change(saved: Any, model: torch.nn.Module, specs: list[Any]) -> str:
+    if not isinstance(saved, dict):
+        return "the checkpoint holds no model state"
+    now = model.state_dict()
+    out = [f"{k} only in the checkpoint" for k in saved if k not in now]
+    out += [f"{k} only in this model" for k in now if k not in saved]
+    for key, tensor in now.items():
+        if key not in saved or not isinstance(tensor, torch.Tensor):
+            continue
+        old = _saved_tensor(saved[key], specs)
+        cur = (list(tensor.shape), str(tensor.dtype).removeprefix("torch."))
+        if old is not None and old != cur:
+            what = (f"{old[0]} in the checkpoint, {cur[0]} now" if old[0] != cur[0]
+                    else f"{old[1]} in the checkpoint, {cur[1]} now")
+            out.append(f"{key}: {what}")
+    return _listed(out)
+
+
+def _optimizer_change(saved: Any, optimizer: torch.optim.Optimizer) -> str:
+    groups = saved.get("param_groups") if isinstance(saved, dict) else None
+    if not isinstance(groups, list):
+        return "the checkpoint holds no optimizer state"
+    now = optimizer.state_dict()["param_groups"]
+    if len(groups) != len(now):
+        return f"{len(groups)} parameter group(s) in the checkpoint, {len(now)} now"
+    out: list[str] = []
+    for i, (old, cur) in enumerate(zip(groups, now, strict=True)):
+        if len(old.get("params", [])) != len(cur["params"]):
+            out.append(f"group {i}: {len(old.get('params', []))} parameters in the checkpoint, "
+                       f"{len(cur['params'])} now")
+        for key in sorted(set(old) | set(cur)):
+            if key in ("params", "lr", "initial_lr", "momentum", "betas"):
+                continue  # moved by schedulers, or the parameter list (above)
+            if key not in cur:
+                out.append(f"group {i}: {key} only in the checkpoint (another optimizer class?)")
+            elif key not in old:
+                out.append(f"group {i}: {key} only now (another optimizer class?)")
+            elif old[key] != cur[key]:
+                out.append(f"group {i}: {key} {old[key]!r} in the checkpoint, {cur[key]!r} now")
+    return _listed(out)
+
+
+def structure_change(skeleton: Any, specs: list[Any], state: TrainingState) -> dict[str, str]:
+    """What differs between a checkpoint's state header (``skeleton`` and its tensor table
+    ``specs``: names, shapes, dtypes, hyperparameters) and ``state``'s objects, per part:
+    ``{"model": "0.weight: [32, 8] in the checkpoint, [64, 8] now", ...}``; a part that
+    matches is left out."""
+    out: dict[str, str] = {}
+    saved = skeleton if isinstance(skeleton, dict) else {}
+    if state.model is not None:
+        text = _model_change(saved.get("model"), state.model, specs)
+        if text:
+            out["model"] = text
+    if state.optimizer is not None:
+        text = _optimizer_change(saved.get("optimizer"), state.optimizer)
+        if text:
+            out["optimizer"] = text
+    return out

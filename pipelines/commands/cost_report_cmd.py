@@ -88,6 +88,8 @@ def run_cost_report(args) -> int:
           f"the same useful work ({'savings' if saved >= 0 else 'extra cost'} ${abs(saved):.2f}, "
           + ("no percentage: too little useful work" if t["savings_pct"] != t["savings_pct"]
              else f"{abs(t['savings_pct']):.1f} %") + f"); taxes ${t['taxes_usd']:.2f}")
+    if rep.time_note:  # the local fleet's sessions are on its emulated market clock
+        print(rep.time_note)
     if rep.period is not None and not rep.by_day.empty:
         print(f"period {rep.period[0]} .. {rep.period[1]}: {int(rep.by_day['runs'].max())} run(s) on the busiest "
               f"day, spend ${rep.by_day['spend_usd'].sum():.2f}")
