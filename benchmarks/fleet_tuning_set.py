@@ -1,9 +1,9 @@
 """Fleet policies on the tuning set only: the default spotfleet against a candidate, and per-start diagnosis.
 
-The default is spotfleet v10 since session 16 (``od_exit="bridge"``); v9 is
-``od_exit="reserve"``, v8 that and ``launch_guard="off"``, v7 that and ``model_check="holds_law"``,
-v6 that and ``model_check="off"``, v5 ``zone_model="history"`` (baseline names ``v9`` ... ``v5`` in
-``--diagnose``, ``default`` for the default).
+The default is spotfleet v11 since session 20 (``launch_guard="restart_cost"``); v10 is
+``launch_guard="restart"``, v9 that and ``od_exit="reserve"``, v8 that and ``launch_guard="off"``, v7
+that and ``model_check="holds_law"``, v6 that and ``model_check="off"``, v5 ``zone_model="history"``
+(baseline names ``v10`` ... ``v5`` in ``--diagnose``, ``default`` for the default).
 
 The tuning set of docs/fleet-policies.md (*Tuning discipline*; every candidate's figures in
 docs/fleet-policies-tuning-log.md): the first half of each
@@ -56,6 +56,17 @@ from fleet.simulation.omniscient import omniscient_bound  # noqa: E402
 
 DATA = Path(os.environ.get("SPOTFLEET_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
+
+_OLD = {"od_exit": "reserve"}
+VERSION_PARAMS: dict[str, SpotfleetParams] = {
+    "v5": SpotfleetParams(zone_model="history", launch_guard="off", **_OLD),
+    "v6": SpotfleetParams(model_check="off", launch_guard="off", **_OLD),
+    "v7": SpotfleetParams(model_check="holds_law", launch_guard="off", **_OLD),
+    "v8": SpotfleetParams(launch_guard="off", **_OLD),
+    "v9": SpotfleetParams(launch_guard="restart", **_OLD),
+    "v10": SpotfleetParams(launch_guard="restart"),
+}
+"""The earlier versions ``--diagnose`` can name as the baseline (the default is v11)."""
 
 TUNING_FAMILIES = ("v100", "h100", "volatile", "shift")
 """The tuning set's families; ``shift`` (added in session 6, seventh round): the regime
@@ -168,19 +179,16 @@ def diagnose(cell: str, worst: int = 5, params: SpotfleetParams | None = None,
     """Paired per-start comparison of one cell ``family:D/W:notice:baseline``: spotfleet
     (the candidate ``params`` when given, else the default) against the baseline, or
     against v5 (``zone_model="history"``), v6 (``model_check="off"``), v7
-    (``model_check="holds_law"``), v8 (each with ``launch_guard="off"``) or v9 (all with
-    ``od_exit="reserve"``) when the baseline is named ``v5`` ... ``v9``, or the
+    (``model_check="holds_law"``), v8 (each with ``launch_guard="off"``), v9 (``od_exit="reserve"``
+    like v5-v8, ``launch_guard="restart"``) or v10 (``launch_guard="restart"``) when the baseline
+    is named ``v5`` ... ``v10``, or the
     default when it is named ``default``; on the tuning set, or, with ``report_starts``, on
     the sweep's starts (``seed`` then prints the market index within the family)."""
     fname, ratio, notice, bname = cell.split(":")
     ratio, notice = float(ratio), float(notice)
     pols = dict(builtin_policy_factories())
-    old = {"od_exit": "reserve"}
-    pols["v5"] = lambda: SpotfleetPolicy(SpotfleetParams(zone_model="history", launch_guard="off", **old))
-    pols["v6"] = lambda: SpotfleetPolicy(SpotfleetParams(model_check="off", launch_guard="off", **old))
-    pols["v7"] = lambda: SpotfleetPolicy(SpotfleetParams(model_check="holds_law", launch_guard="off", **old))
-    pols["v8"] = lambda: SpotfleetPolicy(SpotfleetParams(launch_guard="off", **old))
-    pols["v9"] = lambda: SpotfleetPolicy(SpotfleetParams(**old))
+    for name, p in VERSION_PARAMS.items():
+        pols[name] = lambda p=p: SpotfleetPolicy(p)
     pols["default"] = SpotfleetPolicy
     if params is not None:
         pols["spotfleet"] = lambda: SpotfleetPolicy(params)

@@ -66,3 +66,19 @@ CASES = [(version, setting, regime, notice)
 def test_each_version_reproduces_as_pinned(version, setting, regime, notice):
     pins, settings = PINNED[version]
     assert_reproduces(pins, regime, notice, settings[setting])
+
+
+def test_the_tuning_sets_named_versions_are_the_pinned_ones():
+    """``fleet_tuning_set.py --diagnose family:ratio:notice:vN`` compares against the vN pinned
+    here (after v11's adoption its v9 had silently become v9 with v11's launch guard)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import fleet_tuning_set as ts
+
+    for version, (_, settings) in PINNED.items():
+        name = version.split(",")[0]
+        if name in ts.VERSION_PARAMS:
+            assert ts.VERSION_PARAMS[name] == settings[name if name in settings else sorted(settings)[0]], name
+    assert set(ts.VERSION_PARAMS) == {"v5", "v6", "v7", "v8", "v9", "v10"}
