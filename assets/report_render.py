@@ -196,7 +196,7 @@ def budget_line(b: BudgetStatus | None, enforced: bool) -> str:
         return ""
     state = "within budget" if b.within else "**OVER BUDGET**"
     return (f"Budget ({b.period}): spend ${b.spend_usd:,.2f} of ${b.budget_usd:,.2f} "
-            f"({100 * b.used_fraction:.0f} %), {state}; "
+            f"({100 * b.used_fraction:.1f} %), {state}; "
             + ("enforced: a stage that would exceed it is not launched." if enforced else "not enforced (warn only)."))
 
 
