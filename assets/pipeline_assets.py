@@ -520,9 +520,18 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
             session_cost_usd(s.price_per_hour, s.launched_at, s.ended_at) for s in sessions), 4)),
         "checkpoint_uri": MetadataValue.text(redact(ckpt_uri)),
         "plan": MetadataValue.text(plan.summary() if plan is not None else "no plan"),
-        "fleet_policy": MetadataValue.text(f"{spec.policy} ({type(get_policy(spec.policy)).__qualname__})"),
+        "fleet_policy": MetadataValue.text(_policy_label(spec.policy)),
     })
     return MaterializeResult(metadata=meta)
+
+
+def _policy_label(name: str) -> str:
+    """The stage's fleet policy as the run metadata names it: its registry name with its
+    version where it has one (so a run can be matched with the results tables of that
+    version) and its class, e.g. ``spotfleet v11 (SpotfleetPolicy)``,
+    ``failover (FailoverPolicy)``."""
+    pol = get_policy(name)
+    return f"{pol.describe()} ({type(pol).__qualname__})"
 
 
 def running_group_run(context: AssetExecutionContext, runs: list[str]) -> str | None:

@@ -41,7 +41,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fleet.policies.baselines import builtin_policy_factories  # noqa: E402
-from fleet.policies.spotfleet import SpotfleetParams, SpotfleetPolicy  # noqa: E402
+from fleet.policies.spotfleet import (  # noqa: E402
+    DEFAULT_VERSION,
+    VERSIONS,
+    SpotfleetParams,
+    SpotfleetPolicy,
+)
 from fleet.simulation.engine import simulate  # noqa: E402
 from fleet.simulation.families import (  # noqa: E402
     FAMILIES,
@@ -57,16 +62,8 @@ from fleet.simulation.omniscient import omniscient_bound  # noqa: E402
 DATA = Path(os.environ.get("SPOTFLEET_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
-_OLD = {"od_exit": "reserve"}
-VERSION_PARAMS: dict[str, SpotfleetParams] = {
-    "v5": SpotfleetParams(zone_model="history", launch_guard="off", **_OLD),
-    "v6": SpotfleetParams(model_check="off", launch_guard="off", **_OLD),
-    "v7": SpotfleetParams(model_check="holds_law", launch_guard="off", **_OLD),
-    "v8": SpotfleetParams(launch_guard="off", **_OLD),
-    "v9": SpotfleetParams(launch_guard="restart", **_OLD),
-    "v10": SpotfleetParams(launch_guard="restart"),
-}
-"""The earlier versions ``--diagnose`` can name as the baseline (the default is v11)."""
+VERSION_PARAMS: dict[str, SpotfleetParams] = {k: v for k, v in VERSIONS.items() if k != DEFAULT_VERSION}
+"""The earlier versions ``--diagnose`` can name as the baseline (the default is ``default``)."""
 
 TUNING_FAMILIES = ("v100", "h100", "volatile", "shift")
 """The tuning set's families; ``shift`` (added in session 6, seventh round): the regime

@@ -269,6 +269,11 @@ class Policy:
 
     name: str = "policy"
 
+    def describe(self) -> str:
+        """What runs, for logs and run metadata: the policy's name, and its version where it
+        has one (``"spotfleet v11"``)."""
+        return self.name
+
     def reset(self, spec: JobSpec, obs: Observation) -> None:  # noqa: B027 - optional hook
         """Prepare for a new job starting at ``obs.tick``."""
 

@@ -341,6 +341,32 @@ OD_EXITS = ("reserve", "bridge")
 PATIENCE_RECLAIMS = ("wait", "other_regions")
 """The values of ``SpotfleetParams.patience_reclaim`` (see its comment)."""
 
+_V9_AND_BEFORE = {"od_exit": "reserve"}
+VERSIONS: dict[str, SpotfleetParams] = {
+    "v5": SpotfleetParams(zone_model="history", launch_guard="off", **_V9_AND_BEFORE),
+    "v6": SpotfleetParams(model_check="off", launch_guard="off", **_V9_AND_BEFORE),
+    "v7": SpotfleetParams(model_check="holds_law", launch_guard="off", **_V9_AND_BEFORE),
+    "v8": SpotfleetParams(launch_guard="off", **_V9_AND_BEFORE),
+    "v9": SpotfleetParams(launch_guard="restart", **_V9_AND_BEFORE),
+    "v10": SpotfleetParams(launch_guard="restart"),
+    "v11": SpotfleetParams(),
+}
+"""Every adopted version of spotfleet as ``SpotfleetParams`` (the last is the default); each is
+pinned bit for bit in tests/fleet_policies/v5_pins.py."""
+DEFAULT_VERSION = "v11"
+
+
+def version_of(params: SpotfleetParams) -> str:
+    """The version ``params`` are (``"v10"``), or the default's name and the fields that differ
+    from it (``"v11 with launch_guard=restart_progress"``)."""
+    for name, p in VERSIONS.items():
+        if p == params:
+            return name
+    base = VERSIONS[DEFAULT_VERSION]
+    diff = [f"{f.name}={getattr(params, f.name)}" for f in dataclasses.fields(params)
+            if getattr(params, f.name) != getattr(base, f.name)]
+    return f"{DEFAULT_VERSION} with {', '.join(diff)}"
+
 RANK_AFTER_USD = 1e6
 """$ per useful hour added to v6's figure for the zones that the own-evidence ranking
 (any ``model_check``, once it has tripped) makes worthless: they follow every other zone, in v6's order."""
@@ -420,6 +446,11 @@ class SpotfleetPolicy(Policy):
     def __init__(self, params: SpotfleetParams | None = None) -> None:
         self.p = params or SpotfleetParams()
         self.prior: PriorStats | None = None
+
+    def describe(self) -> str:
+        """``"spotfleet v11"`` for the default, the version whose settings ``params`` are
+        (:data:`VERSIONS`), else ``"spotfleet v11 with field=value, ..."``."""
+        return f"{self.name} {version_of(self.p)}"
 
     def reset(self, spec: JobSpec, obs: Observation) -> None:
         hist = obs.history[:, : obs.tick] if obs.tick > 1 else obs.history

@@ -82,3 +82,16 @@ def test_the_tuning_sets_named_versions_are_the_pinned_ones():
         if name in ts.VERSION_PARAMS:
             assert ts.VERSION_PARAMS[name] == settings[name if name in settings else sorted(settings)[0]], name
     assert set(ts.VERSION_PARAMS) == {"v5", "v6", "v7", "v8", "v9", "v10"}
+
+
+def test_every_pinned_version_is_named_by_its_settings():
+    """``SpotfleetPolicy.describe()`` (the run metadata's ``fleet_policy``) names the version
+    whose pinned settings a policy runs, and the default is the last one."""
+    from fleet.policies.spotfleet import DEFAULT_VERSION, VERSIONS, SpotfleetPolicy, version_of
+
+    for version, (_, settings) in PINNED.items():
+        name = version.split(",")[0]
+        for setting in settings.values():
+            assert version_of(setting or SpotfleetParams()) == name
+    assert list(VERSIONS)[-1] == DEFAULT_VERSION and SpotfleetPolicy().describe() == "spotfleet v11"
+    assert version_of(SpotfleetParams(launch_guard="restart_progress")) == "v11 with launch_guard=restart_progress"

@@ -54,3 +54,11 @@ def test_train_asset_runs_the_yaml_policy_that_fleet_sim_evaluates(tmp_path):
     # the train asset records which policy ran
     meta = mat.asset_materialization.metadata
     assert meta["fleet_policy"].value == f"uniform_progress_multi ({sim_cls.__qualname__})"
+
+
+def test_the_train_assets_policy_label_names_spotfleets_version():
+    """An operator reading ``fleet_policy`` can tell which results tables describe the run."""
+    from assets.pipeline_assets import _policy_label
+
+    assert _policy_label("spotfleet") == "spotfleet v11 (SpotfleetPolicy)"
+    assert _policy_label("failover") == f"failover ({policy_class('failover').__qualname__})"
