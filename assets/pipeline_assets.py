@@ -406,15 +406,19 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     zones, use_spot = list(spec.zones), spec.use_spot
     from assets import cost_tables as ct
     from assets.cost_assets import check_budget_before_launch, run_group, stage_metadata
-    from infra.db.pending import PENDING_DIR, replay_pending
+    from infra.db.pending import PENDING_DIR, call_with_deadline, db_timeout_seconds, replay_pending
 
     pending_dir = fleet.var_path() / PENDING_DIR
-    try:
-        eng = stats_db.engine()
+
+    def read_before_launch():
+        db = stats_db.engine()
         # an earlier attempt's record that the DB missed: written first, so that what follows
         # (a stage already completed, the run group's resume step, the budget) counts it
-        replay_pending(eng, pending_dir, cfg.name, stage.name, info=context.log.info)
-        data = ct.load(eng, cfg.name)
+        replay_pending(db, pending_dir, cfg.name, stage.name, info=context.log.info)
+        return db, ct.load(db, cfg.name)
+
+    try:
+        eng, data = call_with_deadline(read_before_launch, db_timeout_seconds(), "reading the statistics DB")
     except Exception as exc:
         raise _db_down_before_launch(stats_db, cfg, stage, pending_dir, ckpt_uri, exc) from exc
     runs = run_group(context, data)  # root first, then its re-executions / retries

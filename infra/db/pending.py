@@ -15,6 +15,12 @@ restarted, network gone) does not answer then:
    pipeline/stage is written and its file deleted. Recording the same attempt again
    replaces its rows (``record_attempt``), so a replay is idempotent.
 
+Every DB call of a stage (a try of the record, the reads before a launch) is also
+waited for at most ``SPOTFLEET_DB_TIMEOUT_SECONDS`` (default 60): a FROZEN server
+(stopped process, stuck disk, a lock never released) answers nothing, and neither
+psycopg nor SQLAlchemy time out a query on an open connection; such a call counts as
+"DB not answering" like a refused connection (``call_with_deadline``).
+
 Before, the attempt's sessions, preemptions and costs were dropped and the stage failed
 with a bare ``OperationalError``. Only connection-level errors (``is_db_unavailable``)
 are retried or spooled; a bug (an integrity error, a bad value) still raises at once.
@@ -25,11 +31,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -39,6 +46,11 @@ from fleet.providers.wire import event_from_dict, event_to_dict, session_from_di
 from infra.db.recorder import record_attempt
 
 ENV_RECORD_RETRY_SECONDS = "SPOTFLEET_DB_RECORD_RETRY_SECONDS"
+ENV_DB_TIMEOUT_SECONDS = "SPOTFLEET_DB_TIMEOUT_SECONDS"
+#: longest wait (s) for one DB call of a stage (one try of the record, the reads before a
+#: launch) before it counts as "DB not answering": a frozen server (process stopped,
+#: stuck disk, a lock never released) answers nothing and has no client-side timeout
+DEFAULT_DB_TIMEOUT_SECONDS = 60.0
 #: how long (s) ``record_attempt_retrying`` keeps retrying a DB that does not answer
 DEFAULT_RECORD_RETRY_SECONDS = 60.0
 #: first and largest wait (s) between two tries
@@ -47,6 +59,42 @@ MAX_BACKOFF_SECONDS = 8.0
 PENDING_DIR = "db_pending"
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class DBNotAnswering(TimeoutError):
+    """A DB call did not return within its deadline (``call_with_deadline``)."""
+
+
+def db_timeout_seconds() -> float:
+    """``$SPOTFLEET_DB_TIMEOUT_SECONDS``, else 60 (seconds; at least 0.1)."""
+    raw = os.environ.get(ENV_DB_TIMEOUT_SECONDS, "").strip()
+    return max(0.1, float(raw)) if raw else DEFAULT_DB_TIMEOUT_SECONDS
+
+
+def call_with_deadline(fn: Callable[[], T], seconds: float, what: str) -> T:
+    """``fn()`` in a daemon thread, waited for at most ``seconds`` (wall seconds).
+
+    Past the deadline ``DBNotAnswering`` is raised and the thread is left blocked where
+    it is (in a socket read of a frozen server; it ends when the server answers or the
+    process exits): the caller gets control back, which no driver timeout gives for a
+    connection the server's kernel keeps open. ``fn``'s own exception is re-raised."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name=f"db-call: {what}", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise DBNotAnswering(f"no answer within {seconds:.0f} s ({what}; {ENV_DB_TIMEOUT_SECONDS})")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 class RecordNotWritten(RuntimeError):
@@ -106,8 +154,9 @@ def _safe(text: str) -> str:
 
 def is_db_unavailable(exc: BaseException) -> bool:
     """A connection-level failure (server down or restarting, network, a dropped
-    connection), as opposed to an error in what was written."""
-    if isinstance(exc, (OperationalError, InterfaceError)):
+    connection, no answer within ``call_with_deadline``), as opposed to an error in what
+    was written."""
+    if isinstance(exc, (OperationalError, InterfaceError, DBNotAnswering)):
         return True
     return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
@@ -134,7 +183,8 @@ def record_attempt_retrying(engine: Engine, record: AttemptRecord, pending_dir: 
                             bound_seconds: float | None = None,
                             warn: Callable[[str], None] | None = None,
                             sleep: Callable[[float], None] = time.sleep) -> int:
-    """Write ``record``; retry a DB that does not answer for at most ``bound_seconds``
+    """Write ``record`` (each try waited for at most ``db_timeout_seconds()`` and what is
+    left of the bound); retry a DB that does not answer for at most ``bound_seconds``
     (default ``retry_seconds()``), then spool it into ``pending_dir`` and raise
     ``RecordNotWritten``. ``warn`` gets one line per failed try (default: this module's
     logger). Returns the attempt's row id."""
@@ -145,7 +195,9 @@ def record_attempt_retrying(engine: Engine, record: AttemptRecord, pending_dir: 
     while True:
         tries += 1
         try:
-            return record.write(engine)
+            left = bound - (time.monotonic() - start)
+            return call_with_deadline(lambda: record.write(engine), max(min(db_timeout_seconds(), left), 0.1),
+                                      f"recording {where}")
         except Exception as exc:
             if not is_db_unavailable(exc):
                 raise

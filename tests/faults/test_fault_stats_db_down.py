@@ -5,8 +5,11 @@ free port under a temp folder; the system's server on 5432 is never touched), th
 Dagster job of a one-stage pipeline on the local fleet (``examples/train_example.py``,
 an injected preemption at step 30), a re-execution from failure through Dagster's API.
 
-While the stage trains (step 50 of 80, after the preemption and the relaunch) the test
-SIGKILLs the server and its backends. Training is not affected (it does not use the DB):
+While the stage trains (step 40 of 80, after the preemption and the relaunch) the test
+SIGKILLs the server and its backends (``killed``), or SIGSTOPs them (``frozen``: the
+connections stay open and nothing answers; before, the step then waited forever in the
+record's first query; now each DB call of the stage is waited for at most
+``SPOTFLEET_DB_TIMEOUT_SECONDS``, 3 s here). Training is not affected (it does not use the DB):
 the stage completes and commits its final checkpoint. Then its attempt has to be
 recorded. Before: the write failed with a bare ``OperationalError``, Dagster retried the
 step 3 times (each failing at once on the same error) and the attempt's node sessions,
@@ -86,11 +89,21 @@ class PrivatePostgres:
                   "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1", "start")
 
     def kill(self) -> None:
+        self._signal_all(signal.SIGKILL)
+
+    def _signal_all(self, sig: signal.Signals) -> None:
         pid = int((self.data / "postmaster.pid").read_text().split()[0])
         kids = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
         for p in [pid, *map(int, kids.split())]:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(p, signal.SIGKILL)
+                os.kill(p, sig)
+
+    def freeze(self) -> None:
+        """SIGSTOP the server and its backends: connections stay open, nothing answers."""
+        self._signal_all(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self._signal_all(signal.SIGCONT)
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
@@ -126,6 +139,8 @@ def private_pg() -> Iterator[PrivatePostgres]:
         from infra.db.session import dispose_engines
 
         dispose_engines()
+        with contextlib.suppress(Exception):
+            pg.thaw()
         pg.stop()
         shutil.rmtree(root, ignore_errors=True)
 
@@ -143,13 +158,14 @@ def define_dbdown_job():
     return defs.resolve_job_def(pipeline_job_name("dbdown"))
 
 
-def _kill_at_step(pg: PrivatePostgres, var: Path, step: int, done: threading.Event, killed: list[float]) -> None:
+def _fault_at_step(fault, var: Path, step: int, done: threading.Event, killed: list[float]) -> None:
     from checkpointing.events import read_events
 
     while not done.is_set():
         for f in (var / "fleet").glob("dbdown/*/train/attempt-1/events/*.jsonl"):
-            if any(e.kind == "progress" and int(e.data.get("step", 0)) >= step for e in read_events(f)):
-                pg.kill()
+            if any(e.kind in ("progress", "save_committed") and int(e.data.get("step") or 0) >= step
+                   for e in read_events(f)):
+                fault()
                 killed.append(time.time())
                 return
         time.sleep(0.05)
@@ -169,8 +185,11 @@ def _failures(result, step_key: str) -> list[str]:
     return out
 
 
-def test_db_killed_mid_stage_keeps_the_record_and_the_re_execution_launches_nothing(
-        private_pg: PrivatePostgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+def test_db_lost_mid_stage_keeps_the_record_and_the_re_execution_launches_nothing(
+        fault: str, private_pg: PrivatePostgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``killed``: SIGKILL (connections refused). ``frozen``: SIGSTOP (connections open,
+    no answer; before, the step waited forever in the record's first query)."""
     from dagster import DagsterInstance, ReexecutionOptions, execute_job, reconstructable
 
     from assets import cost_tables as ct
@@ -183,19 +202,33 @@ def test_db_killed_mid_stage_keeps_the_record_and_the_re_execution_launches_noth
     monkeypatch.setenv(ENV_YAML, str(cfg))
     monkeypatch.setenv(ENV_VAR_DIR, str(var))
     monkeypatch.setenv("SPOTFLEET_DB_URL", private_pg.url)
-    monkeypatch.setenv("SPOTFLEET_DB_RECORD_RETRY_SECONDS", "2")
+    monkeypatch.setenv("SPOTFLEET_DB_RECORD_RETRY_SECONDS", "4")
+    monkeypatch.setenv("SPOTFLEET_DB_TIMEOUT_SECONDS", "3")
     monkeypatch.delenv("SPOTFLEET_VAR_DIR", raising=False)
+    from dagster._core.definitions.reconstruct import ReconstructableJob
+
+    # the reconstructed job is cached per process: built for an earlier test's YAML and var dir
+    ReconstructableJob.get_definition.cache_clear()
+    ReconstructableJob.get_repository_definition.cache_clear()
     job = reconstructable(define_dbdown_job)
     (tmp_path / "dagster_home").mkdir()
     done, killed = threading.Event(), []
-    watcher = threading.Thread(target=_kill_at_step, args=(private_pg, var, 50, done, killed), daemon=True)
+    act = private_pg.kill if fault == "killed" else private_pg.freeze
+    watcher = threading.Thread(target=_fault_at_step, args=(act, var, 40, done, killed), daemon=True)
     watcher.start()
+    # a safety valve, not a timing assertion: code that waits forever on the frozen server
+    # gets it back after 10 minutes, so this test fails on its assertions instead of hanging
+    valve = threading.Timer(600, private_pg.thaw)
+    valve.daemon = True
+    if fault == "frozen":
+        valve.start()
     with DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster_home")) as instance:
         try:
             root = execute_job(job, instance=instance)
         finally:
             done.set()
-        assert killed, "the DB was never killed: the stage did not reach step 50"
+            valve.cancel()
+        assert killed, "the DB fault was never injected: the stage did not reach step 40"
         assert not root.success
         msgs = _failures(root, "dbdown__train_train")
         assert msgs, [e.event_type_value for e in root.all_events]
@@ -203,6 +236,7 @@ def test_db_killed_mid_stage_keeps_the_record_and_the_re_execution_launches_noth
         # the failure names the DB (no password), says nothing was launched and where the record waits
         assert f"statistics DB postgresql+psycopg://***@127.0.0.1:{private_pg.port}/spotfleet does not answer" \
             in last, last
+        assert ("Connection refused" if fault == "killed" else "DBNotAnswering: no answer within 3 s") in last, last
         assert "nothing was launched" in last and "1 record(s) of earlier attempts wait in" in last, last
         assert "re-execute the run from failure" in last, last
         pending = sorted((var / "db_pending").glob("*.json"))
@@ -211,7 +245,10 @@ def test_db_killed_mid_stage_keeps_the_record_and_the_re_execution_launches_noth
         store = LocalStore(var / "checkpoints" / "dbdown" / "train" / root.run_id)
         assert max(i.step for i in list_checkpoints(store)) == STEPS
 
-        private_pg.start()
+        if fault == "killed":
+            private_pg.start()
+        else:
+            private_pg.thaw()
         dispose_engines()
         options = ReexecutionOptions.from_failure(run_id=root.run_id, instance=instance)
         with execute_job(job, instance=instance, reexecution_options=options) as rerun:
