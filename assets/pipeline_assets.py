@@ -371,7 +371,8 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     the priors to the training process."""
     from fleet.contract import session_cost_usd
     from fleet.providers.wire import event_from_dict, session_from_dict, spec_to_dict
-    from infra.db.recorder import latest_checkpoint_step, record_attempt
+    from infra.db.pending import AttemptRecord, RecordNotWritten, record_attempt_retrying
+    from infra.db.recorder import latest_checkpoint_step
 
     attempt = context.retry_number + 1
     from assets.report_render import prewarm_plotting
@@ -403,11 +404,23 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     if plan is not None:
         spec = plan.apply(spec)
     zones, use_spot = list(spec.zones), spec.use_spot
-    eng = stats_db.engine()
     from assets import cost_tables as ct
     from assets.cost_assets import check_budget_before_launch, run_group, stage_metadata
+    from infra.db.pending import PENDING_DIR, call_with_deadline, db_timeout_seconds, replay_pending
 
-    data = ct.load(eng, cfg.name)
+    pending_dir = fleet.var_path() / PENDING_DIR
+
+    def read_before_launch():
+        db = stats_db.engine()
+        # an earlier attempt's record that the DB missed: written first, so that what follows
+        # (a stage already completed, the run group's resume step, the budget) counts it
+        replay_pending(db, pending_dir, cfg.name, stage.name, info=context.log.info)
+        return db, ct.load(db, cfg.name)
+
+    try:
+        eng, data = call_with_deadline(read_before_launch, db_timeout_seconds(), "reading the statistics DB")
+    except Exception as exc:
+        raise _db_down_before_launch(stats_db, cfg, stage, pending_dir, ckpt_uri, exc) from exc
     runs = run_group(context, data)  # root first, then its re-executions / retries
     done = ct.completed_attempt(data, stage.name, runs)
     if done is not None:  # a re-execution of a group that already finished this stage: no node, no bill
@@ -471,13 +484,28 @@ def run_training_stage(context: AssetExecutionContext, cfg: PipelineConfig, stag
     events = [event_from_dict(e) for e in result["events"]]
     completed = bool(result["completed"])
     first_steps = [s.first_step for s in sorted(sessions, key=lambda s: s.launched_at) if s.first_step is not None]
-    record_attempt(
-        eng, run_id=context.run.run_id, root_run_id=root_run, pipeline=cfg.name, stage=stage.name, attempt=attempt,
-        provider=cfg.provider, status="completed" if completed else "failed", sessions=sessions,
-        events=events, started_at=started, ended_at=time.time(),
-        start_step=first_steps[0] if first_steps else None, final_step=result.get("final_step"),
-        total_steps=_total_steps(events), on_demand_price=lambda s: fleet_adapter.on_demand_price(cfg.market.model_dump()),
+    record = AttemptRecord(
+        run_id=context.run.run_id, root_run_id=root_run, pipeline=cfg.name, stage=stage.name, attempt=attempt,
+        provider=cfg.provider, status="completed" if completed else "failed",
+        sessions=list(result["sessions"]), events=list(result["events"]), started_at=started,
+        ended_at=time.time(), start_step=first_steps[0] if first_steps else None,
+        final_step=result.get("final_step"), total_steps=_total_steps(events),
+        on_demand_price_per_hour=fleet_adapter.on_demand_price(cfg.market.model_dump()),
         error=redact(result["error"]) if result.get("error") else None)
+    try:
+        record_attempt_retrying(eng, record, pending_dir, warn=context.log.warning)
+    except RecordNotWritten as exc:
+        trained = (f"completed all its steps (final step {result.get('final_step')})" if completed
+                   else f"did not finish ({redact(result.get('error'))})")
+        raise Failure(
+            description=(f"stage {stage.name} attempt {attempt} {trained}, but {exc}. The checkpoints are "
+                         f"safe in {redact(ckpt_uri)}. What to do: bring the statistics DB back (or fix "
+                         "SPOTFLEET_DB_URL / the stats_db resource), then re-execute the run from failure: "
+                         "the pending record is written first"
+                         + (" and the stage is not trained again." if completed
+                            else " and the stage resumes from its newest checkpoint.")),
+            metadata={"pending_record": str(exc.path), "completed": completed,
+                      "final_step": int(result.get("final_step") or 0)}) from exc
     preempted = sum(1 for s in sessions if s.end_reason == "preempted")
     context.log_event(AssetMaterialization(
         asset_key=sessions_key, description=f"{stage.name} attempt {attempt} recorded",
@@ -608,6 +636,26 @@ def resume_point(step: int | None) -> str:
     if step is None:
         return "the start (step 0): no checkpoint of this stage was committed in this run group"
     return f"the latest checkpoint (step {step}, the run group's latest committed checkpoint)"
+
+
+def _db_down_before_launch(stats_db: StatsDB, cfg: PipelineConfig, stage: StageConfig, pending_dir: Path,
+                           ckpt_uri: str, exc: Exception) -> Exception:
+    """The ``Failure`` of a stage whose statistics DB does not answer before anything was
+    launched (a connection-level error, ``infra.db.pending.is_db_unavailable``); any other
+    error is returned as it is. Dagster's RetryPolicy retries it (a DB restarting)."""
+    from infra.db.pending import first_line, is_db_unavailable, pending_records
+
+    if not is_db_unavailable(exc):
+        return exc
+    waiting = pending_records(pending_dir, cfg.name, stage.name)
+    held = (f" {len(waiting)} record(s) of earlier attempts wait in {pending_dir} and are written as soon "
+            "as it answers." if waiting else "")
+    return Failure(
+        description=(f"stage {stage.name}: the statistics DB {redact(stats_db.resolved_url())} does not answer "
+                     f"({first_line(exc)}); nothing was launched.{held} The checkpoints in {redact(ckpt_uri)} "
+                     "are untouched. What to do: start the DB (or fix SPOTFLEET_DB_URL / the stats_db "
+                     "resource), then re-execute the run from failure."),
+        metadata={"pending_records": len(waiting)})
 
 
 def lost_attempt_message(stage: str, attempt: int, max_retries: int, error: str,

@@ -41,6 +41,8 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - trivial
 
 
 _ENGINES: dict[str, Engine] = {}
+#: libpq connect_timeout (seconds) of PostgreSQL engines, unless the URL sets its own
+PG_CONNECT_TIMEOUT_SECONDS = 10
 
 
 def make_engine(url: str | None = None) -> Engine:
@@ -57,7 +59,10 @@ def make_engine(url: str | None = None) -> Engine:
             eng = create_engine(resolved, connect_args={"timeout": 30})
             event.listen(eng, "connect", _sqlite_pragmas)
         else:
-            eng = create_engine(resolved, pool_pre_ping=True)
+            # a new connection to a server that accepts TCP but never answers (frozen, or a
+            # host gone behind a firewall) fails after this many seconds instead of hanging
+            args = {} if "connect_timeout" in resolved else {"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS}
+            eng = create_engine(resolved, pool_pre_ping=True, connect_args=args)
         _ENGINES[resolved] = eng
     return eng
 

@@ -199,6 +199,31 @@ rgw thread pool size = 64
                 proc.wait()
         self._procs.clear()
 
+    def kill_gateway(self) -> None:
+        """SIGKILL the radosgw daemon only (monitor and OSD keep the data): the S3 server
+        process dies mid-request, its port refuses connections until ``restart_gateway``."""
+        for name, proc in self._procs:
+            if name == "client.rgw.a" and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self._procs = [(n, p) for n, p in self._procs if n != "client.rgw.a"]
+
+    def restart_gateway(self, timeout_seconds: float = 120.0) -> None:
+        """Start radosgw again on the same port and cluster (same buckets and objects)."""
+        self._spawn("client.rgw.a", "radosgw", "-f", "-c", str(self.conf), "-n", "client.rgw.a")
+        end = time.monotonic() + timeout_seconds
+        while True:
+            self._check_alive()
+            try:
+                with urllib.request.urlopen(self.endpoint_url + "/", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > end:
+                raise TimeoutError(f"radosgw did not come back on {self.endpoint_url}\n{self.log_tail()}")
+            time.sleep(0.3)
+
     def client(self, **config_kwargs):
         """A boto3 S3 client for this gateway (path-style)."""
         import boto3
