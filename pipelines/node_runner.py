@@ -185,15 +185,15 @@ def main() -> int:
         # and the result reported below (not retried). A second signal, or the run worker
         # gone, forces the stop (provider.cancel), under the rule of
         # fleet/providers/terminate.py: a signal within SAME_TERMINATE_SECONDS of the first
-        # is the same Terminate; a later one kills at once every node that is not saving,
-        # and waits for a node's emergency save under way to end (one Terminate forwarded
+        # is the same Terminate; a later one kills the nodes at once when none is saving,
+        # else once the emergency saves under way have ended (one Terminate forwarded
         # twice, seconds apart, must not cut the save it asked for; a user's second Ctrl-C
         # still kills a hung node at once); a third signal, SAME_TERMINATE_SECONDS after the
         # second, kills at once, a save under way included (one hung inside its save).
         terminated: list[str] = []
         force = threading.Event()
         hard = threading.Event()  # a signal after the force: kill now, saves under way included
-        killed: list[bool] = []  # the force killed running nodes; True: after saves ended
+        killed: list[str] = []  # how the force killed running nodes: "third" / "after saves" / "at once"
         run_done = threading.Event()
 
         def keep_cancelling() -> None:
@@ -204,7 +204,7 @@ def main() -> int:
                 busy = saves.saving(time.monotonic()) if force.is_set() and not hard.is_set() else []
                 if force.is_set() and not busy:
                     if not killed and saves.running():
-                        killed.append(bool(waited))
+                        killed.append("third" if hard.is_set() else "after saves" if waited else "at once")
                     provider.cancel(spec.name)
                 else:
                     if busy and not waited:
@@ -266,10 +266,10 @@ def main() -> int:
         finally:
             run_done.set()
         if terminated and not (result is not None and result.completed and error is None):
-            if killed and hard.is_set():
+            if killed and killed[0] == "third":
                 how = ("its nodes were killed at once (a third signal: emergency saves under way "
                        "included)")
-            elif killed and killed[0]:
+            elif killed and killed[0] == "after saves":
                 how = ("its nodes were killed at a second Terminate, once the emergency saves under "
                        "way had ended")
             elif killed and len(terminated) > 1 and first_at:

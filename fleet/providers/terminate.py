@@ -30,9 +30,10 @@ from a user's deliberate one, so the rule rests on what the nodes are doing:
 3. a third signal, :data:`SAME_TERMINATE_SECONDS` or more after the second, kills at once,
    saves under way included (a node hung inside its save would otherwise hold the stop
    until the grace ends);
-4. so a duplicated forward never cuts an emergency save, and a user still forces: a hung
-   node (no acknowledgement within its steps) or one that is not saving is killed at the
-   second signal, one that is saving the moment its save ends, and everything at a third.
+4. so a duplicated forward never cuts an emergency save, and a user still forces: with no
+   node saving (a hung node: no acknowledgement within its steps) the second signal kills
+   at once; with one saving, the stage (``cancel`` is stage-wide: its other nodes too) is
+   killed the moment that save ends; everything at once at a third.
    The Pipes client (``pipelines/pipes_client.py``) forwards every interrupt and keeps
    waiting the grace + margin: the runner bounds the stop itself.
 
