@@ -141,7 +141,8 @@ def measured_checkpoint_hours(checkpoints) -> float | None:
 
 def pipeline_price_book(provider: str, market: MarketConfig | dict[str, Any],
                         accelerators: Sequence[str], cloud: str = "aws"):
-    """The prices a pipeline's plan scores zones with.
+    """The prices of a pipeline's stages on ONE cloud (what ``pipeline_stage_prices`` builds
+    for each of a stage's clouds).
 
     The local fleet bills its market's prices (``MarketConfig.price_book``). A SkyPilot
     pipeline runs on the cloud's instance types, so it is priced from the SkyPilot catalog
@@ -161,11 +162,72 @@ def pipeline_price_book(provider: str, market: MarketConfig | dict[str, Any],
     catalog = find_catalog_dir()
     if catalog is None:
         return m.price_book()
+    return _catalog_book(catalog, cloud, accelerators, m)
+
+
+def _catalog_book(catalog, cloud: str, accelerators: Sequence[str], m: MarketConfig):
     from fleet.market.prices import PriceBook
 
     return PriceBook.from_skypilot(catalog, cloud=cloud, accelerators=sorted(set(accelerators)), overrides={
         "spot": {"p3.2xlarge": {"*": m.spot_price_per_hour}},
         "on_demand": {"p3.2xlarge": {"*": m.on_demand_price_per_hour}}})
+
+
+def pipeline_stage_prices(provider: str, market: MarketConfig | dict[str, Any],
+                          stages: Sequence[StageConfig]) -> dict[str, tuple[Any, list[str]]]:
+    """Per stage: the price book its plan scores zones with, and notes for its plan.
+
+    A SkyPilot stage is priced from the catalog of EACH of its ``resources.clouds`` (one
+    book per cloud and accelerator, merged for a stage that lists several clouds), so a
+    pipeline whose stages run on different clouds prices every stage on its own cloud.
+    Until 2026-11-28 the whole pipeline was priced from the first stage's cloud: a stage on
+    another cloud had no spot price in any zone and its plan turned it all on-demand
+    without a word.
+
+    A cloud the catalog folder has no ``<cloud>/vms.csv`` for prices nothing: a stage
+    with another cloud that has one is planned on that one, its plan noting the cloud left
+    out; a stage none of whose clouds has a catalog file raises ValueError naming the
+    stage, the clouds and the file to add (a silent all on-demand plan before). The local
+    fleet, and a SkyPilot pipeline without a catalog folder, use the market's book as
+    ``pipeline_price_book`` does.
+    """
+    m = _market(market)
+    catalog = None
+    if provider == "skypilot":
+        from pipelines.validation import find_catalog_dir
+
+        catalog = find_catalog_dir()
+    if catalog is None:
+        book = pipeline_price_book(provider, m, [s.resources.accelerator for s in stages])
+        return {s.name: (book, []) for s in stages}
+    from pathlib import Path
+
+    from fleet.market.prices import PriceBook
+
+    cache: dict[tuple[str, str], Any] = {}
+    out: dict[str, tuple[Any, list[str]]] = {}
+    for s in stages:
+        acc = s.resources.accelerator
+        clouds = list(dict.fromkeys(s.resources.clouds))
+        missing = [c for c in clouds if not (Path(catalog) / c / "vms.csv").is_file()]
+        have = [c for c in clouds if c not in missing]
+        if not have:
+            raise ValueError(
+                f"stage {s.name!r} runs on {', '.join(clouds)} but the SkyPilot catalog {catalog} "
+                f"has no {' or '.join(f'{c}/vms.csv' for c in missing)}: its zones have no spot "
+                "price, so its plan could only be all on-demand; add the cloud's catalog files "
+                "(a copy of SkyPilot's catalogs/v8/<cloud>/) to that folder or point "
+                "SPOTFLEET_CATALOG_DIR at a catalog that has them")
+        books = []
+        for c in have:
+            if (c, acc) not in cache:
+                cache[(c, acc)] = _catalog_book(catalog, c, [acc], m)
+            books.append(cache[(c, acc)])
+        notes = [f"prices: no SkyPilot catalog for cloud {c} ({Path(catalog) / c / 'vms.csv'} is "
+                 f"missing): stage {s.name}'s {c} zones have no price and are not planned on spot"
+                 for c in missing]
+        out[s.name] = (books[0] if len(books) == 1 else PriceBook.merged(books), notes)
+    return out
 
 
 def plan_for_stage(stage: StageConfig, stats: list[ZoneStats], forecasts: list[Any],

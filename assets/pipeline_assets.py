@@ -221,10 +221,10 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
         ckpts = read_table(stats_db.engine(), CheckpointRecord, p)
         total_work = sum(s.work_hours for s in cfg.stages)
         plans: dict[str, FleetPlan] = {}
-        try:  # a SkyPilot pipeline is priced from the catalog (its instance types), not the V100 table
-            book = fleet_adapter.pipeline_price_book(
-                cfg.provider, cfg.market, [s.resources.accelerator for s in cfg.stages],
-                next((c for s in cfg.stages for c in s.resources.clouds), "aws"))
+        # a SkyPilot pipeline is priced from the catalog (its instance types), not the V100
+        # table, each stage from its own clouds' catalogs
+        try:
+            books = fleet_adapter.pipeline_stage_prices(cfg.provider, cfg.market, cfg.stages)
         except (OSError, ValueError, KeyError) as exc:
             raise config_failure(context, f"cannot read the SkyPilot catalog's prices: {exc}") from None
         for s in cfg.stages:
@@ -232,8 +232,10 @@ def build_pipeline_assets(cfg: PipelineConfig) -> PipelineAssets:
                 ckpts[ckpts["stage"] == s.name] if len(ckpts) and "stage" in ckpts else None)
             share = cfg.deadline_hours * s.work_hours / total_work
             try:
+                book, notes = books[s.name]
                 plans[s.name] = fleet_adapter.plan_for_stage(
                     s, stats, preemption_forecast, cfg.market, share, cfg.on_demand_fallback, ckpt_h, book)
+                plans[s.name].reasons[:0] = notes
             except ValueError as exc:
                 raise config_failure(context, f"cannot plan stage {s.name}: {exc}") from None
             context.log.info(plans[s.name].explain())

@@ -27,6 +27,8 @@ from typing import Any
 from checkpointing.events import Event
 from fleet.providers.base import AttemptFailed
 from fleet.providers.registry import build_provider, preempt_node_now
+from fleet.providers.terminate import SAME_TERMINATE_SECONDS as _SAME_TERMINATE_SECONDS
+from fleet.providers.terminate import StopSaves
 from fleet.providers.wire import event_to_dict, session_to_dict, spec_from_dict
 
 PROGRESS_LOG_EVERY_SECONDS = 2.0
@@ -36,8 +38,9 @@ TERMINATED_PREFIX = "terminated:"
 PARENT_POLL_SECONDS = 0.5
 #: a second SIGINT / SIGTERM this soon after the first is the same Terminate (Ctrl-C on
 #: ``spotfleet main`` reaches the runner's process group AND is forwarded by the Pipes
-#: client), not a second one; a later one kills the nodes at once
-SAME_TERMINATE_SECONDS = 1.5
+#: client), not a second one; a later one forces the stop, but never cuts an emergency save
+#: under way (fleet/providers/terminate.py, ``StopSaves``)
+SAME_TERMINATE_SECONDS = _SAME_TERMINATE_SECONDS
 
 
 def _g(x: Any) -> str:
@@ -140,9 +143,12 @@ def main() -> int:
                 pipes.log.warning(f"fault injection: could not preempt {node_id} (provider "
                                   f"{provider.name} has no preempt_now, or the node already ended)")
 
+        saves = StopSaves()  # which nodes are saving: a forced stop waits for them
+
         def on_event(ev: Event) -> None:
             with lock:
                 events.append(ev)
+            saves.observe(ev.kind, ev.node_id, ev.data)
             if ev.kind == "launch" and ev.node_id and ev.data.get("spot") is False:
                 on_demand_nodes.add(ev.node_id)  # fault injection never preempts on-demand nodes
             if ev.kind == "progress":
@@ -177,30 +183,52 @@ def main() -> int:
         # each node gets a preemption notice, makes its emergency save and exits, killed
         # after the stage's terminate_grace_seconds), its sessions recorded up to the stop
         # and the result reported below (not retried). A second signal, or the run worker
-        # gone, kills the nodes at once (provider.cancel).
+        # gone, forces the stop (provider.cancel), under the rule of
+        # fleet/providers/terminate.py: a signal within SAME_TERMINATE_SECONDS of the first
+        # is the same Terminate; a later one kills the nodes at once when none is saving,
+        # else once the emergency saves under way have ended (one Terminate forwarded
+        # twice, seconds apart, must not cut the save it asked for; a user's second Ctrl-C
+        # still kills a hung node at once); a third signal, SAME_TERMINATE_SECONDS after the
+        # second, kills at once, a save under way included (one hung inside its save).
         terminated: list[str] = []
         force = threading.Event()
+        hard = threading.Event()  # a signal after the force: kill now, saves under way included
+        killed: list[str] = []  # how the force killed running nodes: "third" / "after saves" / "at once"
         run_done = threading.Event()
 
         def keep_cancelling() -> None:
             # the stage may not be registered with the provider yet (building the market):
             # ask until run_stage returns, so a signal that came early is not lost
+            waited: list[str] = []
             while not run_done.is_set():
-                if force.is_set():
+                busy = saves.saving(time.monotonic()) if force.is_set() and not hard.is_set() else []
+                if force.is_set() and not busy:
+                    if not killed and saves.running():
+                        killed.append("third" if hard.is_set() else "after saves" if waited else "at once")
                     provider.cancel(spec.name)
                 else:
+                    if busy and not waited:
+                        waited += busy
+                        pipes.log.warning(f"stage {spec.name}: a second Terminate; {', '.join(busy)} "
+                                          "is making its emergency save: killed when it ends")
                     provider.terminate(spec.name)
                 run_done.wait(0.1)
 
         first_at: list[float] = []
+        force_at: list[float] = []
 
         def on_term(signum, _frame):
             first = not terminated
+            now = time.monotonic()
             terminated.append(f"got {signal.Signals(signum).name} (the run was terminated)")
             if first:
-                first_at.append(time.monotonic())
-            elif not first_at or time.monotonic() - first_at[0] >= SAME_TERMINATE_SECONDS:
-                force.set()  # a second Terminate: kill at once
+                first_at.append(now)
+                saves.begin(now)
+            elif force_at and now - force_at[0] >= SAME_TERMINATE_SECONDS:
+                hard.set()  # a third: kill now, a save under way included
+            elif not force_at and (not first_at or now - first_at[0] >= SAME_TERMINATE_SECONDS):
+                force_at.append(now)
+                force.set()  # a second Terminate: kill, sparing the saves under way
             if first:  # nothing here that takes a lock the interrupted frame may hold
                 threading.Thread(target=keep_cancelling, daemon=True, name="cancel-stage").start()
 
@@ -238,8 +266,16 @@ def main() -> int:
         finally:
             run_done.set()
         if terminated and not (result is not None and result.completed and error is None):
-            how = ("its nodes were killed at once (a second Terminate)"
-                   if force.is_set() and len(terminated) > 1 and first_at else "its nodes were stopped")
+            if killed and killed[0] == "third":
+                how = ("its nodes were killed at once (a third signal: emergency saves under way "
+                       "included)")
+            elif killed and killed[0] == "after saves":
+                how = ("its nodes were killed at a second Terminate, once the emergency saves under "
+                       "way had ended")
+            elif killed and len(terminated) > 1 and first_at:
+                how = "its nodes were killed at once (a second Terminate)"
+            else:
+                how = "its nodes were stopped"
             error = (f"{TERMINATED_PREFIX} the node runner {terminated[0]}; "
                      f"{how} and billed up to the stop. {error or ''}").strip()
             pipes.log.warning(f"stage {spec.name} attempt {attempt}: {error}")

@@ -12,7 +12,8 @@ message read), and raises :class:`StageInterrupted` carrying the completed invoc
 The runner stops its stage gracefully (each node saves, up to the stage's
 ``terminate_grace_seconds``), so the client waits the extras' ``terminate_wait_seconds``
 (grace + margin) rather than Dagster's 20 s; a second interrupt while it waits is
-forwarded too, and the runner then kills its nodes at once.
+forwarded too, and the runner then forces the stop, sparing an emergency save under way
+(fleet/providers/terminate.py: one Terminate may arrive twice).
 
 ``_start`` is the one hook: ``Popen`` here, the fork server in
 ``pipelines/commands/main_fleet.py``.
@@ -79,11 +80,16 @@ class StagePipesClient(PipesSubprocessClient):
                     except TimeoutExpired:
                         raise exc from None  # as Dagster's: the runner did not stop in time
                     except DagsterExecutionInterruptedError:
-                        # a second Terminate: the runner kills its nodes at once (no save)
-                        context.log.warning("[pipes] interrupted again: the node runner kills its "
-                                            "nodes at once.")
+                        # interrupted again: a second Terminate, or the same one forwarded again
+                        # (the multiprocess executor); the runner tells them apart by what its
+                        # nodes do (fleet/providers/terminate.py): it kills the nodes that are
+                        # not saving, a save under way when it ends, everything at a third.
+                        # The wait is not cut: the runner ends within the grace either way
+                        # (until 2026-11-28 it was cut to Dagster's 20 s, which could abandon a
+                        # runner whose node was still making the save a duplicate spared)
+                        context.log.warning("[pipes] interrupted again: forwarded; the node runner "
+                                            "kills its nodes that are not saving (again: all).")
                         process.send_signal(signal.SIGINT)
-                        deadline = min(deadline, time.monotonic() + float(self.termination_timeout_seconds))
                 interrupted = exc
         invocation = PipesClientCompletedInvocation(pipes_session)
         if interrupted is not None:

@@ -31,6 +31,9 @@ CATALOG_VERSION = "v8"
 #: module attribute -> catalog file, rebuilt for an already-imported aws_catalog
 _AWS_FRAMES = {"_default_df": "aws/vms.csv", "_image_df": "aws/images.csv",
                "_quotas_df": "aws/instance_quota_mapping.csv"}
+#: the same for gcp_catalog (a GCP book read under an earlier, removed home read from there)
+_GCP_FRAMES = {"_df": "gcp/vms.csv", "_image_df": "gcp/images.csv",
+               "_quotas_df": "gcp/accelerator_quota_mapping.csv"}
 
 
 def catalog_dir(home_dir: str | Path) -> Path:
@@ -91,6 +94,12 @@ def offline_catalog(home_dir: str | Path, source_dir: str | Path,
                 patch(aws_mod, attr, common.read_catalog(fname, pull_frequency_hours=pull))
         if hasattr(aws_mod, "_user_df"):
             patch(aws_mod, "_user_df", None)
+        gcp_mod = sys.modules.get("sky.catalog.gcp_catalog")  # imported later: reads this home
+        if gcp_mod is not None:
+            for attr, fname in _GCP_FRAMES.items():
+                if hasattr(gcp_mod, attr):
+                    pull = getattr(gcp_mod, "_PULL_FREQUENCY_HOURS", None)
+                    patch(gcp_mod, attr, common.read_catalog(fname, pull_frequency_hours=pull))
         # the accelerator registry's frame (``Resources.validate`` canonicalizes names with
         # it) is made at its import too: imported under an earlier offline_catalog whose home
         # is gone (PriceBook.from_skypilot's temporary one), it downloaded the file instead

@@ -23,7 +23,7 @@ and how to add a price.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -252,12 +252,53 @@ class PriceBook:
                 if info.instance_type not in accs.setdefault(key, []):
                     accs[key].append(info.instance_type)
                 types.add(info.instance_type)
+        # GCP attaches the GPU to a host VM: the catalog prices the two apart (the host row
+        # of a2-highgpu-1g has no GPU in its price), so a zone's price is host + GPU, and a
+        # zone where the GPU is not offered has none. Until 2026-11-28 a GCP book held the
+        # host's price alone.
+        attached = {} if cloud.lower() != "gcp" else {
+            t: (k.rsplit(":", 1)[0], int(k.rsplit(":", 1)[1])) for k, ts in accs.items() for t in ts}
+
+        def gpu_cost(itype: str, use_spot: bool, region: str, zone: str | None) -> float:
+            if itype not in attached:
+                return 0.0
+            acc, n = attached[itype]
+            return float(cat.get_accelerator_hourly_cost(acc, n, use_spot=use_spot, region=region,
+                                                         zone=zone, clouds=cloud))
+
         for itype in sorted(types):
             for region in cat.get_region_zones_for_instance_type(itype, use_spot=True,
                                                                  clouds=cloud):
-                ond[(itype, region.name)] = float(cat.get_hourly_cost(
-                    itype, use_spot=False, region=region.name, zone=None, clouds=cloud))
+                od = float(cat.get_hourly_cost(itype, use_spot=False, region=region.name, zone=None,
+                                               clouds=cloud)) + gpu_cost(itype, False, region.name, None)
+                if od == od:  # NaN: the GPU is not offered in this region
+                    ond[(itype, region.name)] = od
                 for zone in region.zones or []:
-                    spot[(itype, zone.name)] = float(cat.get_hourly_cost(
-                        itype, use_spot=True, region=region.name, zone=zone.name, clouds=cloud))
+                    sp = float(cat.get_hourly_cost(itype, use_spot=True, region=region.name,
+                                                   zone=zone.name, clouds=cloud)) \
+                        + gpu_cost(itype, True, region.name, zone.name)
+                    if sp == sp:
+                        spot[(itype, zone.name)] = sp
         return cls(spot=spot, on_demand=ond, accelerators=accs)
+
+    @classmethod
+    def merged(cls, books: Sequence[PriceBook]) -> PriceBook:
+        """One book holding every entry of ``books`` (per-cloud catalog books: instance
+        types and zones do not overlap across clouds; on a clash the first book wins).
+        Overrides and the fallback table are the first book's; ``source`` joins theirs."""
+        if not books:
+            return cls.default()
+        first = books[0]
+        spot: dict[tuple[str, str], float] = {}
+        ond: dict[tuple[str, str], float] = {}
+        accs: dict[str, list[str]] = {}
+        for b in books:
+            for k, v in b.spot.items():
+                spot.setdefault(k, v)
+            for k, v in b.on_demand.items():
+                ond.setdefault(k, v)
+            for k, ts in b.accelerators.items():
+                accs.setdefault(k, [])
+                accs[k] += [t for t in ts if t not in accs[k]]
+        source = "; ".join(dict.fromkeys(b.source for b in books))
+        return cls(spot, ond, accs, first.overrides, first.fallback, source)

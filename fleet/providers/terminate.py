@@ -6,7 +6,39 @@ same notice a preemption gives it (on the local fleet ``PreemptionInjector.preem
 its notice signal and/or its metadata endpoint), its training process makes the emergency
 save of a notice and exits, and a node still running after the grace period is SIGKILLed
 (a hung process, or a save slower than the grace). A second Terminate, or a run worker
-killed outright, kills at once (``FleetProvider.cancel``).
+killed outright, kills at once (``FleetProvider.cancel``) -- except a node in the middle
+of its emergency save, which is killed when that save ends (:class:`StopSaves`, the rule
+below).
+
+**When a second signal forces (the node runner, ``pipelines/node_runner.py``).** One
+Terminate may reach the node runner more than once: a Ctrl-C reaches the runner's process
+group AND is forwarded by the Pipes client (milliseconds apart), and Dagster's multiprocess
+executor forwards the run worker's interrupt to the step process on its own (the Pipes
+client forwards each; seconds apart, as the executor polls). A second signal cannot be told
+from a user's deliberate one, so the rule rests on what the nodes are doing:
+
+1. a signal within :data:`SAME_TERMINATE_SECONDS` of the first is the same Terminate;
+2. a later one asks to force (``FleetProvider.cancel``), and the force is applied at once
+   unless a node is saving: it acknowledged a notice (``notice`` or an emergency
+   ``save_started`` event) and has not ended its save (``save_committed`` / ``save_failed``
+   of the emergency save, ``exit``, or the provider's ``preempted`` / ``failed`` /
+   ``cancelled`` of the node), or it has not acknowledged the stop's notice yet but is
+   still within :data:`SAME_TERMINATE_SECONDS` + :data:`ACK_STEPS` of its own mean step
+   time since the stop began (it saves at its next step boundary). The force then waits
+   until no node is saving, and is applied then; a save never lasts beyond the grace (the
+   provider kills at its end), so neither does the wait;
+3. a third signal, :data:`SAME_TERMINATE_SECONDS` or more after the second, kills at once,
+   saves under way included (a node hung inside its save would otherwise hold the stop
+   until the grace ends);
+4. so a duplicated forward never cuts an emergency save, and a user still forces: with no
+   node saving (a hung node: no acknowledgement within its steps) the second signal kills
+   at once; with one saving, the stage (``cancel`` is stage-wide: its other nodes too) is
+   killed the moment that save ends; everything at once at a third.
+   The Pipes client (``pipelines/pipes_client.py``) forwards every interrupt and keeps
+   waiting the grace + margin: the runner bounds the stop itself.
+
+Until 2026-11-28 any second signal more than 1.5 s after the first killed at once, and a
+forward repeated while the nodes saved threw their emergency saves away.
 
 The grace period is the stage's ``terminate_grace_seconds`` in WALL seconds of the training
 process: ``"auto"`` (default) = the fleet's preemption-notice window (the local fleet's
@@ -20,9 +52,21 @@ the last checkpoint).
 from __future__ import annotations
 
 import math
-from typing import Literal
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 TerminateGrace = float | Literal["auto"]
+
+#: a second SIGINT / SIGTERM this soon after the first is the same Terminate (Ctrl-C on
+#: ``spotfleet main`` reaches the runner's process group AND is forwarded by the Pipes client)
+SAME_TERMINATE_SECONDS = 1.5
+#: a node that has not acknowledged the stop's notice yet is spared a forced kill this many of
+#: its own mean step times (plus :data:`SAME_TERMINATE_SECONDS`) after the stop began
+ACK_STEPS = 2.0
+#: events that end a node's stop: its save is over, or the node is
+_NODE_ENDS = frozenset({"exit", "preempted", "failed", "cancelled"})
 
 #: the most a Terminate waits for a node's save (wall s): the Pipes client waits this
 #: plus :data:`PIPES_MARGIN_SECONDS` for the node runner after forwarding the signal
@@ -87,3 +131,63 @@ def stop_summary(node_id: str, *, grace_seconds: float, stopped_by_itself: bool,
     return (f"node {node_id} made no emergency save within the {grace_seconds:g} s grace (it did not "
             f"stop: hung, or its save was slower than the grace) and was killed; last reported step "
             f"{last_step}; re-execution resumes from {ckpt}{lost}")
+
+
+@dataclass
+class _NodeStop:
+    started: bool = False  # its training process started (a ``start`` event)
+    acked: bool = False  # it acknowledged a notice: its emergency save is under way
+    ended: bool = False  # its save ended, or the node did
+    step_seconds: float = 0.0  # its own mean step time (latest ``progress``)
+
+
+class StopSaves:
+    """Which nodes of a stopping stage are making (or about to make) their emergency save,
+    from the events the node runner relays (``observe``); thread-safe. The node runner
+    applies a forced stop only when :meth:`saving` is empty (the module's rule)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[str, _NodeStop] = {}
+        self.stop_at: float | None = None
+
+    def begin(self, now: float) -> None:
+        """The graceful stop began at ``now`` (monotonic s); idempotent."""
+        with self._lock:
+            if self.stop_at is None:
+                self.stop_at = now
+
+    def observe(self, kind: str, node_id: str | None, data: Mapping[str, Any]) -> None:
+        """A training or provider event of node ``node_id``."""
+        if not node_id:
+            return
+        with self._lock:
+            n = self._nodes.setdefault(node_id, _NodeStop())
+            if kind == "start":
+                n.started = True
+            elif kind == "progress":
+                m = data.get("mean_step_seconds")
+                if isinstance(m, int | float) and m > 0:
+                    n.step_seconds = float(m)
+            elif kind == "notice" or (kind == "save_started" and data.get("kind") == "emergency"):
+                n.acked = True
+            else:
+                save_over = kind in ("save_committed", "save_failed") and n.acked \
+                    and data.get("kind") in ("emergency", None)
+                n.ended = n.ended or save_over or kind in _NODE_ENDS
+
+    def running(self) -> list[str]:
+        """Nodes whose training process started and has not ended."""
+        with self._lock:
+            return [k for k, n in self._nodes.items() if n.started and not n.ended]
+
+    def saving(self, now: float) -> list[str]:
+        """Nodes a forced kill would cut short at ``now`` (monotonic s): saving, or not yet
+        at the step boundary where they would start to."""
+        with self._lock:
+            def about_to(n: _NodeStop) -> bool:  # not acknowledged yet: within its steps
+                return self.stop_at is not None and \
+                    now - self.stop_at < SAME_TERMINATE_SECONDS + ACK_STEPS * n.step_seconds
+
+            return [k for k, n in self._nodes.items()
+                    if n.started and not n.ended and (n.acked or about_to(n))]

@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -46,6 +47,10 @@ def main() -> int:
                     help="arm no notice source; just run (the injector must SIGKILL it)")
     ap.add_argument("--notice-only", action="store_true",
                     help="wait for a notice, report it, exit 75 (no training)")
+    ap.add_argument("--hang-in-emergency-save", action="store_true",
+                    help="on a notice: report it and save_started, then SIGSTOP itself before "
+                         "writing anything (a save that hangs; deterministic, unlike a SIGSTOP "
+                         "from outside, which may land after the save committed)")
     args = ap.parse_args()
 
     log = _Log(os.environ.get("SPOTFLEET_EVENTS_FILE"), os.environ.get("SPOTFLEET_NODE_ID"))
@@ -76,6 +81,8 @@ def main() -> int:
 
     def save(kind: str) -> None:
         log.emit("save_started", step=step, kind=kind)
+        if kind == "emergency" and args.hang_in_emergency_save:
+            os.kill(os.getpid(), signal.SIGSTOP)  # silent from here until the deadline's SIGKILL
         tmp = state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"step": step, "digest": digest}))
         os.replace(tmp, state_file)

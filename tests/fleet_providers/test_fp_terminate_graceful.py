@@ -257,3 +257,40 @@ def test_terminate_after_the_last_step_still_completes(tmp_path):
     out = _run(prov, spec, 1, on_event)
     assert "result" in out, out
     assert out["result"].completed and [s.end_reason for s in prov.sessions()] == ["completed"]
+
+
+# ------------------------------------ when a second signal forces (review F6, 2026-11-28)
+
+def test_stop_saves_spares_a_node_saving_or_about_to_and_nothing_else():
+    """The rule the node runner applies to a second SIGINT / SIGTERM
+    (fleet/providers/terminate.py): a forced kill waits for nodes that acknowledged the
+    notice until their emergency save ends, and for a node that has not yet for
+    SAME_TERMINATE_SECONDS + ACK_STEPS of its own steps; a hung or finished node is not spared."""
+    from fleet.providers.terminate import ACK_STEPS, SAME_TERMINATE_SECONDS, StopSaves
+
+    s = StopSaves()
+    for n in ("a", "b", "c"):
+        s.observe("start", n, {})
+        s.observe("progress", n, {"step": 5, "mean_step_seconds": 1.0})
+    s.observe("launch", "d", {})  # never started training: nothing to save
+    s.begin(100.0)
+    s.observe("notice", "a", {"step": 7})
+    s.observe("save_started", "a", {"step": 7, "kind": "emergency"})
+    s.observe("save_committed", "a", {"step": 5, "kind": "periodic"})  # an older save landing
+    s.observe("exit", "c", {"reason": "completed"})
+    window = SAME_TERMINATE_SECONDS + ACK_STEPS * 1.0
+    assert s.saving(100.0 + window - 0.01) == ["a", "b"]  # b: not at its step boundary yet
+    assert s.saving(100.0 + window + 0.01) == ["a"]  # b: hung (no acknowledgement in its steps)
+    s.observe("save_committed", "a", {"step": 7, "kind": "emergency"})
+    assert s.saving(1e9) == [] and s.running() == ["b"]  # a: its save is over
+    s.observe("exit", "a", {"reason": "preempted"})
+    s.observe("cancelled", "b", {})
+    assert s.running() == []
+    # a save that failed ends the wait too; events without a node are ignored
+    t = StopSaves()
+    t.observe("start", "x", {})
+    t.observe("save_started", "x", {"kind": "emergency"})
+    t.observe("cancelled", None, {"nodes": ["x"]})
+    assert t.saving(0.0) == ["x"]
+    t.observe("save_failed", "x", {"kind": "emergency", "reason": "deadline"})
+    assert t.saving(0.0) == []

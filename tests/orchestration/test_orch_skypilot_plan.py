@@ -102,3 +102,111 @@ def test_offline_catalog_validates_after_an_earlier_catalog_home_is_gone(catalog
         import sky
 
         sky.Resources(infra="aws/us-west-2/us-west-2b", accelerators={"A10G": 1}, use_spot=True).validate()
+
+
+# ------------------------------------------- stages on two clouds (review F9, 2026-11-28)
+
+#: GCP attaches the GPU to a host VM and prices them apart (SkyPilot's gcp/vms.csv layout)
+GCP_VMS = """InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone
+,A100,1,,,A100,2.933908,1.17,us-central1,us-central1-a
+,A100,1,,,A100,2.933908,1.10,us-central1,us-central1-b
+a2-highgpu-1g,,,12,85,,0.749,0.22,us-central1,us-central1-a
+a2-highgpu-1g,,,12,85,,0.749,0.23,us-central1,us-central1-b
+"""
+AWS_ZONES = ["us-east-1c", "us-east-1f"]
+GCP_ZONES = ["us-central1-a", "us-central1-b"]
+
+
+def _two_cloud_setup(shared_data, tmp_path, monkeypatch, second: dict):
+    """A catalog folder with aws (../shared/data) and gcp files, a market of 1-node traces in
+    two aws and two gcp zones (48 h, one short outage every 10 h), and a SkyPilot pipeline:
+    stage ``a`` (A10G) on aws, stage ``b`` (``second``'s resources) after it."""
+    import json
+    import shutil
+
+    from pipelines.config import PipelineConfig
+
+    src = shared_data / "skypilot-catalog-v8"
+    if not src.is_dir():
+        pytest.skip(f"{src} is absent")
+    cat = tmp_path / "catalog"
+    shutil.copytree(src, cat)
+    (cat / "gcp").mkdir()
+    (cat / "gcp" / "vms.csv").write_text(GCP_VMS)
+    monkeypatch.setenv("SPOTFLEET_CATALOG_DIR", str(cat))
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for i, z in enumerate(AWS_ZONES + GCP_ZONES):
+        data = [0 if (t + 97 * i) % 600 == 0 else 1 for t in range(2 * 48 * 60)]
+        (traces / f"{z}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 60}, "data": data}))
+    stage = {"script": "examples/train_elastic.py", "args": ["--steps", "300"], "work_hours": 3}
+    return PipelineConfig.model_validate({
+        "name": "twocloud", "provider": "skypilot", "deadline_hours": 24, "budget_usd": 200,
+        "checkpoint_uri": "s3://team-ckpt/two", "schedule_cron": None,
+        "market": {"kind": "traces", "trace_dir": str(traces), "hours": 48},
+        "stages": [{**stage, "name": "a", "resources": {"accelerator": "A10G", "clouds": ["aws"],
+                                                       "zones": AWS_ZONES, "spot": True}},
+                   {**stage, "name": "b", **second}]})
+
+
+def _plan(cfg, tmp_path):
+    from dagster import AssetKey, DagsterInstance
+
+    from pipelines.definitions import build_definitions
+    from pipelines.resources import FleetResource, StatsDB
+
+    var = tmp_path / "var"
+    defs = build_definitions([cfg], include_gfs=False, resources={
+        "stats_db": StatsDB(url=f"sqlite:///{var / 'stats.db'}", var_dir=str(var)),
+        "fleet": FleetResource(var_dir=str(var))})
+    keys = {AssetKey([cfg.name, n]) for n in ("spot_market", "preemption_stats", "preemption_forecast",
+                                               "fleet_plan")}
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=keys)
+    with DagsterInstance.ephemeral() as instance:
+        res = job.execute_in_process(instance=instance, raise_on_error=False)
+        if not res.success:
+            [failure] = [e for e in res.all_events if e.event_type_value == "STEP_FAILURE"]
+            return None, failure.step_failure_data.error.message + str(
+                failure.step_failure_data.user_failure_data and failure.step_failure_data.user_failure_data.description)
+        return res.output_for_node(f"{cfg.name}__fleet_plan"), ""
+
+
+def test_stages_on_two_clouds_are_each_priced_from_their_own_cloud(shared_data, tmp_path, monkeypatch):
+    """Stage a on aws (A10G), stage b on gcp (A100): each plan is spot in its own cloud's
+    zones at that catalog's prices. Until 2026-11-28 the pipeline was priced from the first
+    stage's cloud only (aws): every gcp zone of stage b was rejected for "no price" and its
+    plan was all on-demand, silently."""
+    cfg = _two_cloud_setup(shared_data, tmp_path, monkeypatch, {"resources": {
+        "accelerator": "A100", "clouds": ["gcp"], "zones": GCP_ZONES, "spot": True}})
+    plans, failure = _plan(cfg, tmp_path)
+    assert plans is not None, failure
+    a, b = plans["a"], plans["b"]
+    assert a.spot_nodes == 1 and a.on_demand_nodes == 0, a.explain()
+    assert set(a.failover_order) <= set(AWS_ZONES) and a.instance_type == "g5.4xlarge"
+    assert b.spot_nodes == 1 and b.on_demand_nodes == 0, b.explain()
+    assert b.failover_order and set(b.failover_order) <= set(GCP_ZONES), b.explain()
+    assert b.instance_type == "a2-highgpu-1g"
+    # GCP's price is the host VM's plus the attached GPU's (not the host's 0.22 $/h alone)
+    assert {z.zone: round(z.spot_price, 4) for z in b.zones} == {"us-central1-a": 1.39, "us-central1-b": 1.33}
+    assert not [r for r in b.reasons if "no price" in r], b.explain()
+
+
+def test_a_stage_whose_cloud_has_no_catalog_file_is_named_not_planned_on_demand(shared_data, tmp_path,
+                                                                                 monkeypatch):
+    """A stage on azure (no azure/vms.csv in the catalog folder) fails the plan with the
+    stage, the cloud and the fix, instead of a silent all on-demand plan; a stage that lists
+    another cloud with a catalog is planned there and its plan names the cloud left out."""
+    cfg = _two_cloud_setup(shared_data, tmp_path, monkeypatch, {"resources": {
+        "accelerator": "A100", "clouds": ["azure"], "zones": GCP_ZONES, "spot": True}})
+    plans, failure = _plan(cfg, tmp_path)
+    assert plans is None
+    assert "stage 'b' runs on azure" in failure and "azure/vms.csv" in failure, failure
+
+    cfg = _two_cloud_setup(shared_data, tmp_path / "2", monkeypatch, {"resources": {
+        "accelerator": "A100", "clouds": ["gcp", "azure"], "zones": GCP_ZONES, "spot": True}})
+    plans, failure = _plan(cfg, tmp_path / "2")
+    assert plans is not None, failure
+    b = plans["b"]
+    assert b.spot_nodes == 1 and set(b.failover_order) <= set(GCP_ZONES), b.explain()
+    assert any("no SkyPilot catalog for cloud azure" in r and "stage b" in r for r in b.reasons)
+    assert "no SkyPilot catalog for cloud azure" in b.explain()

@@ -236,14 +236,15 @@ def _completed_sha(var: Path) -> str | None:
     return None
 
 
-def _setup(tmp_path, monkeypatch, **stage_extra):
+def _setup(tmp_path, monkeypatch, market=None, **stage_extra):
     from dagster._core.definitions.reconstruct import ReconstructableJob
 
     # the job definition is cached per process: one built for an earlier test's YAML / var
     ReconstructableJob.get_definition.cache_clear()
     ReconstructableJob.get_repository_definition.cache_clear()
     cfg, var = tmp_path / "term.yaml", tmp_path / "var"
-    pipeline = {**PIPELINE, "stages": [{**PIPELINE["stages"][0], **stage_extra}]}
+    pipeline = {**PIPELINE, "market": {**PIPELINE["market"], **(market or {})},
+                "stages": [{**PIPELINE["stages"][0], **stage_extra}]}
     cfg.write_text(yaml.safe_dump({"pipelines": [pipeline]}, sort_keys=False))
     monkeypatch.setenv(ENV_YAML, str(cfg))
     monkeypatch.setenv(ENV_VAR_DIR, str(var))
@@ -360,3 +361,125 @@ def test_a_second_terminate_kills_at_once(tmp_path, monkeypatch):
     data = ct.load(make_engine(f"sqlite:///{var / 'spotfleet.db'}"), "term")
     s = data.sessions.sort_values("launched_at").to_dict("records")[-1]
     assert s["end_reason"] == "cancelled" and s["ended_at"] > s["launched_at"]
+
+
+# ------------------------------- a duplicated forward is not a second Terminate (review F6)
+
+def _events(var: Path):
+    from checkpointing.events import read_events
+
+    out = []
+    for f in var.glob("**/events/*.jsonl"):
+        with contextlib.suppress(OSError, ValueError):
+            out += read_events(f)
+    return out
+
+
+def test_a_duplicated_terminate_forward_does_not_cut_the_emergency_save(tmp_path, monkeypatch):
+    """One Terminate whose SIGINT reaches the node runner twice, the second well after the
+    first (the multiprocess executor's own forward of the interrupt, seconds later) while the
+    node is in the middle of its emergency save (each blob put slowed to 2.5 s): the save is
+    not cut, it commits, and the attempt says so. Until 2026-11-28 any second signal more
+    than 1.5 s after the first killed the nodes at once: the save was lost and the
+    re-execution redid every step since the last periodic checkpoint."""
+    from dagster import DagsterInstance, execute_job, reconstructable
+
+    from checkpointing.manifest import ENV_DEBUG_PERSIST_DELAY
+
+    args = list(PIPELINE["stages"][0]["args"])
+    args[args.index("--periodic-every") + 1] = "1000"  # no periodic save: the emergency one is alone
+    # the node's notice window (30 s) holds a slow save: each blob put waits 2.5 s (the nodes
+    # inherit the variable)
+    var = _setup(tmp_path, monkeypatch, market={"grace_seconds": 30}, terminate_grace_seconds=120,
+                 args=args)
+    monkeypatch.setenv(ENV_DEBUG_PERSIST_DELAY, "2.5")
+    job = reconstructable(define_term_job)
+    sent: list[float] = []
+
+    def terminate_then_forward_again() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not any(
+                e.kind == "progress" and (e.data.get("step") or 0) >= 20 for e in _events(var)):
+            time.sleep(0.05)
+        sent.append(time.time())
+        os.kill(os.getpid(), signal.SIGINT)  # the Terminate
+        while time.time() < deadline and not any(  # the node is saving (a market preemption's is older)
+                e.kind == "save_started" and e.data.get("kind") == "emergency" and e.time > sent[0]
+                for e in _events(var)):
+            time.sleep(0.05)
+        time.sleep(max(0.0, sent[0] + 2.0 - time.time()))  # past the 1.5 s merge of one Ctrl-C
+        sent.append(time.time())
+        os.kill(os.getpid(), signal.SIGINT)  # the same Terminate, forwarded again
+
+    with DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster_home")) as instance:
+        t = threading.Thread(target=terminate_then_forward_again, daemon=True)
+        t.start()
+        root = execute_job(job, instance=instance)
+        t.join(timeout=1)
+        assert len(sent) == 2 and not root.success
+        evs = _events(var)
+        [started] = [e for e in evs if e.kind == "save_started" and e.data.get("kind") == "emergency"
+                     and e.time > sent[0]]
+        [failure] = [e.event_specific_data.error.message for e in root.all_events
+                     if e.event_type_value == "STEP_FAILURE"]
+        assert _processes_with(str(tmp_path)) == []
+    committed = [e for e in evs if e.kind == "save_committed" and e.data.get("kind") == "emergency"
+                 and e.time > sent[0]]
+    assert committed and committed[0].time > sent[1], \
+        f"the emergency save was cut by the second forward: {failure}"
+    step = started.data["step"]
+    assert list((var / "checkpoints" / "term").glob(f"*/*/ckpt-{step:012d}-emergency-*/MANIFEST.json"))
+    assert f"saved an emergency checkpoint at step {step}" in failure, failure
+    assert "killed at once" not in failure
+
+
+def test_a_third_signal_kills_a_node_hung_inside_its_save(tmp_path, monkeypatch):
+    """The node hangs inside its emergency save (SIGSTOPped after save_started) under a 120 s
+    grace: the second signal spares it (it is saving: the rule cannot tell a duplicate from
+    a user), so it is still there; a third kills it at once, and the attempt says so."""
+    from dagster import DagsterInstance, execute_job, reconstructable
+
+    from checkpointing.manifest import ENV_DEBUG_PERSIST_DELAY
+
+    args = list(PIPELINE["stages"][0]["args"])
+    args[args.index("--periodic-every") + 1] = "1000"
+    var = _setup(tmp_path, monkeypatch, market={"grace_seconds": 30}, terminate_grace_seconds=120,
+                 args=args)
+    monkeypatch.setenv(ENV_DEBUG_PERSIST_DELAY, "2.5")
+    job = reconstructable(define_term_job)
+    sent: list[float] = []
+    spared: list[int] = []
+
+    def terminate_thrice() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not any(
+                e.kind == "progress" and (e.data.get("step") or 0) >= 20 for e in _events(var)):
+            time.sleep(0.05)
+        sent.append(time.time())
+        os.kill(os.getpid(), signal.SIGINT)
+        while time.time() < deadline and not any(
+                e.kind == "save_started" and e.data.get("kind") == "emergency" and e.time > sent[0]
+                for e in _events(var)):
+            time.sleep(0.05)
+        for pid in _node_pids(str(tmp_path)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)  # hung inside its save
+        time.sleep(max(0.0, sent[0] + 2.0 - time.time()))
+        sent.append(time.time())
+        os.kill(os.getpid(), signal.SIGINT)  # spares the saving node
+        time.sleep(2.0)
+        spared.extend(_node_pids(str(tmp_path)))
+        sent.append(time.time())
+        os.kill(os.getpid(), signal.SIGINT)  # kills it
+
+    with DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster_home")) as instance:
+        t = threading.Thread(target=terminate_thrice, daemon=True)
+        t.start()
+        root = execute_job(job, instance=instance)
+        t.join(timeout=5)
+        assert spared, "the second signal killed a node in the middle of its emergency save"
+        assert len(sent) == 3 and not root.success
+        [failure] = [e.event_specific_data.error.message for e in root.all_events
+                     if e.event_type_value == "STEP_FAILURE"]
+        assert "killed at once (a third signal: emergency saves under way included)" in failure, failure
+        assert _processes_with(str(tmp_path)) == []
