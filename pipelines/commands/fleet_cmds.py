@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     load.set_defaults(handler=_market_load)
     prices = msub.add_parser("prices", help="print spot / on-demand prices ($/h)")
     prices.add_argument("--catalog", help="a SkyPilot catalogs/v8 folder to read offline")
+    prices.add_argument("--cloud", default="aws",
+                        help="with --catalog: the clouds to read, comma-separated (default aws), "
+                             "e.g. aws,gcp; each needs <catalog>/<cloud>/vms.csv")
     prices.add_argument("--json", action="store_true", help="print JSON instead of a table")
     prices.set_defaults(handler=_market_prices)
     cmp = msub.add_parser("compare", help="real traces vs the calibrated synthetic market")
@@ -85,6 +88,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--on-demand-core", type=int, default=0,
                       help="nodes kept on on-demand whatever the market (default 0)")
     plan.add_argument("--catalog", help="SkyPilot catalogs/v8 folder for prices (offline)")
+    plan.add_argument("--cloud", default="aws",
+                      help="with --catalog: the clouds whose prices to read, comma-separated "
+                           "(default aws), as a stage's resources.clouds; each needs "
+                           "<catalog>/<cloud>/vms.csv")
     plan.add_argument("--prices", default="",
                       help="per-tick spot price file to attach, as fleet-sim --prices, e.g. "
                            "../shared/data/spot-prices/aws-v100-02-15-2023.json: it replaces "
@@ -200,10 +207,36 @@ def _market_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _market_prices(args: argparse.Namespace) -> int:
+def catalog_prices(catalog: str | None, clouds: str = "aws"):
+    """The price book of ``--catalog`` / ``--cloud``: each listed cloud's SkyPilot catalog
+    read offline and merged (``PriceBook.merged``, as ``fleet_plan`` prices a stage that lists
+    several clouds); the built-in table without ``--catalog``. A cloud without
+    ``<catalog>/<cloud>/vms.csv`` is an error naming the file (until 2026-11-28 these commands
+    read AWS only, whatever the stage's cloud)."""
+    from pathlib import Path
+
     from fleet.market.prices import PriceBook
 
-    book = PriceBook.from_skypilot(args.catalog) if args.catalog else PriceBook.default()
+    if not catalog:
+        return PriceBook.default()
+    names = list(dict.fromkeys(c.strip().lower() for c in clouds.split(",") if c.strip()))
+    if not names:
+        raise ValueError(f"--cloud {clouds!r}: name at least one cloud, e.g. --cloud aws")
+    missing = [c for c in names if not (Path(catalog) / c / "vms.csv").is_file()]
+    if missing:
+        have = sorted(d.name for d in Path(catalog).iterdir() if (d / "vms.csv").is_file()) \
+            if Path(catalog).is_dir() else []
+        raise ValueError(f"--cloud {','.join(missing)}: the catalog {catalog} has no "
+                         f"{' or '.join(f'{c}/vms.csv' for c in missing)} (it has "
+                         f"{', '.join(have) or 'no cloud'}); add a copy of SkyPilot's "
+                         "catalogs/v8/<cloud>/ there, or leave that cloud out of --cloud")
+    books = [PriceBook.from_skypilot(catalog, cloud=c) for c in names]
+    return books[0] if len(books) == 1 else PriceBook.merged(books)
+
+
+def _market_prices(args: argparse.Namespace) -> int:
+
+    book = catalog_prices(args.catalog, args.cloud)
     if args.json:
         print(json.dumps(book.to_dict(), indent=2))
         return 0
@@ -271,7 +304,6 @@ def _forecast(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from fleet.market.prices import PriceBook
     from fleet.market.traces import attach_spot_prices
     from fleet.planning.planner import StageRequest, plan_stage
     from fleet.stats.forecast import forecast_zones
@@ -294,7 +326,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.prices:
         traces = attach_spot_prices(traces, args.prices)  # fleet-sim --prices' rules
         spot_source = f"the per-tick prices of --prices {args.prices}"
-    prices = PriceBook.from_skypilot(args.catalog) if args.catalog else PriceBook.default()
+    prices = catalog_prices(args.catalog, args.cloud)
     # the files' own prices (or --prices), as fleet-sim bills them
     prices = prices.with_traces(traces, spot_source=spot_source)
     accs = sorted({t.accelerator.upper() for t in traces})
