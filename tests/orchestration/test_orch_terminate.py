@@ -124,16 +124,21 @@ def test_terminate_mid_stage_stops_records_and_resumes(tmp_path, monkeypatch):
         [att] = data.attempts.to_dict("records")
         assert att["status"] == "failed" and att["error"].startswith("terminated:")
         # the market (seed 4, replayed on the wall clock) may preempt an earlier node of the
-        # attempt before the Terminate: the Terminate stops the last one
-        *before, s = data.sessions.sort_values("launched_at").to_dict("records")
-        assert all(b["end_reason"] == "preempted" for b in before), before
-        assert s["end_reason"] == "cancelled" and s["last_checkpoint_step"] >= 40
-        # billed up to the stop: not zero, and no longer than the run lasted (market seconds:
-        # 30 wall s per market hour -> x120)
-        billed = s["ended_at"] - s["launched_at"]
-        assert 0 < billed <= wall * 120
-        assert session_cost_usd(s["price_per_hour"], s["launched_at"], s["ended_at"]) > 0
-        kept = int(s["last_checkpoint_step"])
+        # attempt before the Terminate: the Terminate stops the last one -- or, when it lands
+        # while the fleet replaces a just-preempted node, there is no node to cancel and every
+        # session ended preempted (seen once in session 20: 'preempted' == 'cancelled')
+        rows = data.sessions.sort_values("launched_at").to_dict("records")
+        cancelled = [r for r in rows if r["end_reason"] == "cancelled"]
+        assert len(cancelled) <= 1 and (not cancelled or rows[-1] is cancelled[0]), rows
+        assert all(r["end_reason"] == "preempted" for r in rows if r not in cancelled), rows
+        for s in cancelled:
+            # billed up to the stop: not zero, and no longer than the run lasted (market
+            # seconds: 30 wall s per market hour -> x120)
+            billed = s["ended_at"] - s["launched_at"]
+            assert 0 < billed <= wall * 120
+            assert session_cost_usd(s["price_per_hour"], s["launched_at"], s["ended_at"]) > 0
+        kept = max(int(r["last_checkpoint_step"]) for r in rows)
+        assert kept >= 40
 
         ReconstructableJob.get_definition.cache_clear()
         ReconstructableJob.get_repository_definition.cache_clear()
