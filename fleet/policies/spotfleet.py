@@ -111,7 +111,7 @@ only, ``no_deadline_wait="set"`` (2026-11-27, docs/fleet-policies.md, *Jobs with
 deadline*); ``od_exit="bridge"`` is v10's and v11's (the default) and ``"reserve"`` v9's;
 ``launch_guard="restart_cost"`` is v11 (the default since session 20), ``"restart"`` v9's and
 v10's and ``"off"`` v8; ``patience_reclaim="other_regions"`` and ``launch_guard="restart_progress"``
-(session 19, both rejected) and ``patience_wait="residual"`` (session 20) are opt-in; ``model_check="holds_residual"`` is v8's to v11's check,
+(session 19, both rejected) and ``patience_wait="residual"`` (session 20, rejected) are opt-in; ``model_check="holds_residual"`` is v8's to v11's check,
 ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
@@ -303,7 +303,11 @@ class SpotfleetParams:
     # one alone), "changed" (exponential): its posterior mean, the residual of an
     # exponential; a zone not seen down keeps its mean (_residual_down_hours). Found on the
     # tuning set's all_break family (seed 402, D/W 2, notice 120 s, start 2083: v11 idled
-    # 7.9 h for zone 8 while its mean outage moved 1.53 -> 1.79 h; v11 1.089x failover_sky)
+    # 7.9 h for zone 8 while its mean outage moved 1.53 -> 1.79 h; v11 1.089x failover_sky).
+    # Rejected at clause 2 (session 20, docs/fleet-policies-tuning-log.md): 54 cells, geometric
+    # mean 0.9980 (all_break D/W 2-3 with notice -9 %, the shift D/W 1.5 without -8 %), but
+    # SkyNomad's 6 H100 zones at D/W 1.05 and 1.1 1.030 [1.017, 1.042] and 1.078 [1.045, 1.110]
+    # x v11: one outage where the slightly longer wait tips the rule off waiting a tick earlier
 
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:

@@ -5,8 +5,9 @@ little while an outage the job watches grows long when the history holds some lo
 ``"residual"`` (opt-in): the expected *remaining* outage given its age, under the same two
 hypotheses and weights: the history's outages longer than the age (their mean excess) and the
 changed exponential's mean. Found on the tuning set's all_break family (seed 402, D/W 2, notice
-120 s, start 2083: v11 idled 7.9 h for a zone in a long outage; docs/fleet-policies-tuning-log.md,
-session 20).
+120 s, start 2083: v11 idled 7.9 h for a zone in a long outage); rejected at clause 2 of its
+pre-registered verdict rule (SkyNomad's 6 H100 zones at D/W 1.05-1.1 wholly above 1.01 x v11;
+docs/fleet-policies-tuning-log.md, session 20).
 """
 
 from __future__ import annotations
