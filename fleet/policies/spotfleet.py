@@ -111,7 +111,7 @@ only, ``no_deadline_wait="set"`` (2026-11-27, docs/fleet-policies.md, *Jobs with
 deadline*); ``od_exit="bridge"`` is v10's and v11's (the default) and ``"reserve"`` v9's;
 ``launch_guard="restart_cost"`` is v11 (the default since session 20), ``"restart"`` v9's and
 v10's and ``"off"`` v8; ``patience_reclaim="other_regions"`` and ``launch_guard="restart_progress"``
-(session 19, both rejected) are opt-in; ``model_check="holds_residual"`` is v8's to v11's check,
+(session 19, both rejected) and ``patience_wait="residual"`` (session 20, rejected) are opt-in; ``model_check="holds_residual"`` is v8's to v11's check,
 ``"holds_law"`` v7 and ``"off"`` v6. The other rejected v6 fields were removed and reproduce at commit
 e1c45df (docs/fleet-policies-tuning-log.md).
 """
@@ -291,6 +291,24 @@ class SpotfleetParams:
     # ample the region's short outage is worth waiting out (SkyNomad's 6 H100 zones 1.06-1.24x
     # v10, the shift at D/W 3 with notice 1.09x)
 
+    patience_wait: str = "mean"  # "mean": v11 (the patience rule waits while the spare slack
+    # less the reserve exceeds ``patience`` x the best zone's mean outage, mean_down_hours).
+    # "residual" (session 20, opt-in, pre-registered in docs/fleet-policies-tuning-log.md): for a
+    # best zone the job currently sees down, the wait is the expected REMAINING outage given
+    # its age a (hours from the first tick the job saw it down, or from the start of the
+    # history's trailing outage when the job has not seen the zone up since its start, to the
+    # last tick it saw it down), under mean_down_hours's two hypotheses and weights
+    # (market_view.changed_runs_emp): "as its history says": the mean of (d - a) over the
+    # history's outages d > a (_emp_downs; none longer: that hypothesis is out, the changed
+    # one alone), "changed" (exponential): its posterior mean, the residual of an
+    # exponential; a zone not seen down keeps its mean (_residual_down_hours). Found on the
+    # tuning set's all_break family (seed 402, D/W 2, notice 120 s, start 2083: v11 idled
+    # 7.9 h for zone 8 while its mean outage moved 1.53 -> 1.79 h; v11 1.089x failover_sky).
+    # Rejected at clause 2 (session 20, docs/fleet-policies-tuning-log.md): 54 cells, geometric
+    # mean 0.9980 (all_break D/W 2-3 with notice -9 %, the shift D/W 1.5 without -8 %), but
+    # SkyNomad's 6 H100 zones at D/W 1.05 and 1.1 1.030 [1.017, 1.042] and 1.078 [1.045, 1.110]
+    # x v11: one outage where the slightly longer wait tips the rule off waiting a tick earlier
+
     @classmethod
     def from_assignments(cls, items: Sequence[str]) -> SpotfleetParams:
         """``["field=value", ...]`` (benchmark and CLI options) -> params, the rest at their
@@ -340,6 +358,9 @@ OD_EXITS = ("reserve", "bridge")
 
 PATIENCE_RECLAIMS = ("wait", "other_regions")
 """The values of ``SpotfleetParams.patience_reclaim`` (see its comment)."""
+
+PATIENCE_WAITS = ("mean", "residual")
+"""The values of ``SpotfleetParams.patience_wait`` (see its comment)."""
 
 _V9_AND_BEFORE = {"od_exit": "reserve"}
 VERSIONS: dict[str, SpotfleetParams] = {
@@ -410,7 +431,7 @@ _CHOICES = {"own_runs": OWN_RUNS, "zone_model": ZONE_MODELS, "zone_cost": ZONE_C
             "hold_start": HOLD_STARTS, "change_pool": CHANGE_POOLS, "outage_end": OUTAGE_ENDS,
             "interval_hazard": INTERVAL_HAZARDS, "model_check": MODEL_CHECKS,
             "no_deadline_wait": NO_DEADLINE_WAITS, "launch_guard": LAUNCH_GUARDS, "od_exit": OD_EXITS,
-            "patience_reclaim": PATIENCE_RECLAIMS}
+            "patience_reclaim": PATIENCE_RECLAIMS, "patience_wait": PATIENCE_WAITS}
 """Each option field of :class:`SpotfleetParams` and its allowed values."""
 
 _OWN_EVIDENCE = ("changepoint_emp", "changepoint_updown")
@@ -418,6 +439,7 @@ _NEEDS_ZONE_MODEL = {  # field: (its v6 value, the zone models it works with, wh
     "hold_start": ("run", ("changepoint_updown",), "the outages the job watches"),
     "outage_end": ("seen", ("changepoint_updown",), "the outages the job watches"),
     "change_pool": ("off", _OWN_EVIDENCE, "the job's own evidence per zone"),
+    "patience_wait": ("mean", ("changepoint_updown",), "the outages the job watches"),
 }
 
 
@@ -489,6 +511,17 @@ class SpotfleetPolicy(Policy):
             self._dn_first = np.full(obs.n_zones, -1, dtype=np.int64)  # tick first seen down
             self._dn_last = np.full(obs.n_zones, -1, dtype=np.int64)   # tick last seen down
             self._prev_tick = obs.tick  # tick of the previous decision (outage_end="launch")
+            # patience_wait="residual": the tick the history's trailing outage began, per zone
+            # (-1: up at the history's end), and whether the job has seen the zone up since
+            # its start (then that outage is not the one the job sees)
+            tail = np.asarray(hist[:, -n:], dtype=bool)
+            self._hist_dn_start = np.full(obs.n_zones, -1, dtype=np.int64)
+            for z in range(obs.n_zones):
+                if tail.shape[1] and not tail[z, -1]:
+                    up_at = np.flatnonzero(tail[z])
+                    length = tail.shape[1] - (int(up_at[-1]) + 1 if up_at.size else 0)
+                    self._hist_dn_start[z] = hist.shape[1] - length
+            self._seen_up = np.zeros(obs.n_zones, dtype=bool)
         # model_check="holds": (hours, preempted?, run expected at its launch h) per hold, the
         # runs expected at the last decision, the expected run of the hold in progress, and
         # whether the holds have rejected the model (then every ranking uses own_evidence_caps)
@@ -801,7 +834,10 @@ class SpotfleetPolicy(Policy):
                 best = int(np.argmin(outside))
                 if not math.isfinite(float(outside[best])):
                     return launch_action(order, IDLE, interval, obs.tick + 1)
-            wait = self.mean_down_hours(obs)[best]  # its mean down time (v5: before the job)
+            if self.p.patience_wait == "residual":  # its expected remaining outage
+                wait = self._residual_down_hours(obs)[best]
+            else:
+                wait = self.mean_down_hours(obs)[best]  # its mean down time (v5: before the job)
             if spare - reserve > self.p.patience * wait:
                 order = [z for z in order if eff[z] <= eff[best] * (1.0 + 1e-9)]
         return launch_action(order, IDLE, interval, obs.tick + 1)
@@ -936,6 +972,8 @@ class SpotfleetPolicy(Policy):
             seen = int(obs.last_seen_tick[z])
             if seen < 0:
                 continue
+            if obs.available[z]:
+                self._seen_up[z] = True
             if not obs.available[z]:
                 if self._dn_first[z] < 0:
                     self._dn_first[z] = seen
@@ -950,12 +988,42 @@ class SpotfleetPolicy(Policy):
         (:func:`changepoint_run_emp` on the outages)."""
         if self.p.zone_model != "changepoint_updown":
             return self.prior.mean_down_hours
+        return changepoint_run_emp(self.prior.mean_down_hours, self._down_spells(obs),
+                                   self._emp_downs, self._h1_b(obs, down=True))
+
+    def _down_spells(self, obs: Observation) -> list[list[tuple[float, bool]]]:
+        """The outages the job has seen per zone, the one in progress included as censored."""
         spells = [list(sp) for sp in self._spells]
         for z in range(obs.n_zones):
             if self._dn_first[z] >= 0:
                 spells[z].append(((self._dn_last[z] - self._dn_first[z]) * obs.gap_hours, False))
-        return changepoint_run_emp(self.prior.mean_down_hours, spells, self._emp_downs,
-                                   self._h1_b(obs, down=True))
+        return spells
+
+    def _residual_down_hours(self, obs: Observation) -> np.ndarray:
+        """``patience_wait="residual"``: expected remaining outage (h) of each zone the job sees
+        down now, given the outage's age ``a`` (from the first tick the job saw it down, or
+        from the start of the history's trailing outage if the job has not seen the zone up
+        since its start, to the last tick it saw it down): ``(1 - p1)`` x the mean of ``d - a``
+        over the history's outages ``d > a`` plus ``p1`` x the changed hypothesis's mean
+        (an exponential's residual), ``p1`` = P(changed) as in :meth:`mean_down_hours`; with
+        no history outage longer than ``a``, the changed mean alone. Other zones: their mean."""
+        out = np.array(self.mean_down_hours(obs), dtype=float)
+        g = obs.gap_hours
+        for z, p1, r1 in changed_runs_emp(self._down_spells(obs), self._emp_downs,
+                                          self._h1_b(obs, down=True)):
+            if self._dn_first[z] < 0:
+                continue
+            began = int(self._dn_first[z])
+            fresh = not (self._seen_up[z] or self._holds[z] or self._spells[z]
+                         or (self._open is not None and self._open[0] == z))
+            if fresh and self._hist_dn_start[z] >= 0:
+                began = int(self._hist_dn_start[z])  # the outage the history ended in
+            age = (int(self._dn_last[z]) - began) * g
+            d = np.asarray(self._emp_downs[z], dtype=float)
+            longer = d[d > age]
+            out[z] = r1 if longer.size == 0 else \
+                (1.0 - p1) * float(np.mean(longer - age)) + p1 * r1
+        return out
 
     def belief(self, obs: Observation) -> np.ndarray:
         """P(a launch succeeds) per zone (:func:`belief_up`); with
