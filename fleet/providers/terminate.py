@@ -137,7 +137,8 @@ def stop_summary(node_id: str, *, grace_seconds: float, stopped_by_itself: bool,
 class _NodeStop:
     started: bool = False  # its training process started (a ``start`` event)
     acked: bool = False  # it acknowledged a notice: its emergency save is under way
-    ended: bool = False  # its save ended, or the node did
+    saved: bool = False  # that emergency save ended (committed or failed); a later notice re-arms
+    ended: bool = False  # the node itself ended (exit, preempted, failed, cancelled)
     step_seconds: float = 0.0  # its own mean step time (latest ``progress``)
 
 
@@ -152,10 +153,16 @@ class StopSaves:
         self.stop_at: float | None = None
 
     def begin(self, now: float) -> None:
-        """The graceful stop began at ``now`` (monotonic s); idempotent."""
-        with self._lock:
-            if self.stop_at is None:
-                self.stop_at = now
+        """The graceful stop began at ``now`` (monotonic s); idempotent.
+
+        Called from the node runner's signal handler, which runs on the main thread between
+        two bytecodes of whatever it interrupted -- possibly :meth:`observe` holding the
+        lock (the local provider relays events on the main thread). So it takes no lock: one
+        attribute store is atomic, and only the first signal calls it (review, session 20:
+        with the lock a Terminate landing inside ``observe`` deadlocked the runner, its
+        nodes training and billing on)."""
+        if self.stop_at is None:
+            self.stop_at = now
 
     def observe(self, kind: str, node_id: str | None, data: Mapping[str, Any]) -> None:
         """A training or provider event of node ``node_id``."""
@@ -170,11 +177,15 @@ class StopSaves:
                 if isinstance(m, int | float) and m > 0:
                     n.step_seconds = float(m)
             elif kind == "notice" or (kind == "save_started" and data.get("kind") == "emergency"):
-                n.acked = True
-            else:
-                save_over = kind in ("save_committed", "save_failed") and n.acked \
-                    and data.get("kind") in ("emergency", None)
-                n.ended = n.ended or save_over or kind in _NODE_ENDS
+                # a later notice (the Terminate's, after a false alarm the node saved for and
+                # trained on) is a new save to spare: until session 20 a node that had
+                # finished one emergency save was never spared again
+                n.acked, n.saved = True, False
+            elif kind in ("save_committed", "save_failed") and n.acked \
+                    and data.get("kind") in ("emergency", None):
+                n.saved = True
+            elif kind in _NODE_ENDS:
+                n.ended = True
 
     def running(self) -> list[str]:
         """Nodes whose training process started and has not ended."""
@@ -190,4 +201,4 @@ class StopSaves:
                     now - self.stop_at < SAME_TERMINATE_SECONDS + ACK_STEPS * n.step_seconds
 
             return [k for k, n in self._nodes.items()
-                    if n.started and not n.ended and (n.acked or about_to(n))]
+                    if n.started and not n.ended and not n.saved and (n.acked or about_to(n))]

@@ -282,7 +282,7 @@ def test_stop_saves_spares_a_node_saving_or_about_to_and_nothing_else():
     assert s.saving(100.0 + window - 0.01) == ["a", "b"]  # b: not at its step boundary yet
     assert s.saving(100.0 + window + 0.01) == ["a"]  # b: hung (no acknowledgement in its steps)
     s.observe("save_committed", "a", {"step": 7, "kind": "emergency"})
-    assert s.saving(1e9) == [] and s.running() == ["b"]  # a: its save is over
+    assert s.saving(1e9) == [] and s.running() == ["a", "b"]  # a: its save is over, it still runs
     s.observe("exit", "a", {"reason": "preempted"})
     s.observe("cancelled", "b", {})
     assert s.running() == []
@@ -294,3 +294,43 @@ def test_stop_saves_spares_a_node_saving_or_about_to_and_nothing_else():
     assert t.saving(0.0) == ["x"]
     t.observe("save_failed", "x", {"kind": "emergency", "reason": "deadline"})
     assert t.saving(0.0) == []
+
+
+def test_stop_saves_spares_a_node_again_after_a_false_alarm():
+    """A node that saved for a notice and trained on (a false alarm) is spared again when the
+    Terminate's notice comes; until session 20 its first save's end left it unprotected for
+    good, and a duplicated forward killed it mid-save (review finding)."""
+    from fleet.providers.terminate import StopSaves
+
+    s = StopSaves()
+    s.observe("start", "a", {})
+    s.observe("notice", "a", {"step": 3})
+    s.observe("save_committed", "a", {"step": 3, "kind": "emergency"})
+    s.observe("progress", "a", {"step": 9, "mean_step_seconds": 1.0})  # trained on
+    s.begin(0.0)
+    s.observe("notice", "a", {"step": 10})  # the Terminate's
+    assert s.saving(1e9) == ["a"]
+    s.observe("save_committed", "a", {"step": 10, "kind": "emergency"})
+    assert s.saving(1e9) == [] and s.running() == ["a"]
+
+
+def test_stop_saves_begin_takes_no_lock_the_interrupted_frame_may_hold():
+    """The node runner calls ``begin`` from its signal handler, which runs on the main thread
+    inside whatever it interrupted -- possibly ``observe`` holding the lock (the local provider
+    relays events on the main thread). With a lock in ``begin`` that Terminate deadlocked the
+    runner (review finding, session 20)."""
+    import threading
+
+    from fleet.providers.terminate import StopSaves
+
+    s = StopSaves()
+    done = threading.Event()
+
+    def interrupted_inside_observe() -> None:
+        with s._lock:  # the frame the signal interrupted
+            s.begin(5.0)  # the handler, same thread
+        done.set()
+
+    threading.Thread(target=interrupted_inside_observe, daemon=True).start()
+    assert done.wait(30), "begin() waited for a lock its own thread holds"
+    assert s.stop_at == 5.0
