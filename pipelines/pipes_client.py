@@ -73,6 +73,7 @@ class StagePipesClient(PipesSubprocessClient):
                 wait = max(float(self.termination_timeout_seconds),
                            float((extras or {}).get("terminate_wait_seconds") or 0.0))
                 deadline = time.monotonic() + wait
+                repeats = 0
                 while True:
                     try:
                         process.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -90,6 +91,13 @@ class StagePipesClient(PipesSubprocessClient):
                         context.log.warning("[pipes] interrupted again: forwarded; the node runner "
                                             "kills its nodes that are not saving (again: all).")
                         process.send_signal(signal.SIGINT)
+                        repeats += 1
+                        if repeats >= 2:
+                            # a third interrupt: the runner kills every node at once, saves
+                            # included, so Dagster's own wait is enough again (review, session
+                            # 20: five Ctrl-C's still waited the whole grace, up to an hour)
+                            deadline = min(deadline, time.monotonic()
+                                           + float(self.termination_timeout_seconds))
                 interrupted = exc
         invocation = PipesClientCompletedInvocation(pipes_session)
         if interrupted is not None:

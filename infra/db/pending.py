@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from checkpointing.redact import redact
 from fleet.providers.wire import event_from_dict, event_to_dict, session_from_dict, session_to_dict
@@ -152,11 +153,25 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
+#: SQLite raises OperationalError for its schema errors too ("no such table", "no such
+#: column"); only these messages mean the file cannot be used right now
+_SQLITE_UNAVAILABLE = ("database is locked", "database is busy", "unable to open", "disk i/o error",
+                       "readonly database", "database or disk is full")
+
+
 def is_db_unavailable(exc: BaseException) -> bool:
     """A connection-level failure (server down or restarting, network, a dropped
-    connection, no answer within ``call_with_deadline``), as opposed to an error in what
-    was written."""
-    if isinstance(exc, (OperationalError, InterfaceError, DBNotAnswering)):
+    connection, no free connection in the pool, no answer within ``call_with_deadline``),
+    as opposed to an error in what was written. On SQLite an ``OperationalError`` counts
+    only for a locked, busy or unopenable file: a missing table or column is a schema error
+    and raises at once (review, session 20: an old DB file without a migration was
+    retried for a minute, spooled, and every later run failed "the DB does not answer")."""
+    if isinstance(exc, (DBNotAnswering, PoolTimeout, InterfaceError)):
+        return True
+    if isinstance(exc, OperationalError):
+        orig = getattr(exc, "orig", None)
+        if type(orig).__module__ == "sqlite3":
+            return any(m in str(orig).lower() for m in _SQLITE_UNAVAILABLE)
         return True
     return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
@@ -192,6 +207,7 @@ def record_attempt_retrying(engine: Engine, record: AttemptRecord, pending_dir: 
     bound = retry_seconds(bound_seconds)
     start, wait, tries = time.monotonic(), FIRST_BACKOFF_SECONDS, 0
     where = f"{record.pipeline}/{record.stage} attempt {record.attempt}"
+    abandoned = False  # an earlier try timed out: its thread may still commit the same rows
     while True:
         tries += 1
         try:
@@ -199,7 +215,12 @@ def record_attempt_retrying(engine: Engine, record: AttemptRecord, pending_dir: 
             return call_with_deadline(lambda: record.write(engine), max(min(db_timeout_seconds(), left), 0.1),
                                       f"recording {where}")
         except Exception as exc:
-            if not is_db_unavailable(exc):
+            abandoned = abandoned or isinstance(exc, DBNotAnswering)
+            # the abandoned try and this one both inserted the attempt once the server woke:
+            # the loser's unique-key error is that race, not bad data; the next try replaces
+            # the rows the winner wrote (record_attempt is one replacing transaction)
+            race = abandoned and isinstance(exc, IntegrityError)
+            if not (is_db_unavailable(exc) or race):
                 raise
             left = bound - (time.monotonic() - start)
             if left <= 0:
@@ -231,7 +252,18 @@ def pending_records(pending_dir: Path, pipeline: str, stage: str) -> list[Path]:
     if not pending_dir.is_dir():
         return []
     prefix = f"{_safe(pipeline)}__{_safe(stage)}__"
-    return sorted((p for p in pending_dir.glob(f"{prefix}*.json")), key=lambda p: p.stat().st_mtime)
+    found = []
+    for p in pending_dir.glob(f"{prefix}*.json"):
+        # the prefix of stage "train" also matches stage "train__x"'s files: the rest of the
+        # name must be <run>__a<attempt>
+        rest = p.name[len(prefix):-len(".json")]
+        if "__" in rest.rsplit("__a", 1)[0]:
+            continue
+        try:
+            found.append((p.stat().st_mtime, p))
+        except FileNotFoundError:
+            continue
+    return [p for _, p in sorted(found)]
 
 
 def replay_pending(engine: Engine, pending_dir: Path, pipeline: str, stage: str,
@@ -240,9 +272,21 @@ def replay_pending(engine: Engine, pending_dir: Path, pipeline: str, stage: str,
     Returns how many were written. A DB that does not answer raises (the files stay)."""
     done = 0
     for path in pending_records(pending_dir, pipeline, stage):
-        record = AttemptRecord(**json.loads(path.read_text(encoding="utf-8")))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:  # written by another replay meanwhile (an abandoned try's)
+            continue
+        try:
+            record = AttemptRecord(**json.loads(text))
+        except (ValueError, TypeError) as exc:
+            bad = pending_dir / "unreadable" / path.name
+            bad.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, bad)
+            (info or log.warning)(f"the pending record {path} cannot be read ({type(exc).__name__}: "
+                                  f"{exc}); moved to {bad}, not written: inspect it, or delete it")
+            continue
         record.write(engine)
-        path.unlink()
+        path.unlink(missing_ok=True)
         done += 1
         (info or log.info)(f"wrote the pending record of {record.pipeline}/{record.stage} attempt "
                            f"{record.attempt} (run {record.run_id[:8]}) from {path} into the statistics DB")

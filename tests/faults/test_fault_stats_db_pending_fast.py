@@ -66,3 +66,61 @@ def test_an_error_in_the_record_is_not_retried_nor_kept(tmp_path: Path) -> None:
         record_attempt_retrying(eng, bad, tmp_path / "pending", bound_seconds=30.0, sleep=pytest.fail)
     assert not isinstance(info.value, RecordNotWritten)
     assert not (tmp_path / "pending").exists()
+
+
+def test_a_schema_error_on_sqlite_is_not_taken_for_a_db_that_is_down(tmp_path: Path) -> None:
+    """SQLite raises OperationalError for "no such table" too: an old DB file without the
+    migrations must fail at once naming the table, not be retried for a minute, spooled, and
+    make every later run fail "the DB does not answer" (review, session 20)."""
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")  # opens, but no tables
+    with pytest.raises(Exception, match="no such table") as info:
+        record_attempt_retrying(eng, _record(), tmp_path / "pending", bound_seconds=30.0, sleep=pytest.fail)
+    assert not isinstance(info.value, RecordNotWritten)
+    assert not (tmp_path / "pending").exists()
+
+
+def test_a_unique_key_race_with_an_abandoned_try_is_retried(tmp_path: Path, monkeypatch) -> None:
+    """A try that timed out may still commit once a frozen server wakes; the next try then
+    loses the unique-key race. That IntegrityError is the race, not bad data: it is retried
+    (and the retry replaces the rows), where it used to fail the stage with the record in."""
+    from sqlalchemy.exc import IntegrityError
+
+    import infra.db.pending as pending
+
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    outcomes = [pending.DBNotAnswering("no answer"), IntegrityError("INSERT", {}, Exception("UNIQUE"))]
+    real = pending.call_with_deadline
+
+    def flaky(fn, seconds, what):
+        if outcomes:
+            raise outcomes.pop(0)
+        return real(fn, seconds, what)
+
+    monkeypatch.setattr(pending, "call_with_deadline", flaky)
+    assert record_attempt_retrying(eng, _record(), tmp_path / "pending", bound_seconds=30.0,
+                                   warn=lambda _m: None, sleep=lambda _s: None) > 0
+    # without an earlier timeout the same error is a bug in the record: raised at once
+    outcomes[:] = [IntegrityError("INSERT", {}, Exception("UNIQUE"))]
+    with pytest.raises(IntegrityError):
+        record_attempt_retrying(eng, _record("run-2"), tmp_path / "pending", bound_seconds=30.0,
+                                sleep=pytest.fail)
+
+
+def test_an_unreadable_pending_file_is_set_aside_naming_it(tmp_path: Path) -> None:
+    """A truncated or foreign file in db_pending no longer fails every later run of the stage
+    before launch with an error that does not name it."""
+    from infra.db.pending import pending_records, spool
+
+    eng = make_engine(f"sqlite:///{tmp_path / 'stats.db'}")
+    upgrade(eng)
+    pend = tmp_path / "pending"
+    good = spool(_record("run-1"), pend)
+    (pend / "p__train__run-0__a1.json").write_text('{"run_id": "run-0", "pipeline"', encoding="utf-8")
+    spool(AttemptRecord(**{**_record("run-3").__dict__, "stage": "train__x"}), pend)  # another stage
+    assert {p.name for p in pending_records(pend, "p", "train")} == {good.name, "p__train__run-0__a1.json"}
+    said: list[str] = []
+    assert replay_pending(eng, pend, "p", "train", info=said.append) == 1
+    assert (pend / "unreadable" / "p__train__run-0__a1.json").exists()
+    assert any("p__train__run-0__a1.json cannot be read" in m for m in said)
+    assert [p.name for p in pending_records(pend, "p", "train__x")] == ["p__train__x__run-3__a1.json"]
