@@ -6,14 +6,15 @@ buckets and objects survive), the example training process (an MLP of 5.3 M para
 a 63 MB checkpoint, a PUT that takes a while on 2 cores). The other S3 fault tests use a
 proxy that freezes or refuses; here the server itself dies with a request in flight.
 
-1. radosgw is SIGKILLed 0.4 s into the save of step 40: that save fails with the
-   store's "unreachable" error naming the endpoint, training goes on, later saves fail
-   the same way (each one tries again);
+1. radosgw is SIGKILLed 0.4 s into the save of step 40 (on a loaded machine that upload
+   may already be done: then the kill lands between saves and the next save is the torn
+   one): every save from then on fails with the store's "unreachable" error naming the
+   endpoint, training goes on, later saves fail the same way (each one tries again);
 2. the training process is SIGKILLed while the server is still down (a hard preemption);
 3. a new attempt starts while the server is down: it fails at once with an error naming
    the store and what to check -- it does not start over from step 0 -- and writes nothing;
-4. radosgw is back: the next attempt restores the newest COMPLETE checkpoint (step 20;
-   nothing of the torn step-40 save is taken) and ends bit-identical to an uninterrupted
+4. radosgw is back: the next attempt restores the newest COMPLETE checkpoint (step 20, or
+   40 when that upload beat the kill; nothing of the torn save is taken) and ends bit-identical to an uninterrupted
    run; the store then holds only committed checkpoints.
 """
 
@@ -98,11 +99,11 @@ def test_s3_server_killed_mid_upload_then_back_resumes_the_newest_complete_check
             proc.kill()  # 2. a hard preemption while the store is down
             proc.wait()
     failed = [e for e in _events(tmp_path, "a") if e.kind == "save_failed"]
-    assert failed[0].data["step"] == 40
     assert all("the S3 endpoint is unreachable" in e.data["reason"] and gateway.endpoint_url in e.data["reason"]
                for e in failed), [e.data for e in failed]
     committed = [e.data["step"] for e in _events(tmp_path, "a") if e.kind == "save_committed"]
-    assert max(committed) == 20
+    newest = max(committed)  # 20; 40 when its upload beat the kill (a CI run: 'assert 60 == 40')
+    assert newest in (20, 40) and failed[0].data["step"] == newest + 20, (committed, [e.data for e in failed])
 
     # 3. a new attempt while the server is down: a clear error, no training from scratch
     down = subprocess.run([sys.executable, str(EXAMPLE), *FLAGS], env=_env(tmp_path, uri, "b", gateway),
@@ -120,7 +121,7 @@ def test_s3_server_killed_mid_upload_then_back_resumes_the_newest_complete_check
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     [restore] = [e for e in _events(tmp_path, "c") if e.kind == "restore"]
-    assert restore.data["step"] == 20 and not restore.data["fell_back"], restore.data
+    assert restore.data["step"] == newest and not restore.data["fell_back"], restore.data
     assert _sha(done.stdout) == _sha(ref.stdout)
     store = S3Store.from_uri(f"s3://{gateway.access_key}:{gateway.secret_key}@{bucket}/run",
                              endpoint_url=gateway.endpoint_url, region=gateway.region)
